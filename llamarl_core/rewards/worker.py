@@ -1,0 +1,139 @@
+"""One persistent reward worker process, killable on a wall-clock deadline.
+
+Why a process and not a thread or ``signal.alarm``: symbolic checks (sympy via
+math-verify) can run for minutes or exhaust memory on adversarial answers, a Python
+thread cannot be stopped, and ``signal.alarm`` only works on the main thread of the main
+interpreter. A child process can always be killed; the parent measures the deadline with
+``Connection.poll`` and, on expiry, kills the child and starts a fresh one.
+
+The child is a fresh interpreter (``python -m llamarl_core.rewards.worker_entry``) joined
+to the parent by a socket pair wrapped in ``multiprocessing.connection.Connection``. Not
+``multiprocessing.Process``: its spawn/forkserver contexts re-import the caller's
+``__main__`` (a script without an ``if __name__ == "__main__"`` guard would start itself
+again), and fork would copy threads, CUDA state and process-group sockets. A fresh
+interpreter inherits none of that, so it is safe to start inside a torchrun worker.
+Protocol: child sends ``("ready", None)`` once warmed up, then for each
+``(task_id, answer, reference)`` it replies ``(task_id, score, error_or_None)``.
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+
+from llamarl_core.rewards.specs import get_spec
+
+WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway sympy expansion dies, not the machine
+
+
+def worker_main(conn: Connection, reward_name: str) -> None:
+    """Entry point of the child process: warm up, then answer tasks until EOF or None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and shutdown
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_LIMIT_BYTES,) * 2)
+    except (ImportError, ValueError, OSError):
+        pass
+    import logging
+
+    logging.disable(logging.WARNING)  # math-verify warns once that its timeouts are off
+    spec = get_spec(reward_name)
+    if spec.warm_up is not None:
+        spec.warm_up()
+    conn.send(("ready", None))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        task_id, answer, reference = task
+        try:
+            score, error = float(spec.isolated(answer, reference)), None
+        except Exception as exc:  # noqa: BLE001 - a verifier error scores 0, never kills
+            score, error = 0.0, f"{type(exc).__name__}: {str(exc)[:200]}"
+        conn.send((task_id, score, error))
+
+
+class WorkerHandle:
+    """Parent-side handle: start, wait until ready, run one task with a deadline, kill."""
+
+    def __init__(self, reward_name: str, startup_timeout_s: float = 120.0) -> None:
+        self.reward_name = reward_name
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.ready = False
+        self.start()
+
+    def start(self) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        child_fd = child_sock.fileno()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "llamarl_core.rewards.worker_entry", str(child_fd),
+             self.reward_name],
+            pass_fds=(child_fd,), stdin=subprocess.DEVNULL, close_fds=True,
+        )
+        child_sock.close()
+        self.conn, self.ready = Connection(parent_sock.detach()), False
+
+    def is_alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_ready(self) -> None:
+        """Block until the child has imported and warmed up its verifier."""
+        if self.ready:
+            return
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.conn.poll(0.05):
+                try:
+                    message = self.conn.recv()
+                except EOFError:
+                    break
+                if message[0] == "ready":
+                    self.ready = True
+                    return
+            if not self.is_alive() and not self.conn.poll(0):
+                break
+        code = self.process.poll()
+        self.kill()
+        raise RuntimeError(
+            f"reward worker for {self.reward_name!r} did not start within "
+            f"{self.startup_timeout_s:.0f} s (exit code {code})"
+        )
+
+    def send(self, task_id: int, answer: str, reference: str) -> None:
+        self.wait_ready()
+        self.conn.send((task_id, answer, reference))
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self.process.kill()
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.conn is not None and not self.conn.closed:
+            self.conn.close()
+        self.ready = False
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        """Ask the child to exit, then make sure it has."""
+        if self.is_alive() and self.conn is not None and not self.conn.closed:
+            try:
+                self.conn.send(None)
+                self.process.wait(timeout=2.0)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
