@@ -1,0 +1,155 @@
+"""Hugging Face checkpoints: `config.json` + safetensors (sharded with an index when large).
+
+Loading is safe by construction: safetensors files, or legacy `pytorch_model*.bin` through
+`torch.load(weights_only=True)` -- never arbitrary pickles. Every failure names the file
+(missing/corrupt shard) or the tensor (missing key, unexpected key, shape mismatch).
+The model is built on the meta device and materialised once in the target dtype, so a
+checkpoint is never held twice in memory.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from .hf_config import args_from_hf_config, hf_config_from_args, read_config
+from .llama import Llama
+from .tokenizer import load_tokenizer
+
+_LAYER_NAMES = {
+    "self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk",
+    "self_attn.v_proj": "attention.wv", "self_attn.o_proj": "attention.wo",
+    "mlp.gate_proj": "feed_forward.w1", "mlp.down_proj": "feed_forward.w2",
+    "mlp.up_proj": "feed_forward.w3",
+    "input_layernorm": "attention_norm", "post_attention_layernorm": "ffn_norm",
+}
+_TOP_NAMES = {"model.embed_tokens.weight": "tok_embeddings.weight",
+              "model.norm.weight": "norm.weight", "lm_head.weight": "output.weight"}
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
+_IGNORED_RE = re.compile(r"rotary_emb\.inv_freq$")
+
+
+def hf_to_ours(name: str) -> str | None:
+    if name in _TOP_NAMES:
+        return _TOP_NAMES[name]
+    match = _LAYER_RE.match(name)
+    if match and match.group(2) in _LAYER_NAMES:
+        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.weight"
+    return None
+
+
+def ours_to_hf(name: str) -> str:
+    for hf, ours in _TOP_NAMES.items():
+        if name == ours:
+            return hf
+    parts = name.split(".")  # layers.{i}.<module path>.weight
+    inner = ".".join(parts[2:-1])
+    for hf, ours in _LAYER_NAMES.items():
+        if inner == ours:
+            return f"model.layers.{parts[1]}.{hf}.weight"
+    raise KeyError(f"parameter {name!r} has no Hugging Face name")
+
+
+def _weight_files(path: Path) -> list[Path]:
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = path / index_name
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError) as err:
+                raise ValueError(f"{index}: not a valid shard index ({err})") from err
+            return [path / name for name in sorted(set(weight_map.values()))]
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (path / single).is_file():
+            return [path / single]
+    raise FileNotFoundError(f"no model.safetensors(.index.json) or pytorch_model.bin in {path}")
+
+
+def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor, Path]]:
+    from safetensors import safe_open
+
+    for file in files:
+        if not file.is_file():
+            raise FileNotFoundError(f"checkpoint shard {file} is missing")
+        try:
+            if file.suffix == ".safetensors":
+                with safe_open(str(file), framework="pt") as handle:
+                    for name in handle.keys():
+                        yield name, handle.get_tensor(name), file
+            else:
+                for name, tensor in torch.load(file, map_location="cpu", weights_only=True).items():
+                    yield name, tensor, file
+        except Exception as err:  # safetensors/pickle errors have no common base class
+            raise ValueError(f"checkpoint shard {file} is corrupt or unreadable: {err}") from err
+
+
+def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+    """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory."""
+    path = Path(path)
+    args = args_from_hf_config(read_config(path), source=str(path / "config.json"))
+    with torch.device("meta"):
+        model = Llama(args)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    if args.tie_embeddings:  # to_empty breaks the tie; restore it
+        model.output.weight = model.tok_embeddings.weight
+    params = dict(model.named_parameters())  # tied weights appear once (tok_embeddings)
+    loaded: set[str] = set()
+    with torch.no_grad():
+        for hf_name, tensor, file in _iter_tensors(_weight_files(path)):
+            if _IGNORED_RE.search(hf_name):
+                continue
+            name = hf_to_ours(hf_name)
+            if name is None:
+                raise KeyError(f"{file}: unexpected tensor {hf_name!r} for a Llama checkpoint")
+            if args.tie_embeddings and name == "output.weight":
+                continue  # some tied checkpoints still store lm_head; the embedding wins
+            param = params[name]
+            if tuple(tensor.shape) != tuple(param.shape):
+                raise ValueError(f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
+                                 f"config.json implies {tuple(param.shape)}")
+            param.copy_(tensor.to(dtype))
+            loaded.add(name)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        hf_missing = [ours_to_hf(name) for name in missing]
+        raise KeyError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {hf_missing[:5]}")
+    return model, load_tokenizer(path)
+
+
+def save_pretrained(model: Llama, tokenizer, path, max_shard_bytes: int = 5 * 2**30) -> None:
+    """Write config.json, safetensors shard(s) (+ index when more than one) and the tokenizer."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {}
+    for name, param in model.named_parameters():  # tied output weight is skipped (deduplicated)
+        state[ours_to_hf(name)] = param.detach().to("cpu").contiguous()
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    shard_bytes = 0
+    for name, tensor in state.items():
+        size = tensor.numel() * tensor.element_size()
+        if shards[-1] and shard_bytes + size > max_shard_bytes:
+            shards.append({})
+            shard_bytes = 0
+        shards[-1][name] = tensor
+        shard_bytes += size
+    if len(shards) == 1:
+        save_file(shards[0], str(path / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for i, shard in enumerate(shards):
+            file_name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(path / file_name), metadata={"format": "pt"})
+            weight_map.update({name: file_name for name in shard})
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
+    config = hf_config_from_args(model.args, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id,
+                                 dtype_name)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    tokenizer.save(path)

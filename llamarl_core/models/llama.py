@@ -1,0 +1,169 @@
+"""Llama-3 architecture as a plain `nn.Module` (torchtitan style: no parallelism inside).
+
+RMSNorm -> grouped-query attention with RoPE -> RMSNorm -> SwiGLU, `n_layers` times, then a
+final RMSNorm and the vocabulary projection (optionally tied to the embedding).
+
+One forward serves both users:
+  * the trainer: `model(ids)` -> logits [B, T, V], causal, positions 0..T-1;
+  * the generation engine: explicit `positions` (left-padded rows start at 0 on their first
+    real token), a preallocated `KVCache` written at `cache_start`, and a boolean
+    `attn_mask` [B, 1, T, S] (True = may attend).
+Attention always goes through `scaled_dot_product_attention` with `enable_gqa`, so K/V are
+never expanded to all query heads.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .args import ModelArgs
+from .rope import apply_rope, rope_inv_freq, rope_tables
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 and scale in the input dtype, exactly like HF LlamaRMSNorm.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class KVCache:
+    """Preallocated keys/values per layer: [B, n_kv_heads, max_len, head_dim] each."""
+
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_len: int,
+                 head_dim: int, dtype: torch.dtype, device: torch.device | str):
+        shape = (batch_size, n_kv_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.batch_size = batch_size
+        self.max_len = max_len
+
+    def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor):
+        """Write k/v [B, KV, T, hd] at slots start..start+T; return the filled prefix."""
+        batch, end = k.shape[0], start + k.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"KV cache overflow: need {end} slots, cache holds {self.max_len}")
+        ck, cv = self.k[layer], self.v[layer]
+        ck[:batch, :, start:end] = k
+        cv[:batch, :, start:end] = v
+        return ck[:batch, :, :end], cv[:batch, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
+        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+
+    def forward(self, x, cos, sin, attn_mask, cache: Optional[KVCache], layer: int, start: int):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, hd]
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B, KV, T, hd]
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(layer, start, k, v)  # [B, KV, start+T, hd]
+        gqa = self.n_kv_heads != self.n_heads
+        if attn_mask is None:
+            # Plain causal attention; with a cache only valid for one new token (or start=0).
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden_dim, bias=False)  # gate
+        self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
+        self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attention = Attention(args)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.feed_forward = FeedForward(args.dim, args.ffn_dim)
+
+    def forward(self, x, cos, sin, attn_mask, cache, layer, start):
+        x = x + self.attention(self.attention_norm(x), cos, sin, attn_mask, cache, layer, start)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        if args.dim % args.n_heads or args.n_heads % args.n_kv_heads:
+            raise ValueError(f"dim={args.dim} must divide by n_heads={args.n_heads} and n_heads "
+                             f"by n_kv_heads={args.n_kv_heads}")
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self._rope_cache: dict = {}  # device -> (cos, sin); derived data, not in state_dict
+        self.reset_parameters()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def rope(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._rope_cache:
+            inv_freq = rope_inv_freq(self.args.head_dim, self.args.rope_theta, self.args.rope_scaling)
+            cos, sin = rope_tables(inv_freq, self.args.max_seq_len)
+            self._rope_cache[device] = (cos.to(device), sin.to(device))
+        return self._rope_cache[device]
+
+    def forward(self, input_ids: torch.Tensor, positions: Optional[torch.Tensor] = None,
+                cache: Optional[KVCache] = None, cache_start: int = 0,
+                attn_mask: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, V] (or [B, 1, V] with `last_only`).
+
+        positions [B, T] (default 0..T-1); attn_mask bool [B, 1, T, cache_start+T] where True
+        means "may attend" (required for multi-token steps that use a cache at start > 0).
+        """
+        B, T = input_ids.shape
+        if cache is not None and attn_mask is None and T > 1 and cache_start > 0:
+            raise ValueError("a multi-token step into a non-empty KV cache needs attn_mask")
+        cos_table, sin_table = self.rope(input_ids.device)
+        if positions is None:
+            if T > self.args.max_seq_len:
+                raise ValueError(f"sequence length {T} > max_seq_len {self.args.max_seq_len}")
+            cos, sin = cos_table[:T][None, None], sin_table[:T][None, None]  # [1, 1, T, hd]
+        else:
+            cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]  # [B,1,T,hd]
+        h = self.tok_embeddings(input_ids)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, cos.to(h.dtype), sin.to(h.dtype), attn_mask, cache, i, cache_start)
+        if last_only:
+            h = h[:, -1:]
+        return self.output(self.norm(h)).float()
+
+    def new_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:
+        w = self.tok_embeddings.weight
+        return KVCache(self.args.n_layers, batch_size, self.args.n_kv_heads, max_len,
+                       self.args.head_dim, dtype or w.dtype, w.device)
