@@ -1,0 +1,113 @@
+"""AIPO and its neighbours as one pure tensor loss: ``aipo_loss(...) -> (loss, metrics)``.
+
+LlamaRL's AIPO (Asynchronous Importance-weighted Policy Optimization, arXiv 2505.24034)
+corrects for generators that sample with slightly stale weights: each token's policy
+gradient is weighted by the truncated importance ratio ``min(pi/mu, rho)``, where pi is
+the trainer's probability of the sampled token, mu the generator's recorded probability
+and rho the cap. The weight is a constant (stop-gradient), so per token
+
+    loss_t = -stopgrad(min(pi/mu, rho)) * A_t * log pi_t
+    grad_t = -min(pi/mu, rho) * A_t * grad log pi_t
+
+and a token whose ratio exceeds rho still gets gradient ``rho * A * grad log pi``.
+
+``kind`` selects the estimator behind the same interface:
+- ``aipo``:  the truncated-IS estimator above.
+- ``pg``:    plain on-policy policy gradient, ``-A * log pi`` (ignores mu).
+- ``ppo``:   PPO/GRPO ratio clipping, ``-min(r*A, clip(r, 1-eps, 1+eps)*A)``, r = pi/mu.
+- ``clamp``: ``-min(pi/mu, rho) * A`` with the ratio differentiated: gradient
+             ``r*A*grad log pi`` below the cap and exactly 0 above it.
+Optional terms: ``kl_coef * k3(pi || ref)`` with k3 = exp(ref - logp) - (ref - logp) - 1,
+and ``-entropy_coef * entropy``. Metrics are plain floats computed under no_grad.
+"""
+from __future__ import annotations
+
+import torch
+
+from llamarl_core.algorithms.metrics import importance_metrics
+
+LOSS_KINDS = ("aipo", "pg", "ppo", "clamp")
+AGGREGATIONS = ("token_mean", "sequence_mean")
+MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
+    """Masked mean over all tokens, or over each sequence's tokens then over sequences."""
+    if aggregation == "token_mean":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)  # []
+    if aggregation == "sequence_mean":
+        tokens_per_seq = mask.sum(dim=-1)  # [B]
+        seq_loss = (per_token * mask).sum(dim=-1) / tokens_per_seq.clamp(min=1.0)  # [B]
+        has_tokens = (tokens_per_seq > 0).to(per_token.dtype)  # [B]
+        return (seq_loss * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)  # []
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+
+
+def aipo_loss(
+    logprobs: torch.Tensor,  # [B, T] trainer log pi of the sampled tokens (requires grad)
+    behavior_logprobs: torch.Tensor,  # [B, T] generator log mu recorded at sampling time
+    advantages: torch.Tensor,  # [B, T] per-token advantages (already broadcast)
+    mask: torch.Tensor,  # [B, T] 1 for completion tokens that count, 0 for padding/prompt
+    rho: float,
+    aggregation: str = "token_mean",
+    *,
+    kind: str = "aipo",
+    clip_eps: float = 0.2,
+    ref_logprobs: torch.Tensor | None = None,  # [B, T] reference-policy log-probs
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,  # [B, T] per-token policy entropy
+    entropy_coef: float = 0.0,
+    staleness: torch.Tensor | None = None,  # [B] policy versions behind, per sequence
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The scalar loss to minimise and a dict of float metrics."""
+    _check_inputs(logprobs, behavior_logprobs, advantages, mask, rho, kind)
+    mask = mask.to(logprobs.dtype)  # [B, T]
+    behavior = behavior_logprobs.detach().to(logprobs.dtype)  # [B, T]
+    advantages = advantages.detach().to(logprobs.dtype)  # [B, T]
+    log_ratio = (logprobs - behavior).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T]
+    ratio = torch.exp(log_ratio)  # [B, T] pi/mu, differentiable
+    if kind == "aipo":
+        weight = ratio.detach().clamp(max=rho)  # [B, T] stopgrad(min(r, rho))
+        per_token = -weight * advantages * logprobs  # [B, T]
+    elif kind == "pg":
+        per_token = -advantages * logprobs  # [B, T]
+    elif kind == "ppo":
+        clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)  # [B, T]
+        per_token = -torch.minimum(ratio * advantages, clipped * advantages)  # [B, T]
+    else:  # clamp
+        per_token = -ratio.clamp(max=rho) * advantages  # [B, T]
+    metrics: dict[str, float] = {}
+    if ref_logprobs is not None:
+        ref_minus_log = ref_logprobs.detach().to(logprobs.dtype) - logprobs  # [B, T]
+        kl = torch.exp(ref_minus_log) - ref_minus_log - 1.0  # [B, T] k3, >= 0
+        if kl_coef:
+            per_token = per_token + kl_coef * kl  # [B, T]
+        metrics["kl"] = _masked_mean(kl.detach(), mask)
+    if entropy is not None:
+        if entropy_coef:
+            per_token = per_token - entropy_coef * entropy  # [B, T]
+        metrics["entropy"] = _masked_mean(entropy.detach().to(logprobs.dtype), mask)
+    loss = aggregate(per_token, mask, aggregation)  # []
+    metrics.update(importance_metrics(ratio.detach(), mask, rho, clip_eps, staleness))
+    metrics["loss"] = float(loss.detach())
+    return loss, metrics
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values * mask).sum() / mask.sum().clamp(min=1.0))
+
+
+def _check_inputs(logprobs, behavior_logprobs, advantages, mask, rho, kind) -> None:
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"loss kind must be one of {LOSS_KINDS}, got {kind!r}")
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    for name, tensor in (("behavior_logprobs", behavior_logprobs),
+                         ("advantages", advantages), ("mask", mask)):
+        if tensor.shape != logprobs.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)}, expected {tuple(logprobs.shape)} "
+                "like logprobs (advantages must be broadcast per token)"
+            )
+    if kind in ("aipo", "clamp") and not rho > 0:
+        raise ValueError(f"rho (the importance-ratio cap) must be > 0, got {rho}")
