@@ -1,0 +1,72 @@
+"""Shared-memory byte buffers for same-host weight sync.
+
+A buffer is a file in ``/dev/shm`` mapped with ``torch.from_file(shared=True)``:
+the trainer writes into the mapping and every generator on the host maps the same
+pages, so a sync costs one write and one read of the weights and no socket copy.
+
+Lifetime: file names are unique (run id + random token). The owner unlinks the
+files as soon as every reader has mapped them; on Linux a mapping outlives its
+file name, so from then on nothing is left in ``/dev/shm`` even if a process is
+killed. Until that point a crash can leave files behind; ``sweep(run_id)`` removes
+a run's leftovers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import torch
+
+SHM_DIR = Path("/dev/shm")
+PREFIX = "llamarl-ws"
+
+
+def shm_available() -> bool:
+    return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
+
+
+def _safe(run_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in run_id) or "run"
+
+
+def new_paths(run_id: str, count: int) -> list[str]:
+    """``count`` fresh, unique file names for one owner."""
+    token = secrets.token_hex(6)
+    return [str(SHM_DIR / f"{PREFIX}-{_safe(run_id)}-{os.getpid()}-{token}-{i}") for i in range(count)]
+
+
+def create(path: str, nbytes: int) -> torch.Tensor:
+    """Create (zero-filled) and map a ``uint8`` shared buffer of ``nbytes``."""
+    if os.path.exists(path):
+        raise FileExistsError(f"shared-memory buffer {path} already exists")
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+def open_existing(path: str, nbytes: int) -> torch.Tensor:
+    """Map a buffer created by another process on this host."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"shared-memory buffer {path} not found: the 'shm' weight-sync transport needs the "
+            "trainer and this generator on the same host (use transport='collective' otherwise)"
+        )
+    actual = os.path.getsize(path)
+    if actual != nbytes:
+        raise ValueError(f"shared-memory buffer {path} has {actual} bytes, expected {nbytes}")
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+def unlink(paths: list[str]) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def sweep(run_id: str) -> list[str]:
+    """Remove every leftover buffer of ``run_id`` (e.g. after a crash); returns the names."""
+    removed = sorted(str(p) for p in SHM_DIR.glob(f"{PREFIX}-{_safe(run_id)}-*"))
+    unlink(removed)
+    return removed

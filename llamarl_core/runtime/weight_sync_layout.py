@@ -1,0 +1,157 @@
+"""Bucket layout for weight sync: the same flat buffers derived on both sides.
+
+Sender and receivers never exchange offsets. Each side turns the same
+``named_shapes`` (name -> (shape, dtype)) into the same layout: names sorted, each
+tensor converted to its *wire dtype* and packed, in order, into byte buckets of at
+most ``bucket_mb`` MiB (a tensor bigger than a bucket gets a bucket of its own).
+Offsets are 64-byte aligned so every slice can be viewed as any dtype. A few large
+buckets keep the per-message cost (one broadcast, one store round trip) negligible
+next to the bytes, which is the whole point of bucketing (LlamaRL §4.3, DDMA).
+
+Buckets are raw ``uint8`` buffers, so one bucket may hold tensors of several wire
+dtypes; both transports (collective broadcast, shared memory) move bytes only.
+
+Wire dtype: floating tensors are cast to ``wire_dtype`` when packed and cast back
+to the receiver's parameter dtype when unpacked (``Tensor.copy_`` rounds to nearest
+even). With ``bfloat16`` on the wire a float32 weight keeps 8 significant bits:
+relative error <= 2**-9 per element, so generators sample from a policy a rounding
+step away from the trainer's. The generator's own log-probs (mu) are computed with
+the weights it holds, so the importance ratio pi/mu accounts for that difference.
+Non-floating tensors always travel in their own dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ALIGN_BYTES = 64
+BYTES_PER_MIB = 1 << 20
+
+NamedShapes = dict[str, tuple[torch.Size, torch.dtype]]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one tensor lives on the wire."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype  # parameter dtype on the sending side
+    wire_dtype: torch.dtype
+    bucket: int
+    offset_bytes: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class BucketLayout:
+    slots: tuple[Slot, ...]
+    bucket_nbytes: tuple[int, ...]
+
+    @property
+    def total_nbytes(self) -> int:
+        """Bytes on the wire per sync (payload only, alignment padding excluded)."""
+        return sum(s.nbytes for s in self.slots)
+
+    @property
+    def num_buckets(self) -> int:
+        return len(self.bucket_nbytes)
+
+    def spec(self) -> list[tuple[str, tuple[int, ...], str, str]]:
+        """Picklable description used to check that both sides agree."""
+        return [(s.name, s.shape, str(s.dtype), str(s.wire_dtype)) for s in self.slots]
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
+
+
+def build_layout(
+    named_shapes: NamedShapes, *, bucket_mb: float, wire_dtype: torch.dtype | None
+) -> BucketLayout:
+    """Deterministic layout: sorted names, greedy packing into <= bucket_mb MiB buckets."""
+    if bucket_mb <= 0:
+        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
+    if not named_shapes:
+        raise ValueError("named_shapes is empty: nothing to synchronise")
+    if wire_dtype is not None and not wire_dtype.is_floating_point:
+        raise ValueError(f"wire_dtype must be a floating dtype (e.g. torch.bfloat16), got {wire_dtype}")
+    bucket_cap = int(bucket_mb * BYTES_PER_MIB)
+    slots: list[Slot] = []
+    sizes: list[int] = []
+    for name in sorted(named_shapes):
+        shape, dtype = named_shapes[name]
+        shape = tuple(int(d) for d in shape)
+        wdt = wire_dtype if (wire_dtype is not None and dtype.is_floating_point) else dtype
+        nbytes = torch.Size(shape).numel() * wdt.itemsize
+        # Start a new bucket when this tensor would overflow a non-empty one.
+        if not sizes or (sizes[-1] > 0 and _align(sizes[-1]) + nbytes > bucket_cap):
+            sizes.append(0)
+        offset = _align(sizes[-1])
+        slots.append(Slot(name, shape, dtype, wdt, len(sizes) - 1, offset, nbytes))
+        sizes[-1] = offset + nbytes
+    return BucketLayout(tuple(slots), tuple(_align(max(s, 1)) for s in sizes))
+
+
+def slot_view(buckets: list[torch.Tensor], slot: Slot) -> torch.Tensor:
+    """The wire-dtype tensor for ``slot`` inside its uint8 bucket (no copy)."""
+    raw = buckets[slot.bucket][slot.offset_bytes : slot.offset_bytes + slot.nbytes]
+    return raw.view(slot.wire_dtype).view(slot.shape)
+
+
+def pack_bucket(
+    layout: BucketLayout, buckets: list[torch.Tensor], bucket: int, state: dict[str, torch.Tensor]
+) -> None:
+    """Copy the tensors of one bucket from ``state`` into it, casting to the wire dtype."""
+    for slot in layout.slots:
+        if slot.bucket == bucket:
+            slot_view(buckets, slot).copy_(state[slot.name])
+
+
+def unpack_bucket(
+    layout: BucketLayout, buckets: list[torch.Tensor], bucket: int, params: dict[str, torch.Tensor]
+) -> None:
+    """Copy one bucket into ``params`` in place, casting to each parameter's dtype."""
+    for slot in layout.slots:
+        if slot.bucket == bucket:
+            params[slot.name].copy_(slot_view(buckets, slot))
+
+
+def check_tensors(layout: BucketLayout, tensors: dict[str, torch.Tensor], *, side: str) -> None:
+    """Names and shapes of ``tensors`` must match the layout; the error names the tensor."""
+    expected = {s.name for s in layout.slots}
+    missing = sorted(expected - tensors.keys())
+    extra = sorted(tensors.keys() - expected)
+    if missing or extra:
+        raise ValueError(
+            f"weight sync: {side} does not match named_shapes: missing {missing[:5]}"
+            f"{'...' if len(missing) > 5 else ''}, unexpected {extra[:5]}{'...' if len(extra) > 5 else ''}"
+        )
+    for slot in layout.slots:
+        got = tuple(tensors[slot.name].shape)
+        if got != slot.shape:
+            raise ValueError(
+                f"weight sync: tensor '{slot.name}' in {side} has shape {got}, expected {slot.shape}"
+            )
+
+
+def describe_mismatch(ours: list, theirs: list, *, ours_label: str, theirs_label: str) -> str | None:
+    """First difference between two ``BucketLayout.spec()`` lists, or None if equal."""
+    if ours == theirs:
+        return None
+    a = {e[0]: e[1:] for e in ours}
+    b = {e[0]: e[1:] for e in theirs}
+    for name in sorted(a.keys() | b.keys()):
+        if name not in a:
+            return f"tensor '{name}' exists on the {theirs_label} but not on the {ours_label}"
+        if name not in b:
+            return f"tensor '{name}' exists on the {ours_label} but not on the {theirs_label}"
+        if a[name] != b[name]:
+            (sa, da, wa), (sb, db, wb) = a[name], b[name]
+            return (
+                f"tensor '{name}': {theirs_label} has shape {tuple(sb)} dtype {db} (wire {wb}), "
+                f"{ours_label} has shape {tuple(sa)} dtype {da} (wire {wa})"
+            )
+    return "bucket layouts differ (check bucket_mb on both sides)"

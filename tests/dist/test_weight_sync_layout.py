@@ -1,0 +1,94 @@
+"""Bucket layout of weight sync: pure, single process (hand-derived offsets)."""
+
+import pytest
+import torch
+
+from llamarl_core.runtime.weight_sync_layout import (
+    build_layout,
+    check_tensors,
+    describe_mismatch,
+    pack_bucket,
+    unpack_bucket,
+)
+
+F32 = torch.float32
+# Sizes in float32 bytes: a 16*4=64, b 8*8*4=256, c 200*4=800, d 300*4=1200, e 4*4=16.
+SHAPES = {
+    "e": (torch.Size([4]), F32),
+    "c": (torch.Size([200]), F32),
+    "a": (torch.Size([16]), F32),
+    "d": (torch.Size([300]), F32),
+    "b": (torch.Size([8, 8]), F32),
+}
+ONE_KIB_IN_MB = 1 / 1024
+
+
+def _where(layout):
+    return {s.name: (s.bucket, s.offset_bytes, s.nbytes) for s in layout.slots}
+
+
+def test_tensors_are_packed_in_name_order_into_buckets_of_at_most_bucket_mb():
+    layout = build_layout(SHAPES, bucket_mb=ONE_KIB_IN_MB, wire_dtype=None)
+    # cap 1024 B. bucket 0: a@0 (64 B), b@64 (256 B) -> ends 320; c would end at 320+800=1120 > 1024.
+    # bucket 1: c@0 (800 B); d would start at align64(800)=832, end 2032 > 1024.
+    # bucket 2: d@0 (1200 B, bigger than a bucket: alone); e would end at 1216+16 > 1024.
+    # bucket 3: e@0 (16 B). Bucket sizes are rounded up to 64 B.
+    assert _where(layout) == {
+        "a": (0, 0, 64), "b": (0, 64, 256), "c": (1, 0, 800), "d": (2, 0, 1200), "e": (3, 0, 16),
+    }
+    assert layout.bucket_nbytes == (320, 832, 1216, 64)
+    assert layout.total_nbytes == 64 + 256 + 800 + 1200 + 16  # 2336
+    assert [s.name for s in layout.slots] == ["a", "b", "c", "d", "e"]
+
+
+def test_bf16_wire_dtype_halves_float_bytes_and_keeps_integer_tensors():
+    shapes = {**SHAPES, "step": (torch.Size([3]), torch.int64)}
+    layout = build_layout(shapes, bucket_mb=ONE_KIB_IN_MB, wire_dtype=torch.bfloat16)
+    # bf16: a 32, b 128, c 400, d 600, e 8; step int64 3*8 = 24.
+    # bucket 0: a@0, b@64 (end 192), c@192 (end 592); d at align64(592)=640 would end 1240 > 1024.
+    # bucket 1: d@0 (end 600), e@640 (end 648), step@704 (end 728).
+    assert _where(layout) == {
+        "a": (0, 0, 32), "b": (0, 64, 128), "c": (0, 192, 400),
+        "d": (1, 0, 600), "e": (1, 640, 8), "step": (1, 704, 24),
+    }
+    assert {s.name: s.wire_dtype for s in layout.slots}["step"] == torch.int64
+
+
+def test_pack_then_unpack_reproduces_the_state_in_place():
+    layout = build_layout(SHAPES, bucket_mb=ONE_KIB_IN_MB, wire_dtype=None)
+    g = torch.Generator().manual_seed(0)
+    state = {n: torch.randn(shape, generator=g) for n, (shape, _) in SHAPES.items()}
+    params = {n: torch.zeros(shape) for n, (shape, _) in SHAPES.items()}
+    ptrs = {n: p.data_ptr() for n, p in params.items()}
+    buckets = [torch.empty(n, dtype=torch.uint8) for n in layout.bucket_nbytes]
+    for b in range(layout.num_buckets):
+        pack_bucket(layout, buckets, b, state)
+        unpack_bucket(layout, buckets, b, params)
+    assert all(torch.equal(params[n], state[n]) for n in SHAPES)
+    assert {n: p.data_ptr() for n, p in params.items()} == ptrs
+
+
+def test_a_wrong_shape_is_reported_with_the_tensor_name():
+    layout = build_layout(SHAPES, bucket_mb=1.0, wire_dtype=None)
+    params = {n: torch.zeros(shape) for n, (shape, _) in SHAPES.items()}
+    params["b"] = torch.zeros(8, 4)
+    with pytest.raises(ValueError, match=r"tensor 'b' .* shape \(8, 4\), expected \(8, 8\)"):
+        check_tensors(layout, params, side="generator params")
+    del params["b"]
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        check_tensors(layout, params, side="generator params")
+
+
+def test_layout_mismatch_between_sides_names_the_first_differing_tensor():
+    ours = build_layout(SHAPES, bucket_mb=1.0, wire_dtype=None).spec()
+    theirs = build_layout({**SHAPES, "c": (torch.Size([100]), F32)}, bucket_mb=1.0, wire_dtype=None).spec()
+    msg = describe_mismatch(ours, theirs, ours_label="generator", theirs_label="trainer")
+    assert msg.startswith("tensor 'c': trainer has shape (100,)")
+    assert describe_mismatch(ours, ours, ours_label="generator", theirs_label="trainer") is None
+
+
+def test_bad_bucket_size_and_integer_wire_dtype_are_rejected():
+    with pytest.raises(ValueError, match="bucket_mb"):
+        build_layout(SHAPES, bucket_mb=0, wire_dtype=None)
+    with pytest.raises(ValueError, match="wire_dtype"):
+        build_layout(SHAPES, bucket_mb=1.0, wire_dtype=torch.int8)
