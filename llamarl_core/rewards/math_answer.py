@@ -47,6 +47,15 @@ def prepare_math(completion: str, reference: str) -> float | tuple[str, str]:
     return (answer, reference[:MAX_ANSWER_CHARS])
 
 
+def prepare_math_symbolic(completion: str, reference: str) -> float | tuple[str, str]:
+    """Like ``prepare_math`` without the text fast path: every boxed answer goes to
+    math-verify. Used to verify the verifier on real data, not for training."""
+    prepared = prepare_math(completion, reference)
+    if prepared == 1.0:
+        return (last_boxed(completion), reference[:MAX_ANSWER_CHARS])
+    return prepared
+
+
 def check_math_equivalence(answer: str, reference: str) -> float:
     """math-verify equivalence of two LaTeX answers. Call only in a killable worker."""
     from math_verify import LatexExtractionConfig, parse, verify

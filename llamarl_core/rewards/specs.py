@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from llamarl_core.rewards.math_answer import check_math_equivalence, prepare_math, warm_up_math
+from llamarl_core.rewards.math_answer import (
+    check_math_equivalence,
+    prepare_math,
+    prepare_math_symbolic,
+    warm_up_math,
+)
 from llamarl_core.rewards.numeric import gsm8k_reward
 
 
@@ -26,6 +31,10 @@ _REGISTRY: dict[str, RewardSpec] = {
     "gsm8k": RewardSpec("gsm8k", gsm8k_reward),
     "arith": RewardSpec("arith", gsm8k_reward),  # the built-in task ends "#### N" too
     "math": RewardSpec("math", prepare_math, check_math_equivalence, warm_up_math),
+    # Same rule, no text fast path: checks math-verify itself (scripts/verify_rewards_...).
+    "math_symbolic": RewardSpec(
+        "math_symbolic", prepare_math_symbolic, check_math_equivalence, warm_up_math
+    ),
 }
 
 
