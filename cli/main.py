@@ -1,7 +1,31 @@
-"""`llamarl` console entry point (verbs are added as the toolkit grows)."""
+"""`llamarl` console entry point: one small command per verb."""
+from __future__ import annotations
+
 import sys
+
+VERBS = {
+    "plan": ("llamarl_cli.plan_cmd", "resolve a recipe into a launch plan (roles, ranks, memory, commands)"),
+    "train": ("llamarl_cli.train_cmd", "run RL training: one torchrun group per role under one controller"),
+    "eval": ("llamarl_cli.eval_cmd", "evaluate a checkpoint (accuracy, pass@k, maj@k)"),
+    "bench": ("llamarl_cli.bench_cmd", "benchmarks: --sync-vs-async [--simulate], --weight-sync"),
+}
+
+USAGE = "usage: llamarl {plan,train,eval,bench} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
+    "\n".join(f"  {v:<6} {h}" for v, (_, h) in VERBS.items())
 
 
 def main(argv=None) -> int:
-    print("llamarl: under construction", file=sys.stderr)
-    return 1
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"llamarl: error: unknown verb {verb!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    import importlib
+    return importlib.import_module(VERBS[verb][0]).main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Native PyTorch generation: KV-cache engine, sampling, stop handling, quantization."""
+from .engine import GenerationEngine
+from .params import Completion, SamplingParams
+
+__all__ = ["GenerationEngine", "SamplingParams", "Completion"]

@@ -1,0 +1,70 @@
+"""What every verb shares: argv → (flags, recipe, overrides) → config, and exit codes.
+
+Exit codes: 0 success, 1 a run that failed, 2 bad input (config, plan, data, arguments).
+Bad input prints one line on stderr, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from omegaconf import OmegaConf
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, list_recipes, load_config, split_recipe_arg
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+RECIPE_HELP = (f"recipe=NAME picks recipes/NAME.yaml (built-in: {', '.join(list_recipes())}; default "
+               f"{DEFAULT_RECIPE}) or recipe=path/to.yaml; other key=value words are Hydra overrides "
+               f"(a.b=c, +x=y).")
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's default exits 2 with usage; keep one line
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def make_parser(verb: str, description: str) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"llamarl {verb}", description=description, epilog=RECIPE_HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("words", nargs="*", metavar="recipe=NAME | key=value",
+                   help="the recipe and Hydra overrides")
+    p.add_argument("--cfg", choices=["job"], help="print the resolved config and exit")
+    return p
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]):
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise UsageError(f"{parser.prog}: unknown option(s) {' '.join(unknown)}; see --help")
+    bad = [w for w in args.words if "=" not in w]
+    if bad:
+        raise UsageError(f"{parser.prog}: expected key=value words, got {' '.join(bad)}")
+    recipe, overrides = split_recipe_arg(args.words)
+    return args, recipe, overrides
+
+
+def print_resolved(recipe: str, overrides) -> None:
+    print(OmegaConf.to_yaml(compose_config(recipe, overrides)), end="")
+
+
+def run_guarded(fn: Callable[[], int]) -> int:
+    """Turn the user's mistakes into one line on stderr and exit code 2."""
+    try:
+        return fn()
+    except (ConfigError, UsageError, FileNotFoundError) as e:
+        print(f"llamarl: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("llamarl: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["make_parser", "parse", "print_resolved", "run_guarded", "load_config",
+           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "UsageError"]

@@ -1,0 +1,46 @@
+"""Rich rendering of a launch plan for people (`llamarl plan`, `llamarl train`)."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from llamarl_core.plan.memory import USABLE_FRACTION
+from llamarl_core.plan.plan import LaunchPlan
+
+
+def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
+    console = console or Console()
+    title = (f"llamarl plan · recipe {plan.recipe} · {plan.mode} · {plan.model_preset} "
+             f"({plan.num_params / 1e9:.3g}B params) · {plan.total_devices} × {plan.device} "
+             f"on {plan.nodes} node(s)")
+    layout = Table(title=title)
+    for col in ("role", "ranks", "nodes", "tp", "dp", "fsdp", "pp", "dtype", "quant", "threads"):
+        layout.add_column(col, justify="left" if col in ("role", "dtype", "quant") else "right")
+    memory = Table(title="memory per device, GiB (formulas: docs/PLAN_MEMORY.md)")
+    for col in ("role", "weights", "grads", "optimizer", "activ.", "kv cache", "total", "capacity", "fits"):
+        memory.add_column(col, justify="left" if col == "role" else "right")
+    for r in plan.roles:
+        p, m = r.parallelism, r.memory
+        nodes = f"{r.nodes[0]}" if len(r.nodes) == 1 else f"{r.nodes[0]}–{r.nodes[-1]}"
+        layout.add_row(r.name, f"{r.ranks[0]}–{r.ranks[1]}", nodes, str(p["tp"]), str(p["dp"]),
+                       str(p["fsdp"]), str(p["pp"]), r.dtype, r.quantization, str(r.threads))
+        ok = m.total <= USABLE_FRACTION * r.capacity_gib
+        memory.add_row(r.name, *(f"{v:.2f}" for v in (m.weights, m.gradients, m.optimizer,
+                                                         m.activations, m.kv_cache)),
+                       f"[bold]{m.total:.2f}[/]", f"{r.capacity_gib:.1f}",
+                       "[green]yes[/]" if ok else "[red]NO[/]")
+    console.print(layout)
+    console.print(memory)
+    if plan.predicted:
+        s, a = plan.predicted["sync"], plan.predicted["async"]
+        console.print(f"predicted RL step time (scale simulator): sync {s:.2f} s, async {a:.2f} s "
+                      f"({s / a:.2f}×)")
+    for r in plan.roles:
+        for i, cmd in enumerate(r.commands):
+            label = r.name if len(r.commands) == 1 else f"{r.name} node {r.nodes[i]}"
+            console.print(f"[bold]{label}[/]: {cmd}", soft_wrap=True)
+            if i == 2 and len(r.commands) > 4:
+                console.print(f"  … {len(r.commands) - 4} more node commands (see --json) …")
+                break
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {w}")

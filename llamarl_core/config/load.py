@@ -1,0 +1,125 @@
+"""Compose a recipe with Hydra, apply overrides, and bind it to the schema.
+
+`recipe=NAME` picks `recipes/NAME.yaml` (shipped as the `llamarl_recipes` package) and
+`recipe=path/to.yaml` a user's file; every other `key=value` word is a Hydra override.
+Composition uses Hydra's compose API rather than `@hydra.main`, so the CLI keeps control of
+argv, exit codes and error messages, and nothing changes the working directory.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+
+DEFAULT_RECIPE = "cpu_tiny"
+SCHEMA_NAME = "llamarl_schema"
+
+ConfigStore.instance().store(name=SCHEMA_NAME, node=LlamaRLConfig)
+
+
+def recipes_dir() -> Path:
+    import llamarl_recipes
+    return Path(llamarl_recipes.__file__).resolve().parent
+
+
+def list_recipes() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+
+
+def resolve_recipe_path(recipe: str) -> Path:
+    """`NAME` → recipes/NAME.yaml; anything with a slash or .yaml suffix → a user's file."""
+    if recipe.endswith((".yaml", ".yml")) or os.sep in recipe or "/" in recipe:
+        path = Path(recipe).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"recipe file not found: {recipe}")
+        return path
+    path = recipes_dir() / f"{recipe}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown recipe {recipe!r}; built-in recipes: {', '.join(list_recipes())}")
+    return path
+
+
+def split_recipe_arg(words: Sequence[str]) -> tuple[str, list[str]]:
+    """Separate `recipe=...` from the Hydra overrides."""
+    recipe, overrides = DEFAULT_RECIPE, []
+    for w in words:
+        if w.startswith("recipe="):
+            recipe = w.split("=", 1)[1]
+        else:
+            overrides.append(w)
+    return recipe, overrides
+
+
+def compose_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> DictConfig:
+    """Hydra-compose `recipe` + overrides on top of the schema; raises ConfigError."""
+    path = resolve_recipe_path(recipe)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(path.parent), version_base="1.3",
+                                   job_name="llamarl"):
+            cfg = compose(config_name=path.stem, overrides=list(overrides))
+        # A user's file without `defaults: [llamarl_schema, _self_]` is still bound to the schema.
+        # Merging a plain container also rejects keys that `+key=value` appended.
+        cfg = OmegaConf.merge(OmegaConf.structured(LlamaRLConfig),
+                              OmegaConf.to_container(cfg, resolve=True))
+        if "recipe" not in _recipe_keys(path):
+            cfg.recipe = path.stem
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(_clean_message(e, path)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return cfg
+
+
+def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> LlamaRLConfig:
+    """Compose and bind to dataclasses: unknown keys, wrong types and field checks fail here."""
+    cfg = compose_config(recipe, overrides)
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:
+        raise ConfigError(_clean_message(e, resolve_recipe_path(recipe))) from None
+
+
+def _recipe_keys(path: Path) -> set:
+    try:
+        return set(OmegaConf.load(path).keys())
+    except Exception as e:  # malformed YAML
+        raise ConfigError(f"cannot parse recipe {path}: {e}") from None
+
+
+def _clean_message(e: Exception, path: Path) -> str:
+    """One line a user can act on, from Hydra's and OmegaConf's multi-line messages."""
+    cause = e
+    while cause.__cause__ is not None and isinstance(cause.__cause__, (HydraException, OmegaConfBaseException)):
+        cause = cause.__cause__
+    text = str(cause).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    full_key = None
+    for ln in lines:
+        m = re.match(r"full_key:\s*(\S+)", ln)
+        if m:
+            full_key = m.group(1)
+    head = lines[0] if lines else type(cause).__name__
+    head = re.sub(r"\s+", " ", head)
+    if "not in struct" in text or "Key '" in head and "not in" in head or "Could not override" in head:
+        key = full_key or _first_quoted(text)
+        return f"unknown config key '{key}' (recipe {path.name}); check the spelling or see `llamarl plan --cfg job`"
+    if full_key:
+        return f"invalid value for '{full_key}' (recipe {path.name}): {head}"
+    return f"{head} (recipe {path.name})"
+
+
+def _first_quoted(text: str) -> str:
+    m = re.search(r"'([^']+)'", text)
+    return m.group(1) if m else "?"

@@ -1,0 +1,251 @@
+"""The config schema: dataclasses registered in Hydra's ConfigStore; recipes only override.
+
+One source of defaults (here). Loading ends in `OmegaConf.to_object`, so an unknown key or a
+wrong type stops the run before any process starts; `__post_init__` checks each field on its
+own, and `llamarl_core.plan` checks what needs several sections at once (TP vs heads, device
+counts, memory). Key names under `resources`, `algorithm` and `run` are a user contract.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from llamarl_core.config.errors import ConfigError
+
+DTYPES = ("float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8", "fp8")
+DEVICE_TYPES = ("cpu", "h100-80gb", "h200-141gb")
+
+
+def _check_choice(key: str, value, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(str, choices))}")
+
+
+def _check_positive(key: str, value, minimum: int = 1) -> None:
+    if value < minimum:
+        raise ConfigError(f"{key}={value} must be >= {minimum}")
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "tiny-2m"              # a name in llamarl_core.models.args.PRESETS
+    checkpoint: Optional[str] = None     # HF-format directory; overrides preset sizes when set
+    dtype: str = "float32"               # trainer master-weight dtype
+
+    def __post_init__(self):
+        _check_choice("model.dtype", self.dtype, DTYPES)
+
+
+@dataclass
+class GeneratorResources:
+    num_devices: int = 1
+    tp: int = 1                          # tensor parallel size inside one replica
+    pp: int = 1                          # pipeline stages inside one replica
+    dp: int = 0                          # replicas; 0 = num_devices / (tp * pp)
+    dtype: str = "float32"
+    quantization: str = "none"           # weight-only: int8 (CPU/GPU) or fp8 e4m3 (CUDA)
+    max_batch_size: int = 64             # sequences decoded together per replica
+    threads: int = 0                     # torch threads per rank on CPU; 0 = planned
+
+    def __post_init__(self):
+        for k in ("num_devices", "tp", "pp", "max_batch_size"):
+            _check_positive(f"resources.generator.{k}", getattr(self, k))
+        _check_positive("resources.generator.dp", self.dp, 0)
+        _check_positive("resources.generator.threads", self.threads, 0)
+        _check_choice("resources.generator.dtype", self.dtype, DTYPES)
+        _check_choice("resources.generator.quantization", self.quantization, QUANTIZATIONS)
+
+
+@dataclass
+class TrainerResources:
+    num_devices: int = 1
+    fsdp: int = 1                        # parameter/grad/optimizer sharding group; 0 = all DP ranks
+    tp: int = 1
+    pp: int = 1
+    dp: int = 0                          # replicas of the sharded model; 0 = derived
+    dtype: str = "float32"               # compute dtype (bf16 = mixed precision, fp32 master)
+    quantization: str = "none"           # training runs unquantized; kept for symmetry
+    strategy: str = "ddp"                # ddp | fsdp2 (data parallel implementation)
+    activation_checkpointing: bool = False
+    micro_batch_size: int = 16           # sequences per forward/backward on one rank
+    threads: int = 0
+
+    def __post_init__(self):
+        for k in ("num_devices", "tp", "pp", "micro_batch_size"):
+            _check_positive(f"resources.trainer.{k}", getattr(self, k))
+        _check_positive("resources.trainer.fsdp", self.fsdp, 0)
+        _check_positive("resources.trainer.dp", self.dp, 0)
+        _check_positive("resources.trainer.threads", self.threads, 0)
+        _check_choice("resources.trainer.dtype", self.dtype, DTYPES)
+        _check_choice("resources.trainer.quantization", self.quantization, ("none",))
+        _check_choice("resources.trainer.strategy", self.strategy, ("ddp", "fsdp2"))
+
+
+@dataclass
+class RewardResources:
+    num_devices: int = 1                 # reward ranks (CPU processes; use no accelerator)
+    workers: int = 1                     # verifier subprocesses per reward rank
+    timeout_s: float = 2.0               # wall-clock limit per verification
+
+    def __post_init__(self):
+        _check_positive("resources.reward.num_devices", self.num_devices)
+        _check_positive("resources.reward.workers", self.workers)
+        if self.timeout_s <= 0:
+            raise ConfigError(f"resources.reward.timeout_s={self.timeout_s} must be > 0")
+
+
+@dataclass
+class ResourcesConfig:
+    device: str = "cpu"                  # cpu | h100-80gb | h200-141gb
+    nodes: int = 1
+    devices_per_node: int = 0            # 0 = the device type's default (8 GPUs; CPU cores)
+    cpu_cores: int = 0                   # 0 = os.cpu_count(); CPU thread budget
+    host_memory_gib: float = 0.0         # 0 = read from the host (CPU capacity)
+    hostnames: str = "node-{index}"      # multi-node torchrun rendezvous hosts
+    generator: GeneratorResources = field(default_factory=GeneratorResources)
+    trainer: TrainerResources = field(default_factory=TrainerResources)
+    reward: RewardResources = field(default_factory=RewardResources)
+
+    def __post_init__(self):
+        _check_choice("resources.device", self.device, DEVICE_TYPES)
+        _check_positive("resources.nodes", self.nodes)
+        _check_positive("resources.devices_per_node", self.devices_per_node, 0)
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "aipo"                   # aipo | pg | ppo | clamp
+    rho: float = 4.0                     # AIPO importance-ratio cap
+    clip_eps: float = 0.2                # PPO/GRPO clip range
+    group_size: int = 8                  # samples per prompt
+    prompts_per_step: int = 32           # prompts per optimizer step
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one
+    entropy_coef: float = 0.0
+    advantage: str = "mean"              # mean | loo | std
+    aggregation: str = "token_mean"      # token_mean | seq_mean
+    max_offpolicy_steps: int = 1         # k: 0 = synchronous, colocated; >= 1 = async
+
+    def __post_init__(self):
+        _check_choice("algorithm.name", self.name, ("aipo", "pg", "ppo", "clamp"))
+        _check_choice("algorithm.advantage", self.advantage, ("mean", "loo", "std"))
+        _check_choice("algorithm.aggregation", self.aggregation, ("token_mean", "seq_mean"))
+        _check_positive("algorithm.group_size", self.group_size)
+        _check_positive("algorithm.prompts_per_step", self.prompts_per_step)
+        _check_positive("algorithm.max_offpolicy_steps", self.max_offpolicy_steps, 0)
+        if self.rho <= 0:
+            raise ConfigError(f"algorithm.rho={self.rho} must be > 0")
+        if self.lr <= 0:
+            raise ConfigError(f"algorithm.lr={self.lr} must be > 0")
+
+
+@dataclass
+class WarmStartConfig:
+    steps: int = 0                       # supervised steps on reference solutions before RL
+    batch_size: int = 32
+    lr: float = 1e-3
+
+    def __post_init__(self):
+        _check_positive("warmstart.steps", self.steps, 0)
+        _check_positive("warmstart.batch_size", self.batch_size)
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_strings: List[str] = field(default_factory=list)
+    max_prompt_tokens: int = 64          # prompts are truncated/validated against this
+
+    def __post_init__(self):
+        _check_positive("generation.max_new_tokens", self.max_new_tokens)
+        _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
+        if self.temperature < 0:
+            raise ConfigError(f"generation.temperature={self.temperature} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
+
+
+@dataclass
+class DataConfig:
+    name: str = "arith"                  # arith | gsm8k | math500 | generic
+    path: Optional[str] = None           # train JSONL (required for gsm8k/math500/generic)
+    eval_path: Optional[str] = None      # held-out JSONL; defaults to a split of `path`
+    reward: str = "auto"                 # auto (from name) | arith | gsm8k | math
+    template: str = "plain"              # plain | chat
+    on_error: str = "raise"              # raise | skip malformed JSONL lines
+    num_train_examples: int = 2000       # for the built-in task
+    num_eval_examples: int = 200
+    digits: int = 2                      # built-in task difficulty
+    num_operands: int = 2
+
+    def __post_init__(self):
+        _check_choice("data.template", self.template, ("plain", "chat"))
+        _check_choice("data.on_error", self.on_error, ("raise", "skip"))
+        _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
+        _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
+
+
+@dataclass
+class RunConfig:
+    dir: Optional[str] = None            # default runs/<recipe>; suffixed if it exists
+    seed: int = 0
+    max_steps: int = 100                 # trainer optimizer steps of RL
+    max_time_s: float = 0.0              # stop RL after this wall time; 0 = no limit
+    eval_every_steps: int = 10
+    checkpoint_every_steps: int = 0      # 0 = only at the end
+    log_every_steps: int = 1
+
+    def __post_init__(self):
+        _check_positive("run.max_steps", self.max_steps, 0)
+        _check_positive("run.eval_every_steps", self.eval_every_steps, 0)
+
+
+@dataclass
+class ControllerConfig:
+    host: str = "127.0.0.1"              # loopback unless told otherwise
+    port: int = 0                        # 0 = a free port; a busy port falls back to a free one
+    role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
+    weight_transport: str = "auto"       # auto | collective | shm
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 30.0    # a silent role ends the run after this
+    startup_timeout_s: float = 120.0
+    step_timeout_s: float = 600.0        # the longest any role waits on another
+
+    def __post_init__(self):
+        _check_choice("controller.weight_transport", self.weight_transport,
+                      ("auto", "collective", "shm"))
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
+
+
+@dataclass
+class EvalConfig:
+    checkpoint: Optional[str] = None
+    data: Optional[str] = None           # arith | gsm8k | math500 | path/to.jsonl
+    split: str = "test"
+    policy: str = "model"                # model | reference (score the references)
+    n_samples: int = 1
+    temperature: float = 0.0
+    max_new_tokens: int = 0              # 0 = generation.max_new_tokens
+    num_examples: int = 0                # 0 = all
+    out: Optional[str] = None
+
+
+@dataclass
+class LlamaRLConfig:
+    recipe: str = "cpu_tiny"             # the recipe's name, filled in by the CLI
+    model: ModelConfig = field(default_factory=ModelConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

@@ -1,0 +1,47 @@
+"""What to sample (`SamplingParams`) and what comes back (`Completion`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy. `ignore_eos` (benchmarks only) never stops at EOS."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_strings: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("SamplingParams.stop_strings must not contain an empty string")
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
+
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature the reported log-probs use: the sampling one, or 1 for greedy."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
+@dataclass
+class Completion:
+    """One sampled continuation. `logprobs[i]` is log softmax(logits / T)[token_ids[i]] over the
+    full vocabulary (top-p/top-k truncation is not reflected; greedy reports T = 1)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (EOS, stop token or stop string) | "length"
+    text: str

@@ -1,0 +1,48 @@
+"""The torchrun command line(s) `llamarl train` execs for one role: one per node.
+
+Each role is its own torchrun world. Single-node roles use `--standalone` (torchrun picks a
+free rendezvous port itself, so a busy port is never fatal); multi-node roles use static
+rendezvous on the role's first node. Workers find the controller's TCPStore through
+plan.json, so the command lines do not depend on the store's port.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.plan.hardware import DeviceSpec
+
+WORKER_MODULE = "llamarl_core.runtime.worker"
+
+
+def torchrun_argv0() -> list[str]:
+    """torchrun of this interpreter's environment (works without an activated venv)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if os.path.exists(beside):
+        return [beside]
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], spec: DeviceSpec,
+              plan_path: str, role_index: int, node_rank: int = 0) -> list[str]:
+    per_node = num_ranks if len(nodes) == 1 else (cfg.resources.devices_per_node or spec.devices_per_node)
+    argv = torchrun_argv0()
+    if len(nodes) == 1:
+        argv += ["--standalone", "--nnodes=1"]
+    else:
+        host = cfg.resources.hostnames.format(index=nodes[0])
+        argv += [f"--nnodes={len(nodes)}", f"--node-rank={node_rank}", f"--master-addr={host}",
+                 f"--master-port={cfg.controller.role_port_base + role_index}"]
+    argv += [f"--nproc-per-node={per_node}", "--max-restarts=0", "-m", WORKER_MODULE,
+             f"role={role}", f"plan={plan_path}"]
+    return argv
+
+
+def role_commands(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], spec: DeviceSpec,
+                  plan_path: str, role_index: int) -> list[str]:
+    return [shlex.join(role_argv(cfg, role, num_ranks, nodes, spec, plan_path, role_index, i))
+            for i in range(len(nodes))]

@@ -1,0 +1,102 @@
+"""Per-device memory estimates, in GiB, for each role. Pure arithmetic on sizes.
+
+Every formula here is written out, with its assumptions, in docs/PLAN_MEMORY.md; a unit test
+recomputes one recipe's numbers by hand. Symbols: N parameters, d model dim, f FFN dim, L
+layers, V vocab, B sequences per batch, S tokens per sequence, P prompt tokens, b bytes per
+element. Estimates leave out the framework's own overhead (CUDA context, allocator
+fragmentation), which is why `fits()` keeps 10% of the device free.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from llamarl_core.models.args import ModelArgs
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+QUANT_BYTES = {"int8": 1, "fp8": 1}
+USABLE_FRACTION = 0.9
+# Activation bytes per token per layer per unit of d, for 16-bit training with fused
+# (flash/SDPA) attention: Korthikanti et al. 2022, "Reducing Activation Recomputation", eq. 2
+# without the 5·a·s/h attention-score term that fused attention never materialises.
+ACT_BYTES_PER_TOKEN_DIM_16BIT = 34
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    kv_cache: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+
+    def to_dict(self) -> dict:
+        return {"total": round(self.total, 3), **{k: round(v, 3) for k, v in asdict(self).items()}}
+
+
+def embedding_params(m: ModelArgs) -> int:
+    """Input embedding plus the output head (shared when tied)."""
+    return m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)
+
+
+def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization: str,
+                     batch: int, prompt_tokens: int, seq_tokens: int) -> MemoryEstimate:
+    b = DTYPE_BYTES[dtype]
+    n_embed = embedding_params(m)
+    n_linear = m.num_params() - n_embed
+    b_linear = QUANT_BYTES.get(quantization, b)  # weight-only quantization of block linears
+    weights = (n_linear * b_linear + n_embed * b) / (tp * pp)
+    # KV heads are split over TP ranks; beyond n_kv_heads ranks each holds one head's copy.
+    kv_heads_local = math.ceil(m.n_kv_heads / tp)
+    kv = batch * seq_tokens * 2 * (m.n_layers / pp) * kv_heads_local * m.head_dim * b
+    # Prefill is the peak: one layer's hidden states, QKV and MLP intermediates for the whole
+    # batch, plus fp32 logits of the last position.
+    act = batch * prompt_tokens * (4 * m.dim + 3 * m.ffn_dim / tp) * b + batch * m.vocab_size * 4 / tp
+    return MemoryEstimate(weights / GIB, 0.0, 0.0, act / GIB, kv / GIB)
+
+
+def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
+                   micro_batch: int, seq_tokens: int, activation_checkpointing: bool) -> MemoryEstimate:
+    n = m.num_params()
+    b = DTYPE_BYTES[dtype]
+    shard = fsdp * tp * pp
+    # FSDP gathers one layer's full weights (plus one prefetched) at a time.
+    layer_params = (n - embedding_params(m) - m.dim) / m.n_layers
+    gather = 2 * layer_params * b / tp if fsdp > 1 else 0.0
+    weights = n * b / shard + gather
+    gradients = n * b / shard
+    # AdamW: fp32 exp_avg + exp_avg_sq, plus an fp32 master copy when compute is 16-bit.
+    optimizer = n * (8 + (4 if b < 4 else 0)) / shard
+    tokens = micro_batch * seq_tokens
+    per_layer_full = ACT_BYTES_PER_TOKEN_DIM_16BIT * (b / 2) * tokens * m.dim / tp
+    layers_local = m.n_layers / pp
+    if activation_checkpointing:
+        act = layers_local * tokens * m.dim * b + per_layer_full  # layer inputs + one recompute
+    else:
+        act = layers_local * per_layer_full
+    act += 2 * tokens * m.vocab_size * 4 / tp  # fp32 logits and their gradient
+    return MemoryEstimate(weights / GIB, gradients / GIB, optimizer / GIB, act / GIB, 0.0)
+
+
+def colocated_memory(train: MemoryEstimate, gen: MemoryEstimate) -> MemoryEstimate:
+    """Synchronous hybrid engine: training state stays resident while it generates.
+
+    Generation adds its own (TP-resharded) weight copy and the KV cache; activations of the
+    two phases do not coexist, so the larger one counts.
+    """
+    return MemoryEstimate(train.weights + gen.weights, train.gradients, train.optimizer,
+                          max(train.activations, gen.activations), gen.kv_cache)
+
+
+def reward_memory() -> MemoryEstimate:
+    """Verifiers are CPU string processing; they hold no model."""
+    return MemoryEstimate(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def fits(est: MemoryEstimate, capacity_gib: float) -> bool:
+    return est.total <= USABLE_FRACTION * capacity_gib

@@ -1,0 +1,228 @@
+"""Config → LaunchPlan: roles, global ranks, nodes, parallel sizes, memory, commands.
+
+A pure function of the config (plus the host's core count and memory on CPU): `llamarl plan`
+prints it, `llamarl train` saves it as plan.json and execs exactly its commands. Every
+impossible layout raises ConfigError naming the key and the numbers.
+
+Rank layout of the one global process group: generators (or the colocated actor) first, then
+the trainer, then reward ranks. Reward ranks are CPU processes and use no accelerator.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.models.args import ModelArgs
+from llamarl_core.plan import memory as mem
+from llamarl_core.plan.commands import role_commands
+from llamarl_core.plan.hardware import DeviceSpec, cpu_spec, get_device
+from llamarl_core.plan.model_source import resolve_model_args
+from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
+
+
+@dataclass
+class RolePlan:
+    name: str
+    num_devices: int                    # ranks of this role (accelerators, or CPU processes)
+    first_rank: int
+    nodes: list[int]
+    parallelism: dict                   # {"tp", "dp", "fsdp", "pp"}
+    dtype: str
+    quantization: str
+    memory: mem.MemoryEstimate
+    capacity_gib: float
+    threads: int                        # torch intra-op threads per rank (CPU)
+    uses_accelerator: bool = True
+    commands: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [self.first_rank, self.first_rank + self.num_devices - 1]
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "num_devices": self.num_devices, "ranks": self.ranks,
+            "nodes": self.nodes, "parallelism": self.parallelism, "dtype": self.dtype,
+            "quantization": self.quantization,
+            "memory_gib_per_device": self.memory.to_dict(),
+            "capacity_gib_per_device": round(self.capacity_gib, 3),
+            "fits": mem.fits(self.memory, self.capacity_gib),
+            "threads": self.threads, "uses_accelerator": self.uses_accelerator,
+            "commands": self.commands,
+        }
+
+
+@dataclass
+class LaunchPlan:
+    recipe: str
+    mode: str                           # "async" | "sync"
+    device: str
+    total_devices: int                  # accelerators (or CPU compute processes)
+    world_size: int                     # ranks in the global process group
+    nodes: int
+    model_preset: str
+    num_params: int
+    roles: list[RolePlan]
+    warnings: list[str] = field(default_factory=list)
+    predicted: dict | None = None       # scale-simulator step times, GPU plans only
+
+    def role(self, name: str) -> RolePlan:
+        for r in self.roles:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        return {
+            "recipe": self.recipe, "mode": self.mode, "device": self.device,
+            "total_devices": self.total_devices, "world_size": self.world_size,
+            "nodes": self.nodes, "model": {"preset": self.model_preset, "num_params": self.num_params},
+            "roles": [r.to_dict() for r in self.roles], "warnings": self.warnings,
+            "predicted_step_s": self.predicted,
+        }
+
+
+def _device_spec(cfg: LlamaRLConfig) -> DeviceSpec:
+    r = cfg.resources
+    if r.device == "cpu":
+        return cpu_spec(r.cpu_cores or None, r.host_memory_gib or None)
+    return get_device(r.device)
+
+
+def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool = True) -> LaunchPlan:
+    """`require_data=False` (for `llamarl plan`) turns a dataset without a path into a warning."""
+    model, model_name = resolve_model_args(cfg.model)
+    spec = _device_spec(cfg)
+    res, alg, gen = cfg.resources, cfg.algorithm, cfg.generation
+    is_sync = alg.max_offpolicy_steps == 0
+    validate_parallelism(cfg, model)
+    g, t = res.generator, res.trainer
+    seq_tokens = gen.max_prompt_tokens + gen.max_new_tokens
+    gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
+    gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,
+                                   batch=g.max_batch_size, prompt_tokens=gen.max_prompt_tokens,
+                                   seq_tokens=seq_tokens)
+
+    def trainer_mem(fsdp: int):
+        return mem.trainer_memory(model, fsdp=fsdp, tp=t.tp, pp=t.pp, dtype=t.dtype,
+                                  micro_batch=t.micro_batch_size, seq_tokens=seq_tokens,
+                                  activation_checkpointing=t.activation_checkpointing)
+
+    compute_devices = g.num_devices + t.num_devices
+    threads = _plan_threads(cfg, spec, compute_devices)
+    roles: list[RolePlan] = []
+    if is_sync:
+        # The synchronous baseline runs both phases on all compute devices, in turn.
+        fsdp, dp = trainer_sharding(t, compute_devices)
+        par = {"tp": t.tp, "dp": dp, "fsdp": fsdp, "pp": t.pp, "generator_tp": g.tp}
+        roles.append(RolePlan("actor", compute_devices, 0, [], par, t.dtype, g.quantization,
+                              mem.colocated_memory(trainer_mem(fsdp), gen_mem), 0.0, threads))
+    else:
+        roles.append(RolePlan("generator", g.num_devices, 0, [], gen_par, g.dtype, g.quantization,
+                              gen_mem, 0.0, threads))
+        fsdp, tdp = trainer_sharding(t, t.num_devices)
+        roles.append(RolePlan("trainer", t.num_devices, g.num_devices, [],
+                              {"tp": t.tp, "dp": tdp, "fsdp": fsdp, "pp": t.pp}, t.dtype, "none",
+                              trainer_mem(fsdp), 0.0, threads))
+    roles.append(RolePlan("reward", res.reward.num_devices, compute_devices, [0],
+                          {"tp": 1, "dp": res.reward.num_devices, "fsdp": 1, "pp": 1}, "float32",
+                          "none", mem.reward_memory(), 0.0, 1, uses_accelerator=False))
+
+    nodes = _place_nodes(cfg, spec, roles, compute_devices)
+    capacity = spec.memory_gib
+    if not spec.is_gpu:  # CPU "devices" are processes sharing the host's memory
+        capacity = spec.memory_gib / max(1, compute_devices)
+    for r in roles:
+        r.capacity_gib = capacity if r.uses_accelerator else spec.memory_gib
+    _check_fit(roles, spec)
+    data_parallel = roles[0].parallelism["dp"] * roles[0].parallelism["fsdp"] if is_sync else \
+        roles[1].parallelism["dp"] * roles[1].parallelism["fsdp"]
+    validate_batch(cfg, data_parallel, gen_par["dp"] if not is_sync else roles[0].parallelism["dp"])
+    data_warnings = validate_data(cfg, require_path=require_data)
+
+    plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device, compute_devices,
+                      compute_devices + res.reward.num_devices, nodes, model_name,
+                      model.num_params(), roles, warnings=data_warnings)
+    if spec.name == "cpu" and compute_devices > spec.devices_per_node:
+        plan.warnings.append(f"{compute_devices} compute processes on {spec.devices_per_node} CPU cores: "
+                             f"they will time-share cores")
+    plan_path = os.path.join(run_dir or _default_run_dir(cfg), "plan.json")
+    for i, r in enumerate(roles):
+        r.commands = role_commands(cfg, r.name, r.num_devices, r.nodes, spec, plan_path, i)
+    if spec.is_gpu:
+        plan.predicted = _predict(cfg, model, spec)
+    return plan
+
+
+def _default_run_dir(cfg: LlamaRLConfig) -> str:
+    return cfg.run.dir or os.path.join("runs", cfg.recipe)
+
+
+def _plan_threads(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) -> int:
+    """Torch threads per compute rank: ranks that run at once share the cores, never more."""
+    if spec.is_gpu:
+        return 4
+    g, t = cfg.resources.generator, cfg.resources.trainer
+    cores = spec.devices_per_node
+    explicit = {x.threads for x in (g, t) if x.threads}
+    if explicit:
+        threads = max(explicit)
+        if cfg.algorithm.max_offpolicy_steps > 0 and threads * compute_devices > cores:
+            raise ConfigError(f"CPU threads: {g.num_devices} generator + {t.num_devices} trainer ranks x "
+                              f"{threads} threads = {threads * compute_devices} > {cores} cores "
+                              f"(resources.generator.threads / resources.trainer.threads)")
+        return threads
+    return max(1, cores // compute_devices)
+
+
+def _place_nodes(cfg: LlamaRLConfig, spec: DeviceSpec, roles: list[RolePlan], compute_devices: int) -> int:
+    res = cfg.resources
+    per_node = res.devices_per_node or spec.devices_per_node
+    if not spec.is_gpu:
+        for r in roles:
+            r.nodes = [0]
+        return 1
+    capacity = res.nodes * per_node
+    if compute_devices > capacity:
+        raise ConfigError(f"roles need {compute_devices} devices but resources.nodes={res.nodes} x "
+                          f"devices_per_node={per_node} = {capacity}")
+    node, used = 0, []
+    for r in roles:  # each accelerator role starts on a node of its own
+        if not r.uses_accelerator:
+            r.nodes = [0]
+            continue
+        if r.num_devices > per_node and r.num_devices % per_node:
+            raise ConfigError(f"{r.name}: {r.num_devices} devices span nodes but are not a multiple "
+                              f"of resources.devices_per_node={per_node}")
+        n = -(-r.num_devices // per_node)
+        r.nodes = list(range(node, node + n))
+        used.append(f"{r.name} {n}")
+        node += n
+    if node > res.nodes:
+        raise ConfigError(f"roles need {node} nodes ({', '.join(used)}) but resources.nodes={res.nodes}")
+    return res.nodes
+
+
+def _check_fit(roles: list[RolePlan], spec: DeviceSpec) -> None:
+    for r in roles:
+        if r.uses_accelerator and not mem.fits(r.memory, r.capacity_gib):
+            m = r.memory
+            key = "resources.trainer" if r.name in ("trainer", "actor") else "resources.generator"
+            raise ConfigError(
+                f"role {r.name} needs {m.total:.1f} GiB per device (weights {m.weights:.1f}, gradients "
+                f"{m.gradients:.1f}, optimizer {m.optimizer:.1f}, activations {m.activations:.1f}, "
+                f"kv_cache {m.kv_cache:.1f}) but {spec.name} has {r.capacity_gib:.1f} GiB "
+                f"({mem.USABLE_FRACTION:.0%} usable = {mem.USABLE_FRACTION * r.capacity_gib:.1f}) "
+                f"with {r.num_devices} devices {r.parallelism}: raise {key}.num_devices, its "
+                f"sharding (fsdp/tp), or lower batch sizes")
+
+
+def _predict(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec) -> dict | None:
+    try:
+        from llamarl_core.bench.sim_adapter import simulate_config
+    except ImportError:
+        return None
+    result = simulate_config(cfg, model, spec)
+    return {"sync": result["sync"]["step_s"], "async": result["async"]["step_s"]}

@@ -1,0 +1,100 @@
+"""Cross-section checks that need the model's sizes or several config sections at once."""
+from __future__ import annotations
+
+import os
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.models.args import ModelArgs
+
+
+def _check_tp(key: str, tp: int, m: ModelArgs) -> None:
+    if m.n_heads % tp:
+        raise ConfigError(f"{key}={tp} does not divide the model's {m.n_heads} attention heads")
+    if m.n_kv_heads % tp and tp % m.n_kv_heads:
+        raise ConfigError(f"{key}={tp} does not divide the model's {m.n_kv_heads} KV heads "
+                          f"(nor is it a multiple of them)")
+
+
+def _check_split(key: str, num_devices: int, sizes: dict, dp: int) -> int:
+    """num_devices must equal product(sizes) x dp; returns the (derived) dp."""
+    prod = 1
+    for v in sizes.values():
+        prod *= v
+    names = " x ".join(f"{k}={v}" for k, v in sizes.items())
+    if num_devices % prod:
+        raise ConfigError(f"{key}.num_devices={num_devices} is not divisible by {names} = {prod}")
+    derived = num_devices // prod
+    if dp and dp != derived:
+        raise ConfigError(f"{key}.dp={dp} but num_devices={num_devices} / ({names}) = {derived}")
+    return derived
+
+
+def trainer_sharding(t, num_devices: int) -> tuple[int, int]:
+    """(fsdp, dp) of a trainer layout over num_devices; fsdp=0 shards over all DP ranks."""
+    fsdp = t.fsdp or max(1, num_devices // (t.tp * t.pp * (t.dp or 1)))
+    return fsdp, max(1, num_devices // (fsdp * t.tp * t.pp))
+
+
+def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
+    g, t = cfg.resources.generator, cfg.resources.trainer
+    _check_tp("resources.generator.tp", g.tp, m)
+    _check_tp("resources.trainer.tp", t.tp, m)
+    for key, pp in (("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
+        if m.n_layers % pp:
+            raise ConfigError(f"{key}={pp} does not divide the model's {m.n_layers} layers")
+    _check_split("resources.generator", g.num_devices, {"tp": g.tp, "pp": g.pp}, g.dp)
+    fsdp, _ = trainer_sharding(t, t.num_devices)
+    _check_split("resources.trainer", t.num_devices, {"fsdp": fsdp, "tp": t.tp, "pp": t.pp}, t.dp)
+    if t.strategy == "ddp" and fsdp > 1:
+        raise ConfigError(f"resources.trainer.fsdp={fsdp} needs resources.trainer.strategy=fsdp2 "
+                          f"(ddp replicates the whole model)")
+    if cfg.algorithm.max_offpolicy_steps == 0:
+        total = g.num_devices + t.num_devices
+        _check_split("sync actor (generator + trainer devices)", total,
+                     {"fsdp": trainer_sharding(t, total)[0], "tp": t.tp, "pp": t.pp}, 0)
+        if total % (g.tp * g.pp):
+            raise ConfigError(f"sync mode: {total} actor devices not divisible by "
+                              f"resources.generator.tp x pp = {g.tp * g.pp}")
+    if cfg.resources.device == "cpu":
+        for key, v in (("resources.generator.tp", g.tp), ("resources.trainer.tp", t.tp),
+                       ("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
+            if v != 1:
+                raise ConfigError(f"{key}={v}: tensor/pipeline parallelism runs on GPUs only; "
+                                  f"on resources.device=cpu use 1")
+    if g.quantization == "fp8" and cfg.resources.device == "cpu":
+        raise ConfigError("resources.generator.quantization=fp8 needs a GPU; on cpu use int8 or none")
+
+
+def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_replicas: int) -> None:
+    a = cfg.algorithm
+    batch = a.prompts_per_step * a.group_size
+    if batch % trainer_data_parallel:
+        raise ConfigError(f"algorithm.prompts_per_step={a.prompts_per_step} x group_size={a.group_size} "
+                          f"= {batch} sequences is not divisible by the trainer's {trainer_data_parallel} "
+                          f"data-parallel ranks (dp x fsdp)")
+    if a.prompts_per_step % generator_replicas:
+        raise ConfigError(f"algorithm.prompts_per_step={a.prompts_per_step} is not divisible by the "
+                          f"{generator_replicas} generator replicas (each takes whole prompt groups)")
+    g = cfg.resources.generator
+    if g.max_batch_size % a.group_size:
+        raise ConfigError(f"resources.generator.max_batch_size={g.max_batch_size} is not divisible by "
+                          f"algorithm.group_size={a.group_size} (a batch holds whole groups)")
+
+
+def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:
+    """Missing files are errors; a dataset with no path is an error to train, a warning to plan."""
+    d = cfg.data
+    for key, path in (("data.path", d.path), ("data.eval_path", d.eval_path)):
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{key}={path}: file not found")
+    if d.name in ("gsm8k", "math500", "generic") and not d.path:
+        hint = {"gsm8k": "grade_school_math/data/train.jsonl from github.com/openai/grade-school-math",
+                "math500": "prm800k/math_splits/test.jsonl from github.com/openai/prm800k",
+                "generic": "a JSONL file of {\"prompt\", \"answer\"} lines"}[d.name]
+        msg = (f"data.name={d.name} needs data.path=/path/to/file.jsonl ({hint}); "
+               f"nothing is downloaded at run time")
+        if require_path:
+            raise ConfigError(msg)
+        return [msg]
+    return []

@@ -1,0 +1,168 @@
+"""Benchmark: our GenerationEngine vs transformers' `generate`, same weights, greedy, float32, CPU.
+
+Every case (model size x thread count) runs both engines in the same process, alternating
+which goes first each repeat, so machine noise (the box is shared) hits both; we report
+medians. Also measures int8 weight-only generation speed and the token-level KL of int8 and
+fp8 (CPU-emulated) next-token distributions against full precision.
+
+    python scripts/bench_generation.py --out benchmarks/results/generation_cpu.json
+    python scripts/bench_generation.py --quick --out /tmp/gen.json   # ~2 minutes
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from llamarl_core.generation import GenerationEngine, SamplingParams
+from llamarl_core.generation.quant import next_token_kl, quantize_model
+from llamarl_core.models import ByteTokenizer, Llama, get_preset, save_pretrained
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--sizes", default="tiny-2m,tiny-20m,tiny-100m", help="comma-separated presets")
+    parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per engine and case")
+    parser.add_argument("--no-quant", action="store_true", help="skip the int8/fp8 measurements")
+    parser.add_argument("--quick", action="store_true", help="tiny-2m,tiny-20m; 1 thread; 2 repeats")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.threads, args.repeats = "tiny-2m,tiny-20m", "1", 2
+    return args
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def build(preset: str, tmp: str):
+    import transformers
+
+    torch.manual_seed(0)
+    model = Llama(get_preset(preset)).eval()
+    tokenizer = ByteTokenizer()
+    save_pretrained(model, tokenizer, tmp)  # the HF side loads the very same weights
+    hf = transformers.LlamaForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None  # run all new tokens, like ignore_eos below
+    hf.generation_config.pad_token_id = tokenizer.pad_id
+    return model, tokenizer, hf
+
+
+def run_case(model, tokenizer, hf, prompts: torch.Tensor, args) -> dict:
+    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
+    engine = GenerationEngine(model, tokenizer, max_batch_size=args.batch_size)
+    prompt_lists = prompts.tolist()
+    mask = torch.ones_like(prompts)
+    result = {}
+
+    def ours():
+        result["ours"] = engine.generate(prompt_lists, params, seed=0)
+
+    def theirs():
+        with torch.inference_mode():
+            result["hf"] = hf.generate(prompts, attention_mask=mask, max_new_tokens=args.new_tokens,
+                                       do_sample=False)
+
+    ours(), theirs()  # warm-up
+    times = {"ours": [], "hf": []}
+    for repeat in range(args.repeats):
+        order = [("ours", ours), ("hf", theirs)]
+        for name, fn in (order if repeat % 2 == 0 else order[::-1]):
+            times[name].append(timed(fn))
+    hf_tokens = result["hf"][:, prompts.shape[1]:].tolist()
+    same = sum(c.token_ids == h for c, h in zip(result["ours"], hf_tokens)) / len(hf_tokens)
+    new_tokens = args.batch_size * args.new_tokens
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"raw_seconds": times, "median_seconds": med,
+            "tokens_per_s": {k: new_tokens / v for k, v in med.items()},
+            "ratio_vs_hf": med["hf"] / med["ours"], "greedy_rows_identical": same}
+
+
+def run_quant(model, tokenizer, prompts: torch.Tensor, args) -> dict:
+    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
+    full = GenerationEngine(model, tokenizer, max_batch_size=args.batch_size)
+    int8 = GenerationEngine(model, tokenizer, max_batch_size=args.batch_size, quantization="int8")
+    outs = full.generate(prompts.tolist(), params, seed=0)
+    int8.generate(prompts.tolist(), params, seed=0)  # warm-up
+    times = {"none": [], "int8": []}
+    for repeat in range(args.repeats):
+        pair = [("none", full), ("int8", int8)]
+        for name, engine in (pair if repeat % 2 == 0 else pair[::-1]):
+            times[name].append(timed(lambda: engine.generate(prompts.tolist(), params, seed=0)))
+    seqs = torch.tensor([p + c.token_ids for p, c in zip(prompts.tolist(), outs)])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"raw_seconds": times, "median_seconds": med,
+            "int8_speed_ratio": med["none"] / med["int8"],
+            "kl_int8": next_token_kl(model, quantize_model(model, "int8"), seqs),
+            "kl_fp8_emulated": next_token_kl(model, quantize_model(model, "fp8"), seqs)}
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    args = parse_args(argv)
+    sizes, threads = args.sizes.split(","), [int(t) for t in args.threads.split(",")]
+    report = {"command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__,
+              "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                          "python": platform.python_version(), "cpu_count": torch.get_num_threads()},
+              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
+    import os
+    report["machine"]["cpu_count"] = os.cpu_count()
+    import transformers
+    report["transformers"] = transformers.__version__
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 256, (args.batch_size, args.prompt_len), generator=gen)
+    for preset in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            model, tokenizer, hf = build(preset, tmp)
+        n_params = sum(p.numel() for p in model.parameters())
+        for n_threads in threads:
+            torch.set_num_threads(n_threads)
+            case = {"preset": preset, "params": n_params, "threads": n_threads,
+                    **run_case(model, tokenizer, hf, prompts, args)}
+            report["cases"].append(case)
+            print(f"{preset} threads={n_threads}: ours {case['median_seconds']['ours']:.2f}s "
+                  f"hf {case['median_seconds']['hf']:.2f}s ratio {case['ratio_vs_hf']:.2f}", flush=True)
+        if not args.no_quant:
+            torch.set_num_threads(1)
+            report.setdefault("quantization", []).append({"preset": preset, "threads": 1,
+                                                          **run_quant(model, tokenizer, prompts, args)})
+    table = Table(title=f"generation, batch {args.batch_size}, prompt {args.prompt_len}, "
+                        f"{args.new_tokens} new tokens, greedy fp32 (medians)")
+    for col in ("model", "params", "threads", "ours tok/s", "HF tok/s", "ratio vs HF", "same tokens"):
+        table.add_column(col, justify="right")
+    for c in report["cases"]:
+        table.add_row(c["preset"], f"{c['params'] / 1e6:.1f}M", str(c["threads"]),
+                      f"{c['tokens_per_s']['ours']:.0f}", f"{c['tokens_per_s']['hf']:.0f}",
+                      f"{c['ratio_vs_hf']:.2f}x", f"{c['greedy_rows_identical']:.0%}")
+    console = Console()
+    console.print(table)
+    if report.get("quantization"):
+        qtable = Table(title="int8 weight-only (1 thread) and fp8 (CPU-emulated) vs full precision")
+        for col in ("model", "int8 speed vs fp32", "KL int8", "KL fp8"):
+            qtable.add_column(col, justify="right")
+        for q in report["quantization"]:
+            qtable.add_row(q["preset"], f"{q['int8_speed_ratio']:.2f}x", f"{q['kl_int8']:.2e}",
+                           f"{q['kl_fp8_emulated']:.2e}")
+        console.print(qtable)
+    with open(args.out, "w") as handle:
+        json.dump(report, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
