@@ -78,7 +78,13 @@ class RewardPool:
             for w, worker in enumerate(self._workers):
                 if w not in busy and pending:
                     item, (answer, reference) = pending.pop()
-                    worker.send(item, answer, reference)  # waits for start-up if needed
+                    try:
+                        worker.send(item, answer, reference)  # waits for start-up if needed
+                    except OSError:  # it died while idle: replace it, then resend
+                        self.stats["worker_crashes"] += 1
+                        self._restart(w)
+                        worker = self._workers[w]
+                        worker.send(item, answer, reference)
                     busy[w] = (item, time.monotonic() + self.timeout_s)
             next_deadline = min(deadline for _, deadline in busy.values())
             conns = {self._workers[w].conn: w for w in busy}

@@ -32,6 +32,7 @@ WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway sympy expansion dies, not t
 def worker_main(conn: Connection, reward_name: str) -> None:
     """Entry point of the child process: warm up, then answer tasks until EOF or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and shutdown
+    _die_with_parent()
     try:
         import resource
 
@@ -58,6 +59,17 @@ def worker_main(conn: Connection, reward_name: str) -> None:
         except Exception as exc:  # noqa: BLE001 - a verifier error scores 0, never kills
             score, error = 0.0, f"{type(exc).__name__}: {str(exc)[:200]}"
         conn.send((task_id, score, error))
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when its parent exits, even mid-computation (an idle
+    worker also exits on its own when the socket reaches EOF)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class WorkerHandle:
