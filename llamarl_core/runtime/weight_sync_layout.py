@@ -13,8 +13,8 @@ dtypes; both transports (collective broadcast, shared memory) move bytes only.
 
 Wire dtype: floating tensors are cast to ``wire_dtype`` when packed and cast back
 to the receiver's parameter dtype when unpacked (``Tensor.copy_`` rounds to nearest
-even). With ``bfloat16`` on the wire a float32 weight keeps 8 significant bits:
-relative error <= 2**-9 per element, so generators sample from a policy a rounding
+even). With ``bfloat16`` on the wire a float32 weight keeps 8 significant bits (7 stored):
+relative error <= 2**-8 per element, so generators sample from a policy a rounding
 step away from the trainer's. The generator's own log-probs (mu) are computed with
 the weights it holds, so the importance ratio pi/mu accounts for that difference.
 Non-floating tensors always travel in their own dtype.

@@ -1,0 +1,172 @@
+"""Weight sync over real gloo processes: every generator ends up with the trainer's bytes.
+
+Reference: the sender's own state. Each rank returns a sha256 per tensor per version;
+the parent compares them, so a torn or stale bucket shows up as a hash mismatch.
+"""
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from llamarl_core.runtime.weight_sync import WeightSyncReceiver, WeightSyncSender
+
+SHAPES = {
+    "tok_embeddings.weight": (torch.Size([64, 16]), torch.float32),  # 4096 B
+    "layers.0.attention.wq.weight": (torch.Size([16, 16]), torch.float32),  # 1024 B
+    "layers.0.attention_norm.weight": (torch.Size([16]), torch.float32),  # 64 B
+    "layers.0.feed_forward.w1.weight": (torch.Size([32, 16]), torch.float32),  # 2048 B
+    "output.weight": (torch.Size([64, 16]), torch.float32),  # 4096 B
+}
+SMALL_BUCKET_MB = 4500 / 2**20  # 4500 B: forces several buckets (checked below)
+
+
+def _state(version: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(version)
+    return {n: torch.randn(shape, generator=g) for n, (shape, _) in SHAPES.items()}
+
+
+def _hashes(tensors: dict[str, torch.Tensor]) -> dict[str, str]:
+    return {n: hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest() for n, t in tensors.items()}
+
+
+def _sync_body(rank, world_size, store, transport, src_rank, versions, slow_rank):
+    group = dist.new_group(list(range(world_size)))
+    kw = dict(transport=transport, group=group, src_rank=src_rank, store=store, run_id="t-sync",
+              bucket_mb=SMALL_BUCKET_MB)
+    if rank == src_rank:
+        sender = WeightSyncSender(SHAPES, **kw)
+        leftovers = sorted(p.name for p in Path("/dev/shm").glob("llamarl-ws-t-sync-*"))
+        out = []
+        for v in versions:
+            state = _state(v)
+            stats = sender.send(state, v)
+            out.append((v, _hashes(state), stats.num_buckets, stats.bytes))
+        with pytest.raises(ValueError, match="must increase"):
+            sender.send(_state(0), versions[-1])
+        sender.close()
+        return {"role": "sender", "syncs": out, "shm_leftovers": leftovers}
+    receiver = WeightSyncReceiver(SHAPES, **kw)
+    model = {n: torch.zeros(shape) for n, (shape, _) in SHAPES.items()}
+    ptrs = {n: t.data_ptr() for n, t in model.items()}
+    out = []
+    for _ in versions:
+        if rank == slow_rank:
+            time.sleep(0.2)  # lagging reader: the shm sender must not overwrite what it still reads
+        stats = receiver.receive(model, timeout_s=30)
+        out.append((stats.version, _hashes(model), stats.num_buckets, stats.bytes))
+    receiver.close()
+    return {"role": "receiver", "syncs": out, "in_place": ptrs == {n: t.data_ptr() for n, t in model.items()}}
+
+
+@pytest.mark.parametrize("transport, src_rank", [("collective", 0), ("shm", 2)])
+def test_every_generator_holds_the_trainers_exact_weights_after_each_version_in_order(
+    run_workers, transport, src_rank
+):
+    versions = [1, 2, 5, 6]
+    results = run_workers(_sync_body, 3, transport, src_rank, versions, (src_rank + 1) % 3, timeout_s=60)
+    sender = results[src_rank]
+    assert sender["shm_leftovers"] == []  # names unlinked right after every reader mapped them
+    # Buckets of <= 4500 B in name order: layers.0.attention.wq (1024) + attention_norm (64) +
+    # feed_forward.w1 (2048) = 3200 B | output (4096) | tok_embeddings (4096) -> 3 buckets.
+    # Bytes: 4096 + 1024 + 64 + 2048 + 4096 = 11328.
+    assert [s[2:] for s in sender["syncs"]] == [(3, 11328)] * len(versions)
+    for rank, res in enumerate(results):
+        if rank == src_rank:
+            continue
+        assert res["in_place"]
+        assert [s[0] for s in res["syncs"]] == versions
+        assert [s[1] for s in res["syncs"]] == [s[1] for s in sender["syncs"]]
+
+
+def _bf16_body(rank, world_size, store):
+    shapes = {**SHAPES, "step": (torch.Size([2]), torch.int64)}
+    out = {}
+    for transport in ("collective", "shm"):
+        kw = dict(transport=transport, group=None, src_rank=0, store=store, run_id="t-bf16",
+                  bucket_mb=SMALL_BUCKET_MB, wire_dtype=torch.bfloat16)
+        state = {**_state(3), "step": torch.tensor([7, 2**40 + 1])}
+        if rank == 0:
+            sender = WeightSyncSender(shapes, **kw)
+            out[transport] = sender.send(state, 3).bytes
+            sender.close()
+            continue
+        receiver = WeightSyncReceiver(shapes, **kw)
+        params = {n: torch.zeros(shape, dtype=dt) for n, (shape, dt) in shapes.items()}
+        out[transport] = receiver.receive(params, timeout_s=30).bytes
+        for name, sent in state.items():
+            if sent.is_floating_point():
+                # bf16 keeps 8 significant bits (7 stored): spacing 2**-7 relative, so rounding to nearest errs <= 2**-8.
+                assert torch.equal(params[name], sent.to(torch.bfloat16).float()), name
+                assert torch.all((params[name] - sent).abs() <= sent.abs() * 2**-8), name
+            else:
+                assert torch.equal(params[name], sent), name  # integers travel untouched
+    return out
+
+
+def test_bf16_wire_dtype_rounds_floats_to_bf16_and_halves_the_bytes(run_workers):
+    results = run_workers(_bf16_body, 2, timeout_s=60)
+    # float bytes halve: 11328 / 2 = 5664; int64 "step" 2 * 8 = 16 -> 5680 on the wire.
+    assert results[0] == results[1] == {"collective": 5680, "shm": 5680}
+
+
+def _mismatch_body(rank, world_size, store):
+    shapes = dict(SHAPES)
+    if rank == 1:
+        shapes["layers.0.attention.wq.weight"] = (torch.Size([16, 8]), torch.float32)
+    errors = {}
+    for transport in ("collective", "shm"):
+        cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
+        try:
+            cls(shapes, transport=transport, group=None, src_rank=0, store=store, run_id="t-mis")
+        except ValueError as e:
+            errors[transport] = str(e)
+    # A receiver built right but handed wrongly shaped params fails locally, before any traffic.
+    kw = dict(transport="collective", group=None, src_rank=0, store=store, run_id="t-mis")
+    if rank == 0:
+        WeightSyncSender(SHAPES, **kw).send(_state(1), 1)
+    else:
+        receiver = WeightSyncReceiver(SHAPES, **kw)
+        params = {n: torch.zeros(shape) for n, (shape, _) in SHAPES.items()}
+        bad = {**params, "output.weight": torch.zeros(64, 8)}
+        with pytest.raises(ValueError, match=r"tensor 'output.weight' .* shape \(64, 8\)"):
+            receiver.receive(bad)
+        assert receiver.receive(params, timeout_s=30).version == 1
+    return errors
+
+
+def test_mismatched_shapes_fail_on_both_sides_naming_the_tensor(run_workers):
+    results = run_workers(_mismatch_body, 2, timeout_s=60)
+    for errors in results:
+        assert set(errors) == {"collective", "shm"}
+        for msg in errors.values():
+            assert "'layers.0.attention.wq.weight'" in msg and "(16, 8)" in msg and "(16, 16)" in msg
+
+
+def _timeout_body(rank, world_size, store):
+    messages = {}
+    for transport in ("shm", "collective"):  # collective last: a timed-out collective spoils its group
+        group = dist.new_group([0, 1])
+        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-timeout")
+        if rank == 0:
+            sender = WeightSyncSender(SHAPES, **kw)
+            store.wait([f"timeout-done/{transport}"])  # send nothing until the receiver gave up
+            sender.close()
+            continue
+        receiver = WeightSyncReceiver(SHAPES, **kw)
+        params = {n: torch.zeros(shape) for n, (shape, _) in SHAPES.items()}
+        with pytest.raises(TimeoutError) as info:
+            receiver.receive(params, timeout_s=0.5)
+        messages[transport] = str(info.value)
+        store.set(f"timeout-done/{transport}", b"1")
+    return messages
+
+
+def test_a_generator_waiting_past_its_timeout_gets_a_timeout_error_naming_version_and_transport(run_workers):
+    messages = run_workers(_timeout_body, 2, timeout_s=60)[1]
+    for transport, msg in messages.items():
+        assert f"transport '{transport}'" in msg
+        assert "waiting for the first weight version" in msg
