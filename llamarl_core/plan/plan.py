@@ -184,6 +184,11 @@ def _place_nodes(cfg: LlamaRLConfig, spec: DeviceSpec, roles: list[RolePlan], co
         for r in roles:
             r.nodes = [0]
         return 1
+    for key, tp in (("resources.generator.tp", cfg.resources.generator.tp),
+                    ("resources.trainer.tp", cfg.resources.trainer.tp)):
+        if tp > per_node:
+            raise ConfigError(f"{key}={tp} exceeds devices_per_node={per_node}: tensor parallelism "
+                              f"must stay inside a node's NVLink domain")
     capacity = res.nodes * per_node
     if compute_devices > capacity:
         raise ConfigError(f"roles need {compute_devices} devices but resources.nodes={res.nodes} x "

@@ -1,0 +1,116 @@
+"""The launch plan: layout, hand-checked memory, and errors with the numbers in them."""
+import pytest
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.load import load_config
+from llamarl_core.plan.plan import make_plan
+
+GIB = 2**30
+
+
+def plan_for(recipe, *overrides, **kw):
+    return make_plan(load_config(recipe, list(overrides)), require_data=False, **kw)
+
+
+def test_405b_plan_fits_every_role_on_1024_h100s():
+    plan = plan_for("405b_math")
+    d = plan.to_dict()
+    assert d["total_devices"] == 1024
+    assert [r["name"] for r in d["roles"]] == ["generator", "trainer", "reward"]
+    for r in d["roles"]:
+        assert r["memory_gib_per_device"]["total"] <= 0.9 * r["capacity_gib_per_device"]
+    gen, tr = d["roles"][0], d["roles"][1]
+    assert gen["ranks"] == [0, 511] and tr["ranks"] == [512, 1023]
+    assert tr["parallelism"] == {"tp": 8, "dp": 1, "fsdp": 64, "pp": 1}
+    assert len(gen["commands"]) == 64 and len(tr["commands"]) == 64  # one per node
+    assert "--node-rank=63" in tr["commands"][-1] and "role=trainer" in tr["commands"][-1]
+
+
+def test_8b_trainer_memory_matches_the_hand_computation():
+    # Llama-3-8B: N = 8,030,261,248 params; bf16 (2 bytes); trainer fsdp=8, tp=pp=1 → shard 8;
+    # micro-batch 4 x (512 + 1024) tokens = 6,144 tokens; activation checkpointing on.
+    t = plan_for("8b_gsm8k").role("trainer").memory
+    n = 8_030_261_248
+    layer = (n - 2 * 128256 * 4096 - 4096) // 32            # 218,112,000 params per layer
+    assert layer == 218_112_000
+    weights = n * 2 / 8 + 2 * layer * 2                     # shard + 2 gathered layers (FSDP)
+    assert t.weights * GIB == pytest.approx(weights)        # 2,880,013,312 B = 2.682 GiB
+    assert t.gradients * GIB == pytest.approx(n * 2 / 8)    # 2,007,565,312 B = 1.870 GiB
+    assert t.optimizer * GIB == pytest.approx(n * 12 / 8)   # m, v, fp32 master: 11.218 GiB
+    tokens = 4 * 1536
+    act = 32 * tokens * 4096 * 2 + 34 * tokens * 4096 + 2 * tokens * 128256 * 4
+    assert t.activations * GIB == pytest.approx(act)        # 8,770,093,056 B = 8.168 GiB
+    assert t.kv_cache == 0
+
+
+def test_8b_generator_kv_cache_matches_the_hand_computation():
+    # 128 sequences x 1,536 tokens x (K+V) 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
+    g = plan_for("8b_gsm8k").role("generator").memory
+    assert g.kv_cache * GIB == pytest.approx(128 * 1536 * 2 * 32 * 8 * 128 * 2)  # 24.0 GiB
+    assert g.weights * GIB == pytest.approx(8_030_261_248 * 2)
+
+
+def test_sync_mode_is_one_colocated_actor_on_all_compute_devices():
+    plan = plan_for("cpu_tiny_sync")
+    assert plan.mode == "sync"
+    actor = plan.role("actor")
+    assert actor.num_devices == 2 and actor.parallelism["dp"] == 2
+    assert actor.memory.kv_cache > 0 and actor.memory.optimizer > 0
+
+
+def test_commands_carry_the_role_and_the_plan_path():
+    plan = plan_for("cpu_tiny", run_dir="/tmp/r1")
+    for r in plan.roles:
+        (cmd,) = r.commands
+        assert "torchrun" in cmd and f"role={r.name}" in cmd and "plan=/tmp/r1/plan.json" in cmd
+        assert f"--nproc-per-node={r.num_devices}" in cmd
+
+
+def test_cpu_threads_never_exceed_the_cores():
+    plan = plan_for("cpu_tiny", "resources.cpu_cores=2")
+    assert plan.role("generator").threads + plan.role("trainer").threads <= 2
+    with pytest.raises(ConfigError, match="threads"):
+        plan_for("cpu_tiny", "resources.cpu_cores=2", "resources.generator.threads=2")
+
+
+@pytest.mark.parametrize("recipe, overrides, words", [
+    ("405b_math", ["resources.trainer.num_devices=8"], ["role trainer needs", "GiB", "h100-80gb"]),
+    ("70b_gsm8k", ["resources.generator.tp=3"], ["resources.generator.tp=3", "64 attention heads"]),
+    ("8b_gsm8k", ["resources.trainer.tp=16"], ["resources.trainer.tp=16", "devices_per_node=8"]),
+    ("8b_gsm8k", ["resources.generator.num_devices=300"], ["nodes", "resources.nodes=32"]),
+    ("8b_gsm8k", ["resources.trainer.num_devices=100"], ["resources.trainer.num_devices=100", "fsdp=8"]),
+    ("cpu_tiny", ["algorithm.prompts_per_step=3", "algorithm.group_size=3",
+                  "resources.trainer.num_devices=2"], ["9 sequences", "2 data-parallel"]),
+    ("cpu_tiny", ["resources.generator.max_batch_size=10", "algorithm.group_size=8"],
+     ["max_batch_size=10", "group_size=8"]),
+    ("cpu_tiny", ["resources.trainer.dp=3"], ["resources.trainer.dp=3"]),
+    ("cpu_tiny", ["resources.trainer.fsdp=2", "resources.trainer.num_devices=2"], ["strategy=fsdp2"]),
+])
+def test_impossible_layouts_name_the_key_and_numbers(recipe, overrides, words):
+    with pytest.raises(ConfigError) as e:
+        plan_for(recipe, *overrides)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_a_missing_data_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="data.path=.*not found"):
+        plan_for("cpu_tiny", f"data.path={tmp_path}/nope.jsonl")
+    with pytest.raises(ConfigError, match="data.path"):
+        make_plan(load_config("8b_gsm8k"), require_data=True)  # train needs the file
+
+
+def test_tp_that_splits_kv_heads_unevenly_is_rejected(tmp_path):
+    # A checkpoint with 12 attention heads and 3 KV heads: tp=2 divides 12 but not 3.
+    import json
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 192, "num_attention_heads": 12,
+        "num_key_value_heads": 3, "num_hidden_layers": 2, "intermediate_size": 512,
+        "vocab_size": 260}))
+    with pytest.raises(ConfigError, match="tp=2 does not divide the model's 3 KV heads"):
+        plan_for("8b_gsm8k", f"model.checkpoint={tmp_path}", "resources.generator.tp=2")
+
+
+def test_a_missing_checkpoint_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="model.checkpoint"):
+        plan_for("cpu_tiny", f"model.checkpoint={tmp_path}/none")
