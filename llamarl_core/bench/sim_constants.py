@@ -33,16 +33,16 @@ class SimConstants:
     # ~350-370 of 450 GB/s intra-node, ~40 of 50 GB/s per 400G NIC).
     nvlink_efficiency: float = 0.80
     ib_efficiency: float = 0.80
-    # Fixed cost of one small all-reduce (the per-layer TP all-reduce of a decode step):
-    # NCCL small-message latency inside a node vs. across nodes.
-    nvlink_allreduce_latency_s: float = 15e-6
-    ib_allreduce_latency_s: float = 60e-6
+    # Latency of one step of a ring collective (NCCL LL protocol): an all-reduce over n
+    # devices takes 2(n-1) steps, e.g. 42 us for TP 8 on NVLink, 0.24 ms for TP 16 over IB.
+    nvlink_hop_latency_s: float = 3e-6
+    ib_hop_latency_s: float = 8e-6
     # Fraction of FSDP / data-parallel gradient traffic hidden behind compute.
     train_comm_overlap: float = 0.80
     # --- engine overheads ----------------------------------------------------------------
     # Host-side cost per transformer layer per decode step (kernel launches, Python,
     # synchronisation) of an eager PyTorch engine; ~10-20 kernels per layer at a few us each.
-    decode_layer_overhead_s: float = 40e-6
+    decode_layer_overhead_s: float = 80e-6
     # Longest generated sample / mean generated length in a batch. A synchronous step waits
     # for the longest sample; an asynchronous generator streams and does not (section 5).
     max_to_mean_new_tokens: float = 3.0

@@ -50,15 +50,15 @@ def link_bytes_per_s(device: DeviceSpec, span_devices: int, c: SimConstants) -> 
 
 def allreduce_seconds(nbytes: float, group_devices: int, device: DeviceSpec,
                       c: SimConstants, span_devices: int | None = None) -> float:
-    """Ring all-reduce: every device sends and receives 2(n-1)/n of the buffer, plus a
-    fixed latency (which dominates the small per-layer all-reduces of decode)."""
+    """Ring all-reduce: 2(n-1) steps, each paying one hop latency (which dominates the
+    small per-layer all-reduces of decode), moving 2(n-1)/n of the buffer per device. A ring
+    that leaves the node runs at the pace of its InfiniBand hops."""
     n = group_devices
     if n <= 1:
         return 0.0
     span = span_devices or n
-    latency = c.nvlink_allreduce_latency_s if span <= device.devices_per_node \
-        else c.ib_allreduce_latency_s
-    return latency + 2.0 * (n - 1) / n * nbytes / link_bytes_per_s(device, span, c)
+    hop_s = c.nvlink_hop_latency_s if span <= device.devices_per_node else c.ib_hop_latency_s
+    return 2 * (n - 1) * hop_s + 2.0 * (n - 1) / n * nbytes / link_bytes_per_s(device, span, c)
 
 
 def gather_seconds(total_bytes: float, group_devices: int, device: DeviceSpec,

@@ -177,3 +177,83 @@ def predict_step_time(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANT
     """Predicted seconds per step of the configured mode (for `llamarl plan`)."""
     result = simulate(inp, constants)
     return result["sync" if inp.max_offpolicy_steps == 0 else "async"]["step_s"]
+
+
+# ---- calibration against the paper -------------------------------------------------------
+# Published RL step times on H100 (arXiv 2505.24034, section 6): synchronous
+# DeepSpeed-Chat-like baseline vs LlamaRL. 8B and 70B were used to set the constants;
+# 405B is reported as an out-of-sample check.
+PUBLISHED_STEP_S: dict[str, dict] = {
+    "8b": {"sync": 22.45, "async": 8.90, "devices": 256, "fitted": True},
+    "70b": {"sync": 82.32, "async": 20.67, "devices": 256, "fitted": True},
+    "405b": {"sync": 635.8, "async": 59.5, "devices": 1024, "fitted": False},
+}
+
+# The split and workload of each recipe (recipes/8b_gsm8k.yaml, 70b_gsm8k.yaml,
+# 405b_math.yaml copy these numbers). The paper does not publish every per-role GPU count;
+# the reasoning behind each choice is in docs/SIMULATOR.md, section "Cases".
+CASES: dict[str, dict] = {
+    "8b": dict(model="llama3-8b", device="h100-80gb",
+               generator_devices=128, generator_tp=1, generator_bytes_per_param=2.0,
+               trainer_devices=128, trainer_fsdp=8, trainer_tp=1,
+               prompts_per_step=512, group_size=4, prompt_tokens=200, new_tokens=800),
+    "70b": dict(model="llama3-70b", device="h100-80gb",
+                generator_devices=64, generator_tp=4, generator_bytes_per_param=1.0,
+                trainer_devices=192, trainer_fsdp=64, trainer_tp=1,
+                prompts_per_step=512, group_size=4, prompt_tokens=200, new_tokens=800),
+    "405b": dict(model="llama3.1-405b", device="h100-80gb",
+                 generator_devices=256, generator_tp=8, generator_bytes_per_param=1.0,
+                 trainer_devices=768, trainer_fsdp=256, trainer_tp=1,
+                 prompts_per_step=512, group_size=4, prompt_tokens=300, new_tokens=1000),
+}
+
+
+def case_inputs(name: str) -> SimInputs:
+    """SimInputs of a named calibration case (see CASES)."""
+    from llamarl_core.models.args import get_preset
+    from llamarl_core.plan.hardware import get_device
+
+    if name not in CASES:
+        raise KeyError(f"unknown simulator case {name!r}; known: {', '.join(CASES)}")
+    spec = dict(CASES[name])
+    return SimInputs(model=get_preset(spec.pop("model")), device=get_device(spec.pop("device")),
+                     **spec)
+
+
+def calibrate(constants: SimConstants = DEFAULT_CONSTANTS) -> list[dict]:
+    """Run every paper case; each row holds predicted and published step times."""
+    rows = []
+    for name, published in PUBLISHED_STEP_S.items():
+        result = simulate(case_inputs(name), constants)
+        rows.append({
+            "case": name, "devices": published["devices"], "fitted": published["fitted"],
+            "sync": {"predicted_s": result["sync"]["step_s"], "published_s": published["sync"],
+                     "ratio": result["sync"]["step_s"] / published["sync"]},
+            "async": {"predicted_s": result["async"]["step_s"],
+                      "published_s": published["async"],
+                      "ratio": result["async"]["step_s"] / published["async"]},
+            "speedup": {"predicted": result["speedup"],
+                        "published": published["sync"] / published["async"]},
+            "result": result,
+        })
+    return rows
+
+
+def format_table(rows: list[dict]):
+    """A rich Table of predicted vs published step times (rows from `calibrate`)."""
+    from rich.table import Table
+
+    table = Table(title="Scale simulator vs LlamaRL paper (H100, seconds per RL step)")
+    for column in ("case", "GPUs", "sync pred", "sync paper", "async pred", "async paper",
+                   "speedup pred", "speedup paper", "fitted"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            row["case"], str(row["devices"]),
+            f"{row['sync']['predicted_s']:.1f} ({row['sync']['ratio'] - 1:+.0%})",
+            f"{row['sync']['published_s']:.2f}",
+            f"{row['async']['predicted_s']:.1f} ({row['async']['ratio'] - 1:+.0%})",
+            f"{row['async']['published_s']:.2f}",
+            f"{row['speedup']['predicted']:.2f}x", f"{row['speedup']['published']:.2f}x",
+            "yes" if row["fitted"] else "no (check)")
+    return table
