@@ -196,15 +196,15 @@ CASES: dict[str, dict] = {
     "8b": dict(model="llama3-8b", device="h100-80gb",
                generator_devices=128, generator_tp=1, generator_bytes_per_param=2.0,
                trainer_devices=128, trainer_fsdp=8, trainer_tp=1,
-               prompts_per_step=512, group_size=4, prompt_tokens=200, new_tokens=800),
+               prompts_per_step=256, group_size=8, prompt_tokens=200, new_tokens=800),
     "70b": dict(model="llama3-70b", device="h100-80gb",
                 generator_devices=64, generator_tp=4, generator_bytes_per_param=1.0,
                 trainer_devices=192, trainer_fsdp=64, trainer_tp=1,
-                prompts_per_step=512, group_size=4, prompt_tokens=200, new_tokens=800),
+                prompts_per_step=256, group_size=8, prompt_tokens=200, new_tokens=800),
     "405b": dict(model="llama3.1-405b", device="h100-80gb",
                  generator_devices=256, generator_tp=8, generator_bytes_per_param=1.0,
                  trainer_devices=768, trainer_fsdp=256, trainer_tp=1,
-                 prompts_per_step=512, group_size=4, prompt_tokens=300, new_tokens=1000),
+                 prompts_per_step=256, group_size=8, prompt_tokens=300, new_tokens=1000),
 }
 
 
