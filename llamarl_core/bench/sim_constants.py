@@ -5,7 +5,8 @@ device's datasheet peaks (`DeviceSpec`). These constants turn peaks into achieva
 ONE set is shared by every model, GPU count and split, and each one sits in the range that
 published measurements support (sources in docs/SIMULATOR.md, section "Constants").
 They were calibrated once so that the paper's 8B and 70B step times are reproduced within
-about +-25% (docs/SIMULATOR.md, section "Calibration"); the 405B case was not fitted.
+about +-25% (docs/SIMULATOR.md, section "Calibration": they land within 10%); the 405B
+case was not used to set them (its split was, see the "Honesty note" there).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class SimConstants:
     train_comm_overlap: float = 0.80
     # --- engine overheads ----------------------------------------------------------------
     # Host-side cost per transformer layer per decode step (kernel launches, Python,
-    # synchronisation) of an eager PyTorch engine; ~10-20 kernels per layer at a few us each.
+    # synchronisation) of an eager PyTorch engine: ~15-20 kernels per layer at 4-5 us each.
     decode_layer_overhead_s: float = 80e-6
     # Longest generated sample / mean generated length in a batch. A synchronous step waits
     # for the longest sample; an asynchronous generator streams and does not (section 5).
