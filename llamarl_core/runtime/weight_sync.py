@@ -45,6 +45,7 @@ from llamarl_core.runtime.weight_sync_layout import (
     build_layout,
     check_tensors,
     describe_mismatch,
+    direct_bytes,
     pack_bucket,
     unpack_bucket,
 )
@@ -106,6 +107,14 @@ class _Endpoint:
         self.last_version: int | None = None
         self._seq = 0  # sends/receives done so far
         self._closed = False
+        self._bufs: dict[int, torch.Tensor] = {}  # collective: bucket -> staging buffer, made on first use
+
+    def _buf(self, bucket: int, device: torch.device) -> torch.Tensor:
+        """Staging buffer for ``bucket`` on the tensors' device (CPU for gloo, CUDA for NCCL)."""
+        buf = self._bufs.get(bucket)
+        if buf is None or buf.device != device:
+            buf = self._bufs[bucket] = torch.empty(self.layout.bucket_nbytes[bucket], dtype=torch.uint8, device=device)
+        return buf
 
     def _verdict(self, error: str) -> None:
         """All group members share their error (if any); every one raises the first."""
@@ -168,8 +177,6 @@ class WeightSyncSender(_Endpoint):
                 self._paths = shm.new_paths(run_id, NUM_SHM_SLOTS * len(sizes))
                 flat = [shm.create(p, sizes[i % len(sizes)]) for i, p in enumerate(self._paths)]
                 self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-            else:
-                self._buckets = [torch.empty(n, dtype=torch.uint8) for n in sizes]
             hello = {"spec": self.layout.spec(), "bucket_nbytes": sizes, "transport": transport,
                      "paths": self._paths, "key": self._key}
             dist.broadcast_object_list([hello], src=src_rank, group=group)
@@ -193,12 +200,16 @@ class WeightSyncSender(_Endpoint):
         return _stats(version, seconds, self.layout, self.transport, wait_s, self.role)
 
     def _send_collective(self, state, version: int) -> float:
+        device = next(iter(state.values())).device
         t0 = time.perf_counter()
-        dist.broadcast(torch.tensor([version], dtype=torch.int64), src=self.src_rank, group=self.group)
+        dist.broadcast(torch.tensor([version], dtype=torch.int64, device=device), src=self.src_rank, group=self.group)
         works = []
-        for b, buf in enumerate(self._buckets):
-            pack_bucket(self.layout, self._buckets, b, state)
-            works.append(dist.broadcast(buf, src=self.src_rank, group=self.group, async_op=True))
+        for b in range(self.layout.num_buckets):
+            wire = direct_bytes(self.layout, b, state)
+            if wire is None:  # pack bucket b while bucket b-1 is still on the wire
+                wire = self._buf(b, device)
+                pack_bucket(self.layout, self._bufs, b, state)
+            works.append(dist.broadcast(wire, src=self.src_rank, group=self.group, async_op=True))
         for w in works:
             w.wait()
         return time.perf_counter() - t0
@@ -229,7 +240,7 @@ class WeightSyncSender(_Endpoint):
             return
         self._closed = True
         shm.unlink(self._paths)
-        self._slots = self._buckets = None  # drop mappings / buffers
+        self._slots, self._bufs = None, {}  # drop mappings / buffers
 
 
 class WeightSyncReceiver(_Endpoint):
@@ -263,8 +274,6 @@ class WeightSyncReceiver(_Endpoint):
                 if transport == "shm":
                     flat = [shm.open_existing(p, sizes[i % len(sizes)]) for i, p in enumerate(hello["paths"])]
                     self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-                else:
-                    self._buckets = [torch.empty(n, dtype=torch.uint8) for n in sizes]
             except (OSError, ValueError) as e:
                 error = str(e)
         self._verdict(error)
@@ -294,17 +303,24 @@ class WeightSyncReceiver(_Endpoint):
             raise
 
     def _receive_collective(self, params, timeout_s: float) -> tuple[int, float, float]:
+        device = next(iter(params.values())).device
         t_wait = time.perf_counter()
         deadline = t_wait + timeout_s
-        header = torch.zeros(1, dtype=torch.int64)
+        header = torch.zeros(1, dtype=torch.int64, device=device)
         self._wait(dist.broadcast(header, src=self.src_rank, group=self.group, async_op=True),
                    deadline, timeout_s, self._awaited())
         version = int(header.item())
         t0 = time.perf_counter()
-        works = [dist.broadcast(buf, src=self.src_rank, group=self.group, async_op=True) for buf in self._buckets]
-        for b, w in enumerate(works):
+        works, staged = [], []
+        for b in range(self.layout.num_buckets):
+            wire = direct_bytes(self.layout, b, params)  # lands straight in the parameter
+            staged.append(wire is None)
+            wire = self._buf(b, device) if wire is None else wire
+            works.append(dist.broadcast(wire, src=self.src_rank, group=self.group, async_op=True))
+        for b, w in enumerate(works):  # unpack bucket b while later buckets arrive
             self._wait(w, deadline, timeout_s, f"receiving bucket {b} of weight version {version}")
-            unpack_bucket(self.layout, self._buckets, b, params)
+            if staged[b]:
+                unpack_bucket(self.layout, self._bufs, b, params)
         return version, time.perf_counter() - t0, t0 - t_wait
 
     def _receive_shm(self, params, timeout_s: float) -> tuple[int, float, float]:
@@ -327,7 +343,7 @@ class WeightSyncReceiver(_Endpoint):
 
     def close(self) -> None:
         self._closed = True
-        self._slots = self._buckets = None
+        self._slots, self._bufs = None, {}
 
 
 __all__ = ["SyncStats", "WeightSyncSender", "WeightSyncReceiver", "TRANSPORTS"]

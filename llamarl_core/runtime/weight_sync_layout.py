@@ -4,7 +4,8 @@ Sender and receivers never exchange offsets. Each side turns the same
 ``named_shapes`` (name -> (shape, dtype)) into the same layout: names sorted, each
 tensor converted to its *wire dtype* and packed, in order, into byte buckets of at
 most ``bucket_mb`` MiB (a tensor bigger than a bucket gets a bucket of its own).
-Offsets are 64-byte aligned so every slice can be viewed as any dtype. A few large
+Offsets are 64-byte aligned so every slice can be viewed as any dtype; a bucket's
+size is the end of its last tensor. A few large
 buckets keep the per-message cost (one broadcast, one store round trip) negligible
 next to the bytes, which is the whole point of bucketing (LlamaRL §4.3, DDMA).
 
@@ -92,13 +93,30 @@ def build_layout(
         offset = _align(sizes[-1])
         slots.append(Slot(name, shape, dtype, wdt, len(sizes) - 1, offset, nbytes))
         sizes[-1] = offset + nbytes
-    return BucketLayout(tuple(slots), tuple(_align(max(s, 1)) for s in sizes))
+    return BucketLayout(tuple(slots), tuple(sizes))
 
 
 def slot_view(buckets: list[torch.Tensor], slot: Slot) -> torch.Tensor:
     """The wire-dtype tensor for ``slot`` inside its uint8 bucket (no copy)."""
     raw = buckets[slot.bucket][slot.offset_bytes : slot.offset_bytes + slot.nbytes]
     return raw.view(slot.wire_dtype).view(slot.shape)
+
+
+def direct_bytes(layout: BucketLayout, bucket: int, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The bytes of ``tensors`` that *are* bucket ``bucket``, when no packing is needed.
+
+    A bucket holding a single tensor (typically one bigger than ``bucket_mb``, such as
+    an embedding) whose local tensor is contiguous and already in the wire dtype can
+    be sent from / received into that tensor itself, saving a copy on each side. The
+    bucket's size equals the tensor's bytes, so each side decides on its own.
+    """
+    slots = [s for s in layout.slots if s.bucket == bucket]
+    if len(slots) != 1:
+        return None
+    t = tensors[slots[0].name]
+    if t.dtype != slots[0].wire_dtype or not t.is_contiguous():
+        return None
+    return t.reshape(-1).view(torch.uint8)
 
 
 def pack_bucket(

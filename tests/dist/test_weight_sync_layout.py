@@ -7,6 +7,7 @@ from llamarl_core.runtime.weight_sync_layout import (
     build_layout,
     check_tensors,
     describe_mismatch,
+    direct_bytes,
     pack_bucket,
     unpack_bucket,
 )
@@ -32,11 +33,11 @@ def test_tensors_are_packed_in_name_order_into_buckets_of_at_most_bucket_mb():
     # cap 1024 B. bucket 0: a@0 (64 B), b@64 (256 B) -> ends 320; c would end at 320+800=1120 > 1024.
     # bucket 1: c@0 (800 B); d would start at align64(800)=832, end 2032 > 1024.
     # bucket 2: d@0 (1200 B, bigger than a bucket: alone); e would end at 1216+16 > 1024.
-    # bucket 3: e@0 (16 B). Bucket sizes are rounded up to 64 B.
+    # bucket 3: e@0 (16 B). A bucket ends where its last tensor ends.
     assert _where(layout) == {
         "a": (0, 0, 64), "b": (0, 64, 256), "c": (1, 0, 800), "d": (2, 0, 1200), "e": (3, 0, 16),
     }
-    assert layout.bucket_nbytes == (320, 832, 1216, 64)
+    assert layout.bucket_nbytes == (320, 800, 1200, 16)
     assert layout.total_nbytes == 64 + 256 + 800 + 1200 + 16  # 2336
     assert [s.name for s in layout.slots] == ["a", "b", "c", "d", "e"]
 
@@ -92,3 +93,19 @@ def test_bad_bucket_size_and_integer_wire_dtype_are_rejected():
         build_layout(SHAPES, bucket_mb=0, wire_dtype=None)
     with pytest.raises(ValueError, match="wire_dtype"):
         build_layout(SHAPES, bucket_mb=1.0, wire_dtype=torch.int8)
+
+
+def test_a_lone_contiguous_tensor_in_wire_dtype_is_its_own_bucket_without_copy():
+    layout = build_layout(SHAPES, bucket_mb=ONE_KIB_IN_MB, wire_dtype=None)
+    tensors = {n: torch.zeros(shape) for n, (shape, _) in SHAPES.items()}
+    # bucket 2 holds only "d" (1200 B): its bytes are d's own storage.
+    wire = direct_bytes(layout, 2, tensors)
+    assert wire.data_ptr() == tensors["d"].data_ptr() and wire.numel() == 1200
+    assert direct_bytes(layout, 0, tensors) is None  # two tensors ("a", "b"): must be packed
+    tensors["d"] = torch.zeros(600, 2)[:, 0]  # right shape, not contiguous
+    assert direct_bytes(layout, 2, tensors) is None
+    # bf16 wire, 512 B cap: a+b end at 192, c (400 B) would end at 592 -> bucket 1; d (600 B)
+    # alone in bucket 2, but a float32 "d" must be cast, so it is packed.
+    bf16 = build_layout(SHAPES, bucket_mb=ONE_KIB_IN_MB / 2, wire_dtype=torch.bfloat16)
+    assert [s.name for s in bf16.slots if s.bucket == 2] == ["d"]
+    assert direct_bytes(bf16, 2, {n: torch.zeros(s) for n, (s, _) in SHAPES.items()}) is None
