@@ -115,7 +115,8 @@ def simulate_sync(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
                                  span_devices=shard_group)
     step_s = reshard_s + gen["seconds"] + train["seconds"] + c.step_overhead_s
     return {"step_s": step_s, "generation_s": gen["seconds"], "training_s": train["seconds"],
-            "weight_sync_s": reshard_s, "overhead_s": c.step_overhead_s, "devices": devices,
+            "weight_sync_s": reshard_s, "reshard_s": reshard_s, "overhead_s": c.step_overhead_s,
+            "devices": devices,
             "gen_tp": tp, "gen_replicas": devices // tp,
             "gen_batch_per_replica": gen["batch_per_replica"],
             "kv_capacity_sequences": gen["kv_capacity_sequences"],
@@ -182,7 +183,7 @@ def predict_step_time(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANT
 # ---- calibration against the paper -------------------------------------------------------
 # Published RL step times on H100 (arXiv 2505.24034, section 6): synchronous
 # DeepSpeed-Chat-like baseline vs LlamaRL. 8B and 70B were used to set the constants;
-# 405B is reported as an out-of-sample check.
+# 405B was not (its split was chosen by balancing the async roles; docs/SIMULATOR.md).
 PUBLISHED_STEP_S: dict[str, dict] = {
     "8b": {"sync": 22.45, "async": 8.90, "devices": 256, "fitted": True},
     "70b": {"sync": 82.32, "async": 20.67, "devices": 256, "fitted": True},
