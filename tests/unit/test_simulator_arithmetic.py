@@ -15,7 +15,7 @@ import pytest
 
 from llamarl_core.bench import sim_model as m
 from llamarl_core.bench.sim_constants import GIB, SimConstants
-from llamarl_core.bench.simulator import SimInputs, case_inputs, simulate
+from llamarl_core.bench.simulator import case_inputs, simulate
 from llamarl_core.models.args import PRESETS, ModelArgs
 from llamarl_core.plan.hardware import DEVICES, DeviceSpec
 
