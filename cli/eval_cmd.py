@@ -1,12 +1,94 @@
-"""`llamarl eval` (placeholder until its issue lands)."""
-from llamarl_cli.common import make_parser, parse, run_guarded
+"""`llamarl eval`: accuracy, pass@k and maj@k of a checkpoint (or of the references).
+
+    llamarl eval checkpoint=PATH data=gsm8k data.path=../shared/data/gsm8k/test.jsonl \\
+        n_samples=4 temperature=0.8 max_new_tokens=256 [--out summary.json]
+    llamarl eval policy=reference data=math500 data.path=...   # check data + verifier first
+
+The short words below are `eval.<word>` overrides; every other key=value word is a Hydra
+override of the recipe (`data.path=...`, `resources.generator.num_devices=2`, ...).
+The work is `llamarl_core.eval.run.run_eval`; this file parses, renders and sets exit codes.
+"""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from llamarl_cli.common import EXIT_OK, load_config, make_parser, parse, print_resolved, run_guarded
+
+SHORT_WORDS = ("checkpoint", "data", "n_samples", "temperature", "max_new_tokens", "policy",
+               "split", "num_examples")
+
+
+def expand_short_words(overrides: list[str]) -> list[str]:
+    """`n_samples=4` → `eval.n_samples=4`; `data.path=x` and the rest stay as they are."""
+    out = []
+    for word in overrides:
+        key, _, value = word.partition("=")
+        out.append(f"eval.{key}={value}" if key in SHORT_WORDS else word)
+    return out
+
+
+def words_first(argv, flags_with_value=("--out",)) -> list[str]:
+    """Put key=value words before flags: argparse stops collecting the positional words at
+    the first flag, so `--out f.json data.path=x` would reject `data.path=x`."""
+    words, flags, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token in flags_with_value and i + 1 < len(argv):
+            flags += [token, argv[i + 1]]
+            i += 2
+            continue
+        (flags if token.startswith("-") else words).append(token)
+        i += 1
+    return words + flags
+
+
+def print_summary(summary: dict, run_dir, console: Console | None = None) -> None:
+    console = console or Console()
+    title = (f"llamarl eval · {summary['data']} ({summary['split']}) · policy {summary['policy']}"
+             f" · reward {summary['reward']} · {summary['n_examples']} examples"
+             f" × {summary['n_samples']} sample(s) at T={summary['temperature']}")
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("accuracy (greedy)", f"{summary['accuracy']:.4f}")
+    for k, v in summary["pass@k"].items():
+        table.add_row(f"pass@{k}", f"{v:.4f}")
+    for k, v in summary["maj@k"].items():
+        if int(k) > 1:
+            table.add_row(f"maj@{k}", f"{v:.4f}")
+    table.add_row("mean reward", f"{summary['mean_reward']:.4f}")
+    table.add_row("truncated (hit max_new_tokens)", f"{summary['truncated_fraction']:.2%}")
+    table.add_row("mean completion tokens", f"{summary['mean_completion_tokens']:.1f}")
+    table.add_row("ranks · seconds · tokens/s",
+                  f"{summary['num_ranks']} · {summary['elapsed_s']:.1f} · {summary['tokens_per_s']:.0f}")
+    console.print(table)
+    console.print(f"predictions and summary: {run_dir}")
 
 
 def main(argv) -> int:
-    parser = make_parser("eval", "not implemented yet")
+    parser = make_parser("eval", "Evaluate a checkpoint with the generation engine and the training "
+                         "verifiers: greedy accuracy, pass@1, unbiased pass@k and maj@k for every "
+                         "k <= n_samples. Short words: " + ", ".join(f"{w}=" for w in SHORT_WORDS)
+                         + " (eval.<word>). policy=reference scores the data set's own solutions.")
+    parser.add_argument("--out", metavar="FILE", help="also write the summary JSON to FILE")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run() -> int:
-        parse(parser, argv)
-        raise SystemExit("llamarl eval: not implemented yet")
+        args, recipe, overrides = parse(parser, words_first(list(argv)))
+        overrides = expand_short_words(overrides)
+        if args.cfg:
+            print_resolved(recipe, overrides)
+            return EXIT_OK
+        cfg = load_config(recipe, overrides)
+        from llamarl_core.eval.run import run_eval
+
+        command = "llamarl eval " + " ".join(argv)
+        result, run_dir = run_eval(cfg, progress=not args.no_progress and sys.stderr.isatty(),
+                                   out_file=args.out, extra={"command": command})
+        print_summary(result.summary, run_dir)
+        return EXIT_OK
 
     return run_guarded(run)

@@ -233,8 +233,20 @@ class EvalConfig:
     n_samples: int = 1
     temperature: float = 0.0
     max_new_tokens: int = 0              # 0 = generation.max_new_tokens
-    num_examples: int = 0                # 0 = all
-    out: Optional[str] = None
+    num_examples: int = 0                # 0 = all (arith: data.num_eval_examples)
+    out: Optional[str] = None            # run directory; default run.dir, else runs/eval-<data>-<time>
+
+    def __post_init__(self):
+        _check_choice("eval.policy", self.policy, ("model", "reference"))
+        _check_choice("eval.split", self.split, ("train", "test"))
+        _check_positive("eval.n_samples", self.n_samples)
+        _check_positive("eval.max_new_tokens", self.max_new_tokens, 0)
+        _check_positive("eval.num_examples", self.num_examples, 0)
+        if self.temperature < 0:
+            raise ConfigError(f"eval.temperature={self.temperature} must be >= 0")
+        if self.n_samples > 1 and self.temperature == 0:
+            raise ConfigError(f"eval.n_samples={self.n_samples} with eval.temperature=0 gives "
+                              f"{self.n_samples} identical greedy samples; set temperature > 0")
 
 
 @dataclass

@@ -1,0 +1,187 @@
+"""`evaluate`: generate, verify and summarise one rank's share of a data set.
+
+The one evaluation path: `llamarl eval` and the trainer's periodic held-out evaluation both
+call `evaluate` with the generator's `GenerationEngine` and the training reward, so a
+checkpoint scores the same number in both places.
+
+    examples ─ batches of B = batch_size // n ─┬─ greedy pass (T = 0)       → accuracy
+                (batch b on rank b % world)    └─ n samples each (T > 0)    → pass@k, maj@k
+                                                  seed = seed + b
+             ─ rewards (one RewardPool.score per rank, or reward_fn per item) ─ summarize
+
+Why batches are cut in global example order and seeded by their index: a batch holds the
+same rows whatever the number of ranks, so data-parallel evaluation returns the same
+completions as one process (`merge_results` restores the order by `index`).
+Greedy (`temperature == 0`) generates once and that completion is the only sample, so
+pass@1 = accuracy; with `temperature > 0` a separate greedy pass gives accuracy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from llamarl_core.data import Example, render_prompt, render_target
+from llamarl_core.eval.answers import answer_fn_for
+from llamarl_core.eval.metrics import is_correct, summarize
+from llamarl_core.generation import SamplingParams
+
+
+@dataclass
+class EvalResult:
+    summary: dict                       # see metrics.summarize; pass@k/maj@k keyed by int k
+    predictions: list[dict] = field(default_factory=list)  # one per example, in data order
+
+
+def encode_prompt(example: Example, template: str, tokenizer) -> list[int]:
+    """Prompt token ids, rendered exactly as training renders them."""
+    return tokenizer.encode(render_prompt(example, template, tokenizer))
+
+
+def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[str, str], float], *,
+             template: str = "plain", n_samples: int = 1, temperature: float = 0.0,
+             max_new_tokens: int = 32, stop_strings=(), seed: int = 0, batch_size: int = 64,
+             progress: bool = False, reward_pool=None, rank: int = 0, world_size: int = 1,
+             top_p: float = 1.0) -> EvalResult:
+    """Accuracy, pass@k and maj@k of `engine` on this rank's share of `examples`.
+
+    `reward_pool` (a `RewardPool`), when given, scores all completions in one batch call
+    instead of `reward_fn` per item. `rank`/`world_size` select batches b with
+    b % world_size == rank; merge ranks with `merge_results`.
+    """
+    predictions = generate_predictions(
+        engine, tokenizer, examples, template=template, n_samples=n_samples,
+        temperature=temperature, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
+        seed=seed, batch_size=batch_size, progress=progress, rank=rank,
+        world_size=world_size, top_p=top_p)
+    score_predictions(predictions, reward_fn, reward_pool=reward_pool)
+    return EvalResult(summarize(predictions), predictions)
+
+
+def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, template: str = "plain",
+                         n_samples: int = 1, temperature: float = 0.0, max_new_tokens: int = 32,
+                         stop_strings=(), seed: int = 0, batch_size: int = 64,
+                         progress: bool = False, rank: int = 0, world_size: int = 1,
+                         top_p: float = 1.0) -> list[dict]:
+    """Unscored predictions (completions, finish reasons, token counts) for this rank."""
+    _check_args(n_samples, temperature, batch_size, rank, world_size)
+    sampled = temperature > 0
+    n = n_samples if sampled else 1
+    per_batch = max(1, batch_size // n)
+    greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
+                            stop_strings=tuple(stop_strings))
+    sample = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                            stop_strings=tuple(stop_strings))
+    starts = list(range(0, len(examples), per_batch))
+    mine = [(b, s) for b, s in enumerate(starts) if b % world_size == rank]
+    predictions: list[dict] = []
+    with _progress_bar(progress, sum(len(examples[s:s + per_batch]) for _, s in mine)) as advance:
+        for b, start in mine:
+            batch = examples[start:start + per_batch]
+            prompts = [_prompt_ids(ex, template, tokenizer, engine) for ex in batch]
+            greedy_out = engine.generate(prompts, greedy, seed=seed + b)
+            sampled_out = (engine.generate([p for p in prompts for _ in range(n)], sample,
+                                           seed=seed + b) if sampled else None)
+            for i, ex in enumerate(batch):
+                samples = sampled_out[i * n:(i + 1) * n] if sampled else [greedy_out[i]]
+                predictions.append(_prediction(start + i, ex, greedy_out[i], samples))
+            advance(len(batch))
+    return predictions
+
+
+def score_predictions(predictions: list[dict], reward_fn: Optional[Callable[[str, str], float]],
+                      reward_pool=None, answer_fn=None) -> None:
+    """Fill rewards, voting answers and counts in place: one batch through the verifier."""
+    if reward_fn is None and reward_pool is None:
+        raise ValueError("score_predictions needs reward_fn or reward_pool")
+    # Verifiers are deterministic: score each distinct (completion, reference) once. Under
+    # greedy decoding the only sample is the greedy completion, so this halves the work.
+    unique: dict[tuple[str, str], int] = {}
+    for p in predictions:
+        for text in [p["greedy_completion"], *p["completions"]]:
+            unique.setdefault((text, p["reference"]), len(unique))
+    pairs = list(unique)
+    if reward_pool is not None:
+        scores = reward_pool.score([t for t, _ in pairs], [r for _, r in pairs])
+    else:
+        scores = [float(reward_fn(t, r)) for t, r in pairs]
+    for p in predictions:
+        ref = p["reference"]
+        p["greedy_reward"] = scores[unique[(p["greedy_completion"], ref)]]
+        p["rewards"] = [scores[unique[(t, ref)]] for t in p["completions"]]
+        extract = answer_fn or answer_fn_for(p["source"])
+        p["answers"] = [extract(t) for t in p["completions"]]
+        p["num_correct"] = sum(is_correct(r) for r in p["rewards"])
+
+
+def reference_predictions(examples: Sequence[Example]) -> list[dict]:
+    """`policy=reference`: each example's own solution (the SFT target) as its only sample."""
+    out = []
+    for i, ex in enumerate(examples):
+        text = render_target(ex)
+        out.append({"index": i, "id": ex.id, "source": ex.source, "prompt": ex.prompt,
+                    "reference": ex.reference, "greedy_completion": text,
+                    "greedy_finish_reason": "stop", "completions": [text],
+                    "finish_reasons": ["stop"], "num_tokens": [0]})
+    return out
+
+
+def merge_results(rank_predictions: Sequence[list[dict]]) -> EvalResult:
+    """One result from every rank's scored predictions, back in data order."""
+    merged = sorted((p for preds in rank_predictions for p in preds), key=lambda p: p["index"])
+    return EvalResult(summarize(merged), merged)
+
+
+def _prediction(index: int, ex: Example, greedy, samples) -> dict:
+    return {"index": index, "id": ex.id, "source": ex.source, "prompt": ex.prompt,
+            "reference": ex.reference, "greedy_completion": greedy.text,
+            "greedy_finish_reason": greedy.finish_reason,
+            "completions": [c.text for c in samples],
+            "finish_reasons": [c.finish_reason for c in samples],
+            "num_tokens": [len(c.token_ids) for c in samples]}
+
+
+def _prompt_ids(ex: Example, template: str, tokenizer, engine) -> list[int]:
+    ids = encode_prompt(ex, template, tokenizer)
+    limit = getattr(engine, "max_seq_len", None)
+    if not ids:
+        raise ValueError(f"example {ex.id}: the rendered prompt is empty")
+    if limit is not None and len(ids) >= limit:
+        raise ValueError(f"example {ex.id}: prompt has {len(ids)} tokens but the model's "
+                         f"max_seq_len is {limit}; no room to generate")
+    return ids
+
+
+def _check_args(n_samples: int, temperature: float, batch_size: int, rank: int, world_size: int):
+    if n_samples < 1:
+        raise ValueError(f"n_samples={n_samples} must be >= 1")
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0")
+    if n_samples > 1 and temperature == 0:
+        raise ValueError(f"n_samples={n_samples} with temperature=0 would be {n_samples} identical "
+                         f"greedy samples; set temperature > 0 (e.g. 0.8) or n_samples=1")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+
+
+class _progress_bar:
+    """A rich progress bar over examples, or a no-op; used as `with ... as advance`."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total, self._progress = enabled, total, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda n: None
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+        self._progress = Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TimeRemainingColumn())
+        self._progress.start()
+        task = self._progress.add_task("eval", total=self.total)
+        return lambda n: self._progress.advance(task, n)
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,107 @@
+"""Generation for `llamarl eval` on one or several generator replicas.
+
+Replicas = `resources.generator.dp` (else num_devices / (tp * pp)); each is one process
+holding the whole model on one device (tensor/pipeline parallel engines are not used by
+eval: a replica needs to fit one device). With more than one replica the processes are
+started with `torch.multiprocessing.spawn`, each generates the batches b with
+b % world == rank (`generate_predictions`) and writes them to a file; the parent merges.
+Scoring stays in the parent, in one `RewardPool`, like the training reward role.
+`spawn` joins every child and, when one fails, ends the rest and re-raises its error.
+
+Everything a child needs travels in `spec`, a plain dict; the checkpoint and every prompt's
+length are checked here first, so bad input fails before any process starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.eval.evaluate import encode_prompt, generate_predictions
+
+
+def model_spec(cfg, examples, max_new_tokens: int) -> dict:
+    """Checked, picklable settings for the generating processes."""
+    from llamarl_core.models.hf_config import args_from_hf_config, read_config
+    from llamarl_core.models.tokenizer import load_tokenizer
+
+    checkpoint = cfg.eval.checkpoint or cfg.model.checkpoint
+    if not checkpoint:
+        raise ConfigError("eval.checkpoint is required with eval.policy=model (a Hugging Face-format "
+                          "directory, e.g. checkpoint=runs/cpu_tiny/checkpoint); or use policy=reference")
+    path = Path(checkpoint)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"eval.checkpoint={checkpoint}: no config.json there (not a checkpoint directory)")
+    try:
+        max_seq_len = args_from_hf_config(read_config(path), source=str(path / "config.json")).max_seq_len
+        tokenizer = load_tokenizer(path)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        raise ConfigError(f"eval.checkpoint={checkpoint}: {e}") from None
+    for ex in examples:
+        n = len(encode_prompt(ex, cfg.data.template, tokenizer))
+        if n >= max_seq_len:
+            raise ConfigError(f"example {ex.id}: prompt has {n} tokens but the checkpoint's "
+                              f"max_seq_len is {max_seq_len}; no room to generate")
+    g = cfg.resources.generator
+    replicas = g.dp or max(1, g.num_devices // (g.tp * g.pp))
+    n = cfg.eval.n_samples if cfg.eval.temperature > 0 else 1
+    num_batches = -(-len(examples) // max(1, g.max_batch_size // n))
+    world_size = max(1, min(replicas, num_batches))
+    use_cuda = cfg.resources.device != "cpu" and _cuda_count() > 0
+    if use_cuda and world_size > _cuda_count():
+        world_size = _cuda_count()
+    cores = cfg.resources.cpu_cores or os.cpu_count() or 1
+    threads = g.threads or (max(1, cores // world_size) if world_size > 1 else 0)
+    return {"checkpoint": str(path), "dtype": g.dtype, "quantization": g.quantization,
+            "max_batch_size": g.max_batch_size, "world_size": world_size,
+            "device": "cuda" if use_cuda else "cpu", "threads": threads,
+            "template": cfg.data.template, "n_samples": cfg.eval.n_samples,
+            "temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
+            "max_new_tokens": max_new_tokens, "stop_strings": list(cfg.generation.stop_strings),
+            "seed": cfg.run.seed}
+
+
+def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[dict]:
+    """Unscored predictions of all examples, in data order."""
+    if spec["world_size"] == 1:
+        return _generate(0, spec, examples, progress)
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="llamarl-eval-") as tmp:
+        mp.spawn(_child, args=(spec, examples, progress, tmp), nprocs=spec["world_size"], join=True)
+        merged = []
+        for rank in range(spec["world_size"]):
+            merged.extend(json.loads(Path(tmp, f"rank{rank}.json").read_text()))
+    return sorted(merged, key=lambda p: p["index"])
+
+
+def _child(rank: int, spec: dict, examples, progress: bool, tmp: str) -> None:
+    predictions = _generate(rank, spec, examples, progress and rank == 0)
+    Path(tmp, f"rank{rank}.json").write_text(json.dumps(predictions))
+
+
+def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:
+    import torch
+
+    from llamarl_core.generation import GenerationEngine
+    from llamarl_core.models import load_pretrained
+
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    device = f"cuda:{rank}" if spec["device"] == "cuda" else "cpu"
+    model, tokenizer = load_pretrained(spec["checkpoint"], dtype=getattr(torch, spec["dtype"]),
+                                       device=device)
+    engine = GenerationEngine(model, tokenizer, max_batch_size=spec["max_batch_size"],
+                              quantization=spec["quantization"])
+    return generate_predictions(
+        engine, tokenizer, examples, template=spec["template"], n_samples=spec["n_samples"],
+        temperature=spec["temperature"], max_new_tokens=spec["max_new_tokens"],
+        stop_strings=spec["stop_strings"], seed=spec["seed"], batch_size=spec["max_batch_size"],
+        progress=progress, rank=rank, world_size=spec["world_size"], top_p=spec["top_p"])
+
+
+def _cuda_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

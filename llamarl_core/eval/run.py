@@ -1,0 +1,122 @@
+"""`run_eval`: a resolved config → examples, verifier, engine(s) → result files.
+
+What `llamarl eval` does, without the CLI, so tests and scripts call it directly:
+- data: `eval.data` (else `data.name`) at `eval.split`; the file is `data.path` for the
+  train split, else `data.eval_path` or `data.path` (a folder means `<split>.jsonl`);
+  the built-in task is drawn with `run.seed` and the `data` difficulty knobs, as training does;
+- verifier: `data.reward`, or from the data set (arith, gsm8k, math500 → math; a file →
+  by its examples' family), always through one `RewardPool` in this process;
+- policy: `model` generates with the checkpoint (`eval.checkpoint`, else `model.checkpoint`)
+  on `resources.generator` replicas; `reference` scores the data set's own solutions;
+- files: `predictions.jsonl` and `summary.json` in `eval.out`, else `run.dir`, else
+  `runs/eval-<data>-<timestamp>`.
+Bad input raises `ConfigError` naming the field, before any model is loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.data import resolve_dataset
+from llamarl_core.eval.evaluate import EvalResult, merge_results, reference_predictions, score_predictions
+from llamarl_core.eval.metrics import summarize
+from llamarl_core.rewards import RewardPool
+
+_REWARD_BY_DATA = {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}
+_REWARD_BY_SOURCE = {"arith": "arith", "math": "math"}  # anything else: gsm8k's numeric rule
+
+
+def eval_data_name(cfg: LlamaRLConfig) -> str:
+    return cfg.eval.data or cfg.data.name
+
+
+def load_eval_examples(cfg: LlamaRLConfig) -> list:
+    """The examples `eval` scores; data errors become one-line ConfigErrors."""
+    name, split = eval_data_name(cfg), cfg.eval.split
+    path = cfg.data.path if split == "train" else (cfg.data.eval_path or cfg.data.path)
+    if name.endswith(".jsonl"):
+        path = None  # `data=path/to.jsonl` names the file itself
+    count = cfg.eval.num_examples or None
+    kwargs = {}
+    if name == "arith":
+        count = count or (cfg.data.num_eval_examples if split != "train" else None)
+        kwargs = {"digits": cfg.data.digits, "num_operands": cfg.data.num_operands}
+    try:
+        examples = resolve_dataset(name, path, split, num_examples=count, seed=cfg.run.seed,
+                                   on_error=cfg.data.on_error, **kwargs)
+    except FileNotFoundError as e:
+        raise ConfigError(f"data.path: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"eval.data={name!r}: {e}") from None
+    if not examples:
+        raise ConfigError(f"eval.data={name!r} split {split!r}: no examples")
+    return examples
+
+
+def eval_reward_name(cfg: LlamaRLConfig, examples) -> str:
+    if cfg.data.reward != "auto":
+        return cfg.data.reward
+    name = eval_data_name(cfg)
+    return _REWARD_BY_DATA.get(name) or _REWARD_BY_SOURCE.get(examples[0].source, "gsm8k")
+
+
+def eval_run_dir(cfg: LlamaRLConfig) -> Path:
+    if cfg.eval.out or cfg.run.dir:
+        return Path(cfg.eval.out or cfg.run.dir)
+    label = Path(eval_data_name(cfg)).stem
+    return Path("runs") / f"eval-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_eval(cfg: LlamaRLConfig, *, progress: bool = False, out_file: str | None = None,
+             extra: dict | None = None) -> tuple[EvalResult, Path]:
+    """Evaluate as configured; write predictions.jsonl + summary.json (+ `out_file`)."""
+    e = cfg.eval
+    examples = load_eval_examples(cfg)
+    reward = eval_reward_name(cfg, examples)
+    max_new_tokens = e.max_new_tokens or cfg.generation.max_new_tokens
+    start = time.perf_counter()
+    info = {"data": eval_data_name(cfg), "split": e.split, "policy": e.policy, "reward": reward,
+            "template": cfg.data.template, "temperature": e.temperature,
+            "max_new_tokens": max_new_tokens, "seed": cfg.run.seed, "checkpoint": None,
+            "num_ranks": 1}
+    with RewardPool(reward, num_workers=cfg.resources.reward.workers,
+                    timeout_s=cfg.resources.reward.timeout_s) as pool:
+        if e.policy == "reference":
+            predictions = reference_predictions(examples)
+        else:
+            from llamarl_core.eval.parallel import generate_on_replicas, model_spec
+            spec = model_spec(cfg, examples, max_new_tokens)
+            info.update(checkpoint=spec["checkpoint"], num_ranks=spec["world_size"],
+                        device=spec["device"])
+            predictions = generate_on_replicas(spec, examples, progress=progress)
+        score_predictions(predictions, None, reward_pool=pool)
+        info["reward_stats"] = dict(pool.stats)
+    result = merge_results([predictions])
+    elapsed_s = time.perf_counter() - start
+    tokens = sum(sum(p["num_tokens"]) for p in predictions)
+    info.update(elapsed_s=round(elapsed_s, 3), completion_tokens=tokens,
+                tokens_per_s=round(tokens / elapsed_s, 1) if elapsed_s > 0 else 0.0)
+    result.summary.update(info, **(extra or {}))
+    run_dir = eval_run_dir(cfg)
+    write_result(result, run_dir, out_file)
+    return result, run_dir
+
+
+def write_result(result: EvalResult, run_dir: Path, out_file: str | None = None) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "predictions.jsonl", "w", encoding="utf-8") as f:
+        for p in result.predictions:
+            f.write(json.dumps(p, ensure_ascii=False) + "\n")
+    text = json.dumps(result.summary, indent=2) + "\n"  # int keys of pass@k become "1", "2", ...
+    (run_dir / "summary.json").write_text(text)
+    if out_file:
+        os.makedirs(os.path.dirname(os.path.abspath(out_file)), exist_ok=True)
+        Path(out_file).write_text(text)
+
+
+__all__ = ["run_eval", "load_eval_examples", "eval_reward_name", "eval_run_dir", "write_result",
+           "summarize"]
