@@ -16,8 +16,9 @@ prefill attend to themselves only (no NaN rows).
 Speed: the cache is preallocated once and reused across calls, decode is one model call +
 one sampling call per step under `inference_mode`, sampling never syncs with the host, and
 finished rows are checked every `check_every` steps (every step on CPU, where a check is
-free). Weights are read from the model at every call, so in-place weight swaps need no
-notification; only quantized copies are rebuilt, by `refresh_weights()`.
+free). On CPU the linears run on a transposed weight snapshot taken at the start of every
+call (weights.py). Weights are re-read at every call, so in-place weight swaps need no
+notification; only quantized copies persist and are rebuilt by `refresh_weights()`.
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ import torch
 
 from ..models.llama import KVCache, Llama
 from .params import Completion, SamplingParams
-from .quant import attached, quantize_model
+from .quant import quantize_model
 from .sampling import sample_next
 from .stops import first_stop, truncate_at_stop_string
+from .weights import attached, transposed_snapshot
 
 
 class GenerationEngine:
@@ -68,7 +70,7 @@ class GenerationEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), attached(self.model, self._quantized):
+            with torch.inference_mode(), attached(self.model, self._linear_overrides()):
                 out: list[Completion] = []
                 for start in range(0, len(prompts), self.max_batch_size):
                     chunk = prompts[start:start + self.max_batch_size]
@@ -76,6 +78,13 @@ class GenerationEngine:
                 return out
         finally:
             self.model.train(was_training)
+
+    def _linear_overrides(self) -> dict:
+        """Quantized copies (kept until refresh_weights) + a fresh transposed snapshot on CPU."""
+        overrides = dict(self._quantized)
+        if self.device.type == "cpu":
+            overrides.update(transposed_snapshot(self.model, skip=set(overrides)))
+        return overrides
 
     def _kv_cache(self, batch: int, length: int) -> KVCache:
         dtype = self.model.tok_embeddings.weight.dtype

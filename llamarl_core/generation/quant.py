@@ -14,11 +14,11 @@ measure its accuracy).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .weights import attached
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -33,6 +33,7 @@ class QuantizedLinear:
         if kind == "int8":
             self.scale = (amax / 127.0).to(weight.dtype)
             self.q = torch.round(w / (amax / 127.0)[:, None]).clamp(-127, 127).to(torch.int8)
+            self.q_t = self.q.t().contiguous()  # [in, out]: the fast CPU GEMM layout (weights.py)
         elif kind == "fp8":
             scale32 = amax / FP8_MAX
             self.scale = scale32
@@ -48,6 +49,8 @@ class QuantizedLinear:
         if self.kind == "fp8" and self.use_scaled_mm:
             return _fp8_scaled_mm(x, self.q, self.scale)
         # Dequantize into the GEMM: (x @ q^T) * scale == x @ (q * scale)^T, one column per channel.
+        if self.kind == "int8":
+            return torch.matmul(x, self.q_t.to(x.dtype)) * self.scale.to(x.dtype)
         return F.linear(x, self.q.to(x.dtype)) * self.scale.to(x.dtype)
 
 
@@ -72,19 +75,6 @@ def quantize_model(model: nn.Module, kind: str) -> dict[str, QuantizedLinear]:
     """Quantized copies of every linear inside the transformer blocks, keyed by module name."""
     return {name: QuantizedLinear(module.weight, kind) for name, module in model.named_modules()
             if isinstance(module, nn.Linear) and name.startswith("layers.")}
-
-
-@contextmanager
-def attached(model: nn.Module, quantized: dict[str, QuantizedLinear]):
-    """Route the named linears through their quantized copies for the duration of the block."""
-    modules = dict(model.named_modules())
-    try:
-        for name, qlinear in quantized.items():
-            modules[name].forward = qlinear
-        yield model
-    finally:
-        for name in quantized:
-            modules[name].__dict__.pop("forward", None)
 
 
 @torch.inference_mode()
