@@ -78,6 +78,12 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, start, k, v)  # [B, KV, start+T, hd]
         gqa = self.n_kv_heads != self.n_heads
+        if T == 1 and gqa:
+            # Decode: the n_heads/n_kv_heads query heads of a group become that group's query
+            # rows (they share the one mask row), so K/V are read once per group, not per head.
+            group = q.view(B, self.n_kv_heads, self.n_heads // self.n_kv_heads, self.head_dim)
+            out = F.scaled_dot_product_attention(group, k, v, attn_mask=attn_mask)
+            return self.wo(out.reshape(B, 1, -1))
         if attn_mask is None:
             # Plain causal attention; with a cache only valid for one new token (or start=0).
             out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
