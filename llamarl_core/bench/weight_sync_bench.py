@@ -5,7 +5,9 @@ For every size, in one loop so machine noise hits all three alike, in turn:
 
 - ``memcpy``: ``dst.copy_(src)`` of the same bytes inside rank 0 (the ceiling);
 - ``collective``: ``WeightSyncSender.send`` / ``WeightSyncReceiver.receive`` over gloo;
-- ``shm``: the same over ``/dev/shm``.
+- ``shm``: the same over ``/dev/shm``;
+- ``broadcast``: bare ``dist.broadcast`` of the same bytes in ``bucket_mb`` pieces,
+  with no packing or unpacking: the ceiling of the collective transport.
 
 A sync is timed end to end on rank 0: barrier, t0, send (rank 1: receive), barrier,
 t1; so it includes packing on the trainer, the transfer, and the copy into the
@@ -32,7 +34,7 @@ import torch
 
 BYTES_PER_MIB = 1 << 20
 TENSOR_MIB = 16
-VARIANTS = ("memcpy", "collective", "shm")
+VARIANTS = ("memcpy", "broadcast", "collective", "shm")
 
 
 def _named_views(flat: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -58,11 +60,14 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) 
     cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
     ends = {t: cls(shapes, transport=t, **kw) for t in ("collective", "shm")}
     dst = torch.empty_like(flat) if rank == 0 else None
+    bare = flat.clone() if rank == 0 else torch.empty_like(flat)  # bare broadcast must not touch params
+    piece_bytes = int(bucket_mb * BYTES_PER_MIB)
     raw: dict[str, list] = {v: [] for v in VARIANTS}
     raw.update({f"{t}_{side}": [] for t in ("collective", "shm") for side in ("sender", "receiver")})
     raw["barrier"] = []
     version = 0
-    for it in range(repeats + 1):  # iteration 0 warms up (page faults, first connections)
+    warmup = 2  # one per shm slot: first touches of each mapping, first connections
+    for it in range(repeats + warmup):
         if rank == 0:
             t0 = time.perf_counter()
             dst.copy_(flat)
@@ -72,6 +77,13 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) 
         dist.barrier()
         barrier_s = time.perf_counter() - t0
         row = {"memcpy": memcpy_s if rank == 0 else None, "barrier": barrier_s}
+        dist.barrier()
+        t0 = time.perf_counter()
+        works = [dist.broadcast(piece, src=0, async_op=True) for piece in bare.view(torch.uint8).split(piece_bytes)]
+        for w in works:
+            w.wait()
+        dist.barrier()
+        row["broadcast"] = time.perf_counter() - t0
         for transport, end in ends.items():
             version += 1
             dist.barrier()
@@ -82,7 +94,7 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) 
             side_stats = [None, None]
             dist.all_gather_object(side_stats, _stats_row(stats))
             row[f"{transport}_sender"], row[f"{transport}_receiver"] = side_stats
-        if it > 0:
+        if it >= warmup:
             for k, v in row.items():
                 raw[k].append(v)
     checksums = [None, None]  # the generator must hold exactly the trainer's bytes
@@ -101,7 +113,7 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) 
         "size_mb": size_mb, "bytes": nbytes, "num_tensors": len(tensors),
         "num_buckets": raw["collective_sender"][0]["num_buckets"],
         "median_seconds": med_s, "median_gbps": gbps, "median_side_gbps": side_gbps,
-        "ratio_to_memcpy": {v: gbps[v] / gbps["memcpy"] for v in ("collective", "shm")},
+        "ratio_to_memcpy": {v: gbps[v] / gbps["memcpy"] for v in VARIANTS[1:]},
         "median_barrier_seconds": statistics.median(raw["barrier"]),
         "raw": raw,
     }
@@ -160,14 +172,15 @@ def print_table(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"weight sync, GB/s (median of {result['config']['repeats']}; x = ratio to memcpy)")
-    for col in ("size MiB", "buckets", "memcpy", "collective", "shm", "shm read only", "barrier ms"):
+    table = Table(title=f"weight sync GB/s, median of {result['config']['repeats']} (x = ratio to memcpy); "
+                        "shm write/read: one side's copy alone")
+    for col in ("MiB", "buckets", "memcpy", "bare bcast", "collective", "shm", "shm write", "shm read"):
         table.add_column(col, justify="right")
     for r in result["sizes"]:
-        g, x = r["median_gbps"], r["ratio_to_memcpy"]
+        g, x, side = r["median_gbps"], r["ratio_to_memcpy"], r["median_side_gbps"]
         table.add_row(f"{r['size_mb']:g}", str(r["num_buckets"]), f"{g['memcpy']:.2f}",
-                      f"{g['collective']:.2f} ({x['collective']:.2f}x)", f"{g['shm']:.2f} ({x['shm']:.2f}x)",
-                      f"{r['median_side_gbps']['shm_receiver']:.2f}", f"{r['median_barrier_seconds'] * 1e3:.2f}")
+                      *(f"{g[v]:.2f} ({x[v]:.2f}x)" for v in VARIANTS[1:]),
+                      f"{side['shm_sender']:.2f}", f"{side['shm_receiver']:.2f}")
     Console().print(table)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 import torch
@@ -38,10 +39,25 @@ def new_paths(run_id: str, count: int) -> list[str]:
 
 
 def create(path: str, nbytes: int) -> torch.Tensor:
-    """Create (zero-filled) and map a ``uint8`` shared buffer of ``nbytes``."""
-    if os.path.exists(path):
-        raise FileExistsError(f"shared-memory buffer {path} already exists")
-    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    """Create and map a ``uint8`` shared buffer of ``nbytes``, its pages touched now.
+
+    ``posix_fallocate`` reserves every page first, so a full ``/dev/shm`` is a clear
+    error here rather than a SIGBUS at the first write; writing zeros then maps the
+    pages, so the first weight sync is not slowed by page faults.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        if nbytes > 0:
+            os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        os.unlink(path)
+        raise OSError(f"cannot reserve {nbytes} bytes in {SHM_DIR} for weight sync ({e.strerror}); "
+                      f"free: {shutil.disk_usage(SHM_DIR).free} bytes") from e
+    finally:
+        os.close(fd)
+    buf = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    buf.zero_()
+    return buf
 
 
 def open_existing(path: str, nbytes: int) -> torch.Tensor:

@@ -8,7 +8,10 @@
         results = run_workers(_body, 3, 7, timeout_s=60)   # -> [result of rank 0, 1, 2]
 
 (A fixture rather than ``from conftest import``: several test folders may own a
-``conftest`` module, and the import would pick whichever came first.)
+``conftest`` module, and the import would pick whichever came first.) Starting
+processes costs seconds on a busy 2-core machine (each imports torch), so a test
+module may run all its scenarios in one ``run_workers`` call from a module-scoped
+fixture and let each test assert on its own part of the result.
 
 Why subprocesses and not ``multiprocessing.spawn``: a pytest test module (and
 this conftest) has no importable dotted name, so a child cannot unpickle a
@@ -40,9 +43,9 @@ import pytest
 GRACE_AFTER_FAILURE_S = 5.0
 
 
-@pytest.fixture(name="run_workers")
+@pytest.fixture(scope="session", name="run_workers")
 def _run_workers_fixture():
-    """The ``run_workers`` function below, for test files."""
+    """The ``run_workers`` function below, for test files (any fixture scope may use it)."""
     return run_workers
 
 

@@ -2,6 +2,10 @@
 
 Reference: the sender's own state. Each rank returns a sha256 per tensor per version;
 the parent compares them, so a torn or stale bucket shows up as a hash mismatch.
+
+All scenarios run in one 3-process gloo world (``_results`` below: starting processes
+is the expensive part); two-rank scenarios use a sub-group of ranks 0 and 1, which
+every rank creates, in the same order, as the runtime does.
 """
 
 import hashlib
@@ -33,13 +37,17 @@ def _hashes(tensors: dict[str, torch.Tensor]) -> dict[str, str]:
     return {n: hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest() for n, t in tensors.items()}
 
 
+VERSIONS = [1, 2, 5, 6]
+SYNC_CASES = {"collective": 0, "shm": 2}  # transport -> src rank (shm: not group rank 0)
+
+
 def _sync_body(rank, world_size, store, transport, src_rank, versions, slow_rank):
     group = dist.new_group(list(range(world_size)))
-    kw = dict(transport=transport, group=group, src_rank=src_rank, store=store, run_id="t-sync",
+    kw = dict(transport=transport, group=group, src_rank=src_rank, store=store, run_id=f"t-sync-{transport}",
               bucket_mb=SMALL_BUCKET_MB)
     if rank == src_rank:
         sender = WeightSyncSender(SHAPES, **kw)
-        leftovers = sorted(p.name for p in Path("/dev/shm").glob("llamarl-ws-t-sync-*"))
+        leftovers = sorted(p.name for p in Path("/dev/shm").glob(f"llamarl-ws-t-sync-{transport}-*"))
         out = []
         for v in versions:
             state = _state(v)
@@ -62,12 +70,10 @@ def _sync_body(rank, world_size, store, transport, src_rank, versions, slow_rank
     return {"role": "receiver", "syncs": out, "in_place": ptrs == {n: t.data_ptr() for n, t in model.items()}}
 
 
-@pytest.mark.parametrize("transport, src_rank", [("collective", 0), ("shm", 2)])
-def test_every_generator_holds_the_trainers_exact_weights_after_each_version_in_order(
-    run_workers, transport, src_rank
-):
-    versions = [1, 2, 5, 6]
-    results = run_workers(_sync_body, 3, transport, src_rank, versions, (src_rank + 1) % 3, timeout_s=60)
+@pytest.mark.parametrize("transport", sorted(SYNC_CASES))
+def test_every_generator_holds_the_trainers_exact_weights_after_each_version_in_order(results, transport):
+    src_rank, versions = SYNC_CASES[transport], VERSIONS
+    results = [r[f"sync_{transport}"] for r in results]
     sender = results[src_rank]
     assert sender["shm_leftovers"] == []  # names unlinked right after every reader mapped them
     # Buckets of <= 4500 B in name order: layers.0.attention.wq (1024) + attention_norm (64) +
@@ -83,10 +89,13 @@ def test_every_generator_holds_the_trainers_exact_weights_after_each_version_in_
 
 
 def _bf16_body(rank, world_size, store):
+    group = dist.new_group([0, 1])
+    if rank not in (0, 1):
+        return None
     shapes = {**SHAPES, "step": (torch.Size([2]), torch.int64)}
     out = {}
     for transport in ("collective", "shm"):
-        kw = dict(transport=transport, group=None, src_rank=0, store=store, run_id="t-bf16",
+        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-bf16",
                   bucket_mb=SMALL_BUCKET_MB, wire_dtype=torch.bfloat16)
         state = {**_state(3), "step": torch.tensor([7, 2**40 + 1])}
         if rank == 0:
@@ -95,7 +104,9 @@ def _bf16_body(rank, world_size, store):
             sender.close()
             continue
         receiver = WeightSyncReceiver(shapes, **kw)
-        params = {n: torch.zeros(shape, dtype=dt) for n, (shape, dt) in shapes.items()}
+        # nn.Parameters (requires_grad) as a generator's nn.Module holds them: updated in place.
+        params = {n: torch.nn.Parameter(torch.zeros(shape)) for n, (shape, _) in SHAPES.items()}
+        params["step"] = torch.zeros(2, dtype=torch.int64)
         out[transport] = receiver.receive(params, timeout_s=30).bytes
         for name, sent in state.items():
             if sent.is_floating_point():
@@ -107,13 +118,16 @@ def _bf16_body(rank, world_size, store):
     return out
 
 
-def test_bf16_wire_dtype_rounds_floats_to_bf16_and_halves_the_bytes(run_workers):
-    results = run_workers(_bf16_body, 2, timeout_s=60)
-    # float bytes halve: 11328 / 2 = 5664; int64 "step" 2 * 8 = 16 -> 5680 on the wire.
-    assert results[0] == results[1] == {"collective": 5680, "shm": 5680}
+def test_bf16_wire_dtype_rounds_floats_to_bf16_and_halves_the_bytes(results):
+    # Rank 1 asserted the bf16 rounding itself; here: float bytes halve, 11328 / 2 = 5664,
+    # plus int64 "step" 2 * 8 = 16 -> 5680 on the wire, as both sides report.
+    assert results[0]["bf16"] == results[1]["bf16"] == {"collective": 5680, "shm": 5680}
 
 
 def _mismatch_body(rank, world_size, store):
+    group = dist.new_group([0, 1])
+    if rank not in (0, 1):
+        return None
     shapes = dict(SHAPES)
     if rank == 1:
         shapes["layers.0.attention.wq.weight"] = (torch.Size([16, 8]), torch.float32)
@@ -121,11 +135,11 @@ def _mismatch_body(rank, world_size, store):
     for transport in ("collective", "shm"):
         cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
         try:
-            cls(shapes, transport=transport, group=None, src_rank=0, store=store, run_id="t-mis")
+            cls(shapes, transport=transport, group=group, src_rank=0, store=store, run_id="t-mis")
         except ValueError as e:
             errors[transport] = str(e)
     # A receiver built right but handed wrongly shaped params fails locally, before any traffic.
-    kw = dict(transport="collective", group=None, src_rank=0, store=store, run_id="t-mis")
+    kw = dict(transport="collective", group=group, src_rank=0, store=store, run_id="t-mis")
     if rank == 0:
         WeightSyncSender(SHAPES, **kw).send(_state(1), 1)
     else:
@@ -138,9 +152,8 @@ def _mismatch_body(rank, world_size, store):
     return errors
 
 
-def test_mismatched_shapes_fail_on_both_sides_naming_the_tensor(run_workers):
-    results = run_workers(_mismatch_body, 2, timeout_s=60)
-    for errors in results:
+def test_mismatched_shapes_fail_on_both_sides_naming_the_tensor(results):
+    for errors in (results[0]["mismatch"], results[1]["mismatch"]):
         assert set(errors) == {"collective", "shm"}
         for msg in errors.values():
             assert "'layers.0.attention.wq.weight'" in msg and "(16, 8)" in msg and "(16, 16)" in msg
@@ -151,6 +164,8 @@ def _timeout_body(rank, world_size, store):
     for transport in ("shm", "collective"):  # collective last: a timed-out collective spoils its group
         group = dist.new_group([0, 1])
         kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-timeout")
+        if rank not in (0, 1):
+            continue
         if rank == 0:
             sender = WeightSyncSender(SHAPES, **kw)
             store.wait([f"timeout-done/{transport}"])  # send nothing until the receiver gave up
@@ -165,8 +180,23 @@ def _timeout_body(rank, world_size, store):
     return messages
 
 
-def test_a_generator_waiting_past_its_timeout_gets_a_timeout_error_naming_version_and_transport(run_workers):
-    messages = run_workers(_timeout_body, 2, timeout_s=60)[1]
+def test_a_generator_waiting_past_its_timeout_gets_a_timeout_error_naming_version_and_transport(results):
+    messages = results[1]["timeout"]
+    assert set(messages) == {"shm", "collective"}
     for transport, msg in messages.items():
         assert f"transport '{transport}'" in msg
         assert "waiting for the first weight version" in msg
+
+
+def _all_scenarios(rank, world_size, store):
+    out = {f"sync_{t}": _sync_body(rank, world_size, store, t, src, VERSIONS, (src + 1) % world_size)
+           for t, src in SYNC_CASES.items()}  # (src + 1) % 3 reads slowly
+    out["bf16"] = _bf16_body(rank, world_size, store)
+    out["mismatch"] = _mismatch_body(rank, world_size, store)
+    out["timeout"] = _timeout_body(rank, world_size, store)  # last: it spoils a sub-group
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(run_workers):
+    return run_workers(_all_scenarios, 3, timeout_s=90)
