@@ -49,7 +49,7 @@ def score_part(name: str, reward: str, examples: list[Example], shuffled: bool,
     seconds = time.perf_counter() - start
     expected = 0.0 if shuffled else 1.0
     failures = [
-        {"id": ex.id, "reference": ref, "completion_tail": ex.solution[-160:] if ex.solution else ""}
+        {"id": ex.id, "reference": ref, "completion_tail": (ex.solution or "")[-160:]}
         for ex, ref, score in zip(examples, references, scores) if score != expected
     ]
     correct = int(sum(score == 1.0 for score in scores))

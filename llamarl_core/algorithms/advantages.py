@@ -41,4 +41,5 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str = "mean
     else:
         std = grouped.std(dim=1, keepdim=True, correction=0)  # [P, 1]
         advantages = centered / (std + STD_EPS)  # [P, G]
-    return advantages.reshape(-1).to(rewards.dtype if rewards.is_floating_point() else torch.float32)  # [N]
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    return advantages.reshape(-1).to(out_dtype)  # [N]

@@ -17,10 +17,12 @@ Protocol: child sends ``("ready", None)`` once warmed up, then for each
 """
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 
@@ -29,10 +31,10 @@ from llamarl_core.rewards.specs import get_spec
 WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway sympy expansion dies, not the machine
 
 
-def worker_main(conn: Connection, reward_name: str) -> None:
+def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool) -> None:
     """Entry point of the child process: warm up, then answer tasks until EOF or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and shutdown
-    _die_with_parent()
+    _die_with_parent(parent_is_main_thread)
     try:
         import resource
 
@@ -61,15 +63,32 @@ def worker_main(conn: Connection, reward_name: str) -> None:
         conn.send((task_id, score, error))
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when its parent exits, even mid-computation (an idle
-    worker also exits on its own when the socket reaches EOF)."""
-    try:
-        import ctypes
+def _die_with_parent(parent_is_main_thread: bool, poll_s: float = 1.0) -> None:
+    """Exit when the parent process is gone, even in the middle of a long computation.
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    Linux ``PR_SET_PDEATHSIG`` kills the worker even inside one long C call (a huge
+    integer power holds the GIL), but it fires when the parent *thread* that started the
+    worker exits, so it is used only when that thread was the main thread. Always, a
+    daemon thread also polls ``os.getppid()`` (it runs between bytecodes).
+    """
+    parent_pid = os.getppid()
+    if parent_is_main_thread:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 class WorkerHandle:
@@ -86,9 +105,10 @@ class WorkerHandle:
     def start(self) -> None:
         parent_sock, child_sock = socket.socketpair()
         child_fd = child_sock.fileno()
+        on_main_thread = threading.current_thread() is threading.main_thread()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llamarl_core.rewards.worker_entry", str(child_fd),
-             self.reward_name],
+             self.reward_name, str(int(on_main_thread))],
             pass_fds=(child_fd,), stdin=subprocess.DEVNULL, close_fds=True,
         )
         child_sock.close()
