@@ -61,6 +61,8 @@ def aipo_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The scalar loss to minimise and a dict of float metrics."""
     _check_inputs(logprobs, behavior_logprobs, advantages, mask, rho, kind)
+    # bf16 log-probs would make exp(log pi - log mu) too coarse to see staleness: use >= fp32.
+    logprobs = logprobs.to(torch.promote_types(logprobs.dtype, torch.float32))  # [B, T]
     mask = mask.to(logprobs.dtype)  # [B, T]
     behavior = behavior_logprobs.detach().to(logprobs.dtype)  # [B, T]
     advantages = advantages.detach().to(logprobs.dtype)  # [B, T]
