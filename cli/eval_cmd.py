@@ -15,7 +15,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from llamarl_cli.common import EXIT_OK, load_config, make_parser, parse, print_resolved, run_guarded
+from llamarl_cli.common import EXIT_FAILED, EXIT_OK, load_config, make_parser, parse, print_resolved, run_guarded
 
 SHORT_WORDS = ("checkpoint", "data", "n_samples", "temperature", "max_new_tokens", "policy",
                "split", "num_examples")
@@ -30,7 +30,7 @@ def expand_short_words(overrides: list[str]) -> list[str]:
     return out
 
 
-def words_first(argv, flags_with_value=("--out",)) -> list[str]:
+def words_first(argv, flags_with_value=("--out", "--cfg")) -> list[str]:
     """Put key=value words before flags: argparse stops collecting the positional words at
     the first flag, so `--out f.json data.path=x` would reject `data.path=x`."""
     words, flags, i = [], [], 0
@@ -86,8 +86,12 @@ def main(argv) -> int:
         from llamarl_core.eval.run import run_eval
 
         command = "llamarl eval " + " ".join(argv)
-        result, run_dir = run_eval(cfg, progress=not args.no_progress and sys.stderr.isatty(),
-                                   out_file=args.out, extra={"command": command})
+        try:
+            result, run_dir = run_eval(cfg, progress=not args.no_progress and sys.stderr.isatty(),
+                                       out_file=args.out, extra={"command": command})
+        except RuntimeError as e:  # a replica failed; the others were ended by spawn
+            print(f"llamarl: error: {e}", file=sys.stderr)
+            return EXIT_FAILED
         print_summary(result.summary, run_dir)
         return EXIT_OK
 

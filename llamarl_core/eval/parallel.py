@@ -70,7 +70,13 @@ def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[d
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="llamarl-eval-") as tmp:
-        mp.spawn(_child, args=(spec, examples, progress, tmp), nprocs=spec["world_size"], join=True)
+        try:
+            mp.spawn(_child, args=(spec, examples, progress, tmp), nprocs=spec["world_size"], join=True)
+        except mp.ProcessRaisedException as e:  # the child's traceback; its last line says what
+            lines = [ln for ln in str(e).splitlines() if ln.strip()]
+            raise RuntimeError(f"eval replica failed: {lines[-1] if lines else e}") from e
+        except mp.ProcessExitedException as e:  # killed (e.g. out of memory)
+            raise RuntimeError(f"eval replica died: {e}") from e
         merged = []
         for rank in range(spec["world_size"]):
             merged.extend(json.loads(Path(tmp, f"rank{rank}.json").read_text()))

@@ -23,8 +23,13 @@ def test_short_words_become_eval_overrides_and_the_rest_stay_hydra_overrides():
 
 
 def test_key_value_words_after_a_flag_are_still_words():
-    assert words_first(["--out", "f.json", "data=x", "--no-progress", "a=b"]) == [
-        "data=x", "a=b", "--out", "f.json", "--no-progress"]
+    assert words_first(["--out", "f.json", "data=x", "--no-progress", "a=b", "--cfg", "job"]) == [
+        "data=x", "a=b", "--out", "f.json", "--no-progress", "--cfg", "job"]
+
+
+def test_cfg_job_shows_short_words_under_eval(capsys):
+    code, out, _ = run_cli(capsys, "n_samples=4", "temperature=0.5", "--cfg", "job")
+    assert code == 0 and "n_samples: 4" in out and "temperature: 0.5" in out
 
 
 @pytest.mark.parametrize("argv, words", [
