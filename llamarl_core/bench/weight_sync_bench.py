@@ -133,6 +133,13 @@ def _worker(rank: int, port: int, sizes_mb, repeats: int, bucket_mb: float, out_
         dist.destroy_process_group()
 
 
+def _command() -> str:
+    prog = Path(sys.argv[0]).name
+    if prog == Path(__file__).name:  # run as `python -m llamarl_core.bench.weight_sync_bench`
+        prog = "python -m llamarl_core.bench.weight_sync_bench"
+    return " ".join([prog, *sys.argv[1:]])
+
+
 def _machine() -> dict:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
@@ -155,7 +162,7 @@ def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=No
         rows = json.loads(Path(rows_path).read_text())
     result = {
         "benchmark": "weight_sync",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": _command(),
         "config": {"sizes_mb": list(sizes_mb), "repeats": repeats, "bucket_mb": bucket_mb,
                    "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32"},
         "machine": _machine(),
