@@ -173,13 +173,18 @@ class WeightSyncSender(_Endpoint):
         self._key = f"{run_id}/weights/{secrets.token_hex(4)}"
         sizes = self.layout.bucket_nbytes
         try:
-            if transport == "shm":
-                self._paths = shm.new_paths(run_id, NUM_SHM_SLOTS * len(sizes))
-                flat = [shm.create(p, sizes[i % len(sizes)]) for i, p in enumerate(self._paths)]
-                self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-            hello = {"spec": self.layout.spec(), "bucket_nbytes": sizes, "transport": transport,
-                     "paths": self._paths, "key": self._key}
+            hello = {"spec": self.layout.spec(), "transport": transport, "key": self._key, "error": ""}
+            try:
+                if transport == "shm":
+                    self._paths = shm.new_paths(run_id, NUM_SHM_SLOTS * len(sizes))
+                    flat = [shm.create(p, sizes[i % len(sizes)]) for i, p in enumerate(self._paths)]
+                    self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
+            except OSError as e:  # tell the receivers before failing, or they would wait forever
+                hello["error"] = str(e)
+            hello["paths"] = self._paths
             dist.broadcast_object_list([hello], src=src_rank, group=group)
+            if hello["error"]:
+                raise OSError(f"weight sync setup failed on the trainer: {hello['error']}")
             self._verdict("")
         finally:
             shm.unlink(self._paths)  # every reader has mapped them (or setup failed): drop the names
@@ -262,7 +267,8 @@ class WeightSyncReceiver(_Endpoint):
         dist.broadcast_object_list(hello, src=src_rank, group=group)
         hello = hello[0]
         self._key = hello["key"]
-        error = ""
+        if hello["error"]:
+            raise OSError(f"weight sync setup failed on the trainer (global rank {src_rank}): {hello['error']}")
         if hello["transport"] != transport:
             error = f"transport differs: trainer uses {hello['transport']!r}, this generator {transport!r}"
         else:
@@ -278,7 +284,7 @@ class WeightSyncReceiver(_Endpoint):
                 error = str(e)
         self._verdict(error)
 
-    def receive(self, params: dict[str, torch.Tensor], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> SyncStats:
+    def receive(self, params: dict[str, torch.Tensor], timeout_s: float = DEFAULT_TIMEOUT_S) -> SyncStats:
         """Block until the next version arrives, copy it into ``params``; returns its stats."""
         if self._closed:
             raise RuntimeError("WeightSyncReceiver.receive after close()")

@@ -159,6 +159,33 @@ def test_mismatched_shapes_fail_on_both_sides_naming_the_tensor(results):
             assert "'layers.0.attention.wq.weight'" in msg and "(16, 8)" in msg and "(16, 16)" in msg
 
 
+def _setup_error_body(rank, world_size, store):
+    from llamarl_core.runtime import shm
+
+    group = dist.new_group([0, 1])
+    if rank not in (0, 1):
+        return None
+    cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
+    real_create = shm.create
+
+    def full_shm(path, nbytes):
+        raise OSError(28, "No space left on device")
+
+    shm.create = full_shm  # only the trainer creates buffers
+    try:
+        cls(SHAPES, transport="shm", group=group, src_rank=0, store=store, run_id="t-full")
+    except OSError as e:
+        return str(e)
+    finally:
+        shm.create = real_create
+    return "no error"
+
+
+def test_a_trainer_that_cannot_create_shm_buffers_fails_every_rank_with_its_reason(results):
+    for msg in (results[0]["setup_error"], results[1]["setup_error"]):
+        assert msg.startswith("weight sync setup failed on the trainer") and "No space left on device" in msg
+
+
 def _timeout_body(rank, world_size, store):
     messages = {}
     for transport in ("shm", "collective"):  # collective last: a timed-out collective spoils its group
@@ -193,6 +220,7 @@ def _all_scenarios(rank, world_size, store):
            for t, src in SYNC_CASES.items()}  # (src + 1) % 3 reads slowly
     out["bf16"] = _bf16_body(rank, world_size, store)
     out["mismatch"] = _mismatch_body(rank, world_size, store)
+    out["setup_error"] = _setup_error_body(rank, world_size, store)
     out["timeout"] = _timeout_body(rank, world_size, store)  # last: it spoils a sub-group
     return out
 
