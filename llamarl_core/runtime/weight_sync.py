@@ -4,7 +4,7 @@ The trainer's rank 0 holds the full state dict; every generator rank holds a mod
 whose parameters must change *in place* (the generation engine keeps references).
 Both sides derive one bucket layout from the same ``named_shapes``
 (``weight_sync_layout``): a few large flat byte buffers, floating tensors cast to
-``wire_dtype`` on the way. Two transports move the buckets:
+``wire_dtype`` on the way (bf16/fp16, or int8 with per-row scales for matrices). Two transports move the buckets:
 
 - ``"collective"``: a version tensor then one ``dist.broadcast`` per bucket over
   ``group`` (trainer rank 0 + all generator ranks). Gloo on CPU, NCCL on GPU: the

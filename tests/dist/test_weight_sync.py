@@ -88,40 +88,60 @@ def test_every_generator_holds_the_trainers_exact_weights_after_each_version_in_
         assert [s[1] for s in res["syncs"]] == [s[1] for s in sender["syncs"]]
 
 
-def _bf16_body(rank, world_size, store):
+def _check_received(wire: str, params, state) -> None:
+    for name, sent in state.items():
+        got = params[name].detach()
+        if not sent.is_floating_point():
+            assert torch.equal(got, sent), name  # integers travel untouched
+        elif wire == "bf16":
+            # bf16 keeps 8 significant bits (7 stored): spacing 2**-7 relative, so rounding to nearest errs <= 2**-8.
+            assert torch.equal(got, sent.to(torch.bfloat16).float()), name
+            assert torch.all((got - sent).abs() <= sent.abs() * 2**-8), name
+        elif sent.dim() >= 2:  # int8: per-row step absmax / 127, error <= half a step (+ fp32 slack)
+            half_step = sent.abs().amax(dim=1, keepdim=True) / 254
+            assert torch.all((got - sent).abs() <= half_step * (1 + 1e-6)), name
+        else:
+            assert torch.equal(got, sent), name  # vectors are not quantized
+
+
+def _wire_dtype_body(rank, world_size, store):
     group = dist.new_group([0, 1])
     if rank not in (0, 1):
         return None
     shapes = {**SHAPES, "step": (torch.Size([2]), torch.int64)}
     out = {}
-    for transport in ("collective", "shm"):
-        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-bf16",
-                  bucket_mb=SMALL_BUCKET_MB, wire_dtype=torch.bfloat16)
-        state = {**_state(3), "step": torch.tensor([7, 2**40 + 1])}
-        if rank == 0:
-            sender = WeightSyncSender(shapes, **kw)
-            out[transport] = sender.send(state, 3).bytes
-            sender.close()
-            continue
-        receiver = WeightSyncReceiver(shapes, **kw)
-        # nn.Parameters (requires_grad) as a generator's nn.Module holds them: updated in place.
-        params = {n: torch.nn.Parameter(torch.zeros(shape)) for n, (shape, _) in SHAPES.items()}
-        params["step"] = torch.zeros(2, dtype=torch.int64)
-        out[transport] = receiver.receive(params, timeout_s=30).bytes
-        for name, sent in state.items():
-            if sent.is_floating_point():
-                # bf16 keeps 8 significant bits (7 stored): spacing 2**-7 relative, so rounding to nearest errs <= 2**-8.
-                assert torch.equal(params[name], sent.to(torch.bfloat16).float()), name
-                assert torch.all((params[name] - sent).abs() <= sent.abs() * 2**-8), name
-            else:
-                assert torch.equal(params[name], sent), name  # integers travel untouched
+    for wire, wire_dtype in (("bf16", torch.bfloat16), ("int8", torch.int8)):
+        for transport in ("collective", "shm"):
+            kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-wire",
+                      bucket_mb=SMALL_BUCKET_MB, wire_dtype=wire_dtype)
+            state = {**_state(3), "step": torch.tensor([7, 2**40 + 1])}
+            if rank == 0:
+                sender = WeightSyncSender(shapes, **kw)
+                out[(wire, transport)] = sender.send(state, 3).bytes
+                sender.close()
+                continue
+            receiver = WeightSyncReceiver(shapes, **kw)
+            # nn.Parameters (requires_grad) as a generator's nn.Module holds them: updated in place.
+            params = {n: torch.nn.Parameter(torch.zeros(shape)) for n, (shape, _) in SHAPES.items()}
+            params["step"] = torch.zeros(2, dtype=torch.int64)
+            out[(wire, transport)] = receiver.receive(params, timeout_s=30).bytes
+            _check_received(wire, params, state)
     return out
 
 
 def test_bf16_wire_dtype_rounds_floats_to_bf16_and_halves_the_bytes(results):
     # Rank 1 asserted the bf16 rounding itself; here: float bytes halve, 11328 / 2 = 5664,
     # plus int64 "step" 2 * 8 = 16 -> 5680 on the wire, as both sides report.
-    assert results[0]["bf16"] == results[1]["bf16"] == {"collective": 5680, "shm": 5680}
+    for rank in (0, 1):
+        assert results[rank]["wire"][("bf16", "collective")] == results[rank]["wire"][("bf16", "shm")] == 5680
+
+
+def test_int8_wire_quantizes_matrices_per_row_within_half_a_step(results):
+    # Rank 1 asserted the error bound; bytes: each matrix R x C sends R*C int8 + R float32 scales:
+    # tok_embeddings 1024 + 256, wq 256 + 64, w1 512 + 128, output 1024 + 256; the norm vector
+    # stays float32 (64); int64 step 16. Total 1280 + 320 + 640 + 1280 + 64 + 16 = 3600.
+    for rank in (0, 1):
+        assert results[rank]["wire"][("int8", "collective")] == results[rank]["wire"][("int8", "shm")] == 3600
 
 
 def _mismatch_body(rank, world_size, store):
@@ -218,7 +238,7 @@ def test_a_generator_waiting_past_its_timeout_gets_a_timeout_error_naming_versio
 def _all_scenarios(rank, world_size, store):
     out = {f"sync_{t}": _sync_body(rank, world_size, store, t, src, VERSIONS, (src + 1) % world_size)
            for t, src in SYNC_CASES.items()}  # (src + 1) % 3 reads slowly
-    out["bf16"] = _bf16_body(rank, world_size, store)
+    out["wire"] = _wire_dtype_body(rank, world_size, store)
     out["mismatch"] = _mismatch_body(rank, world_size, store)
     out["setup_error"] = _setup_error_body(rank, world_size, store)
     out["timeout"] = _timeout_body(rank, world_size, store)  # last: it spoils a sub-group

@@ -88,11 +88,11 @@ def test_layout_mismatch_between_sides_names_the_first_differing_tensor():
     assert describe_mismatch(ours, ours, ours_label="generator", theirs_label="trainer") is None
 
 
-def test_bad_bucket_size_and_integer_wire_dtype_are_rejected():
+def test_bad_bucket_size_and_an_unsupported_wire_dtype_are_rejected():
     with pytest.raises(ValueError, match="bucket_mb"):
         build_layout(SHAPES, bucket_mb=0, wire_dtype=None)
     with pytest.raises(ValueError, match="wire_dtype"):
-        build_layout(SHAPES, bucket_mb=1.0, wire_dtype=torch.int8)
+        build_layout(SHAPES, bucket_mb=1.0, wire_dtype=torch.int16)
 
 
 def test_a_lone_contiguous_tensor_in_wire_dtype_is_its_own_bucket_without_copy():
@@ -109,3 +109,27 @@ def test_a_lone_contiguous_tensor_in_wire_dtype_is_its_own_bucket_without_copy()
     bf16 = build_layout(SHAPES, bucket_mb=ONE_KIB_IN_MB / 2, wire_dtype=torch.bfloat16)
     assert [s.name for s in bf16.slots if s.bucket == 2] == ["d"]
     assert direct_bytes(bf16, 2, {n: torch.zeros(s) for n, (s, _) in SHAPES.items()}) is None
+
+
+def test_int8_wire_quantizes_matrices_per_row_and_sends_vectors_as_they_are():
+    shapes = {"m": (torch.Size([4, 100]), F32), "v": (torch.Size([100]), F32)}
+    layout = build_layout(shapes, bucket_mb=1.0, wire_dtype=torch.int8)
+    # m: 4*100 int8 = 400 B at 0, its 4 float32 row scales (16 B) at align64(400) = 448 -> ends 464.
+    # v: a vector, float32 400 B at align64(464) = 512 -> ends 912. On the wire: 400 + 16 + 400 = 816.
+    m, v = layout.slots
+    assert (m.wire_dtype, m.offset_bytes, m.nbytes, m.scale_nbytes) == (torch.int8, 0, 400, 16)
+    assert (v.wire_dtype, v.offset_bytes, v.nbytes) == (F32, 512, 400)
+    assert layout.bucket_nbytes == (912,) and layout.total_nbytes == 816
+
+    g = torch.Generator().manual_seed(0)
+    row_scales = torch.tensor([1e-3, 1.0, 10.0, 1e3])[:, None]  # rows of very different magnitude
+    state = {"m": torch.randn(4, 100, generator=g) * row_scales, "v": torch.randn(100, generator=g)}
+    params = {"m": torch.zeros(4, 100), "v": torch.zeros(100)}
+    buckets = [torch.empty(n, dtype=torch.uint8) for n in layout.bucket_nbytes]
+    pack_bucket(layout, buckets, 0, state)
+    unpack_bucket(layout, buckets, 0, params)
+    # Per-row step = absmax / 127; rounding errs by at most half a step = absmax / 254
+    # (plus float32 rounding of the product: a relative 1e-6 slack).
+    half_step = state["m"].abs().amax(dim=1, keepdim=True) / 254
+    assert torch.all((params["m"] - state["m"]).abs() <= half_step * (1 + 1e-6))
+    assert torch.equal(params["v"], state["v"])
