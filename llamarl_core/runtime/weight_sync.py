@@ -8,9 +8,9 @@ Both sides derive one bucket layout from the same ``named_shapes``
 
 - ``"collective"``: a version tensor then one ``dist.broadcast`` per bucket over
   ``group`` (trainer rank 0 + all generator ranks). Gloo on CPU, NCCL on GPU: the
-  path that scales across hosts. Bucket broadcasts are posted asynchronously so the
-  trainer packs bucket i+1 while bucket i is on the wire and a generator unpacks
-  bucket i while bucket i+1 arrives.
+  path that scales across hosts. Each bucket travels as ~8 pieces of whole tensors,
+  posted asynchronously, so the trainer packs piece k+1 while piece k is on the
+  wire and a generator unpacks piece k while piece k+1 arrives.
 - ``"shm"`` (same host): the trainer writes the buckets once into ``/dev/shm``
   mappings (``shm.py``); each generator copies them straight into its parameters.
   Two slots alternate by send parity; the version is published with
@@ -47,7 +47,10 @@ from llamarl_core.runtime.weight_sync_layout import (
     describe_mismatch,
     direct_bytes,
     pack_bucket,
+    pack_slots,
+    pieces,
     unpack_bucket,
+    unpack_slots,
 )
 
 log = logging.getLogger(__name__)
@@ -211,10 +214,13 @@ class WeightSyncSender(_Endpoint):
         works = []
         for b in range(self.layout.num_buckets):
             wire = direct_bytes(self.layout, b, state)
-            if wire is None:  # pack bucket b while bucket b-1 is still on the wire
-                wire = self._buf(b, device)
-                pack_bucket(self.layout, self._bufs, b, state)
-            works.append(dist.broadcast(wire, src=self.src_rank, group=self.group, async_op=True))
+            if wire is not None:
+                works.append(dist.broadcast(wire, src=self.src_rank, group=self.group, async_op=True))
+                continue
+            buf = self._buf(b, device)
+            for start, end, slots in pieces(self.layout, b):  # pack piece k+1 while piece k is on the wire
+                pack_slots(self._bufs, slots, state)
+                works.append(dist.broadcast(buf[start:end], src=self.src_rank, group=self.group, async_op=True))
         for w in works:
             w.wait()
         return time.perf_counter() - t0
@@ -317,16 +323,19 @@ class WeightSyncReceiver(_Endpoint):
                    deadline, timeout_s, self._awaited())
         version = int(header.item())
         t0 = time.perf_counter()
-        works, staged = [], []
+        posted = []  # (bucket, work, slots to unpack once it arrives)
         for b in range(self.layout.num_buckets):
             wire = direct_bytes(self.layout, b, params)  # lands straight in the parameter
-            staged.append(wire is None)
-            wire = self._buf(b, device) if wire is None else wire
-            works.append(dist.broadcast(wire, src=self.src_rank, group=self.group, async_op=True))
-        for b, w in enumerate(works):  # unpack bucket b while later buckets arrive
-            self._wait(w, deadline, timeout_s, f"receiving bucket {b} of weight version {version}")
-            if staged[b]:
-                unpack_bucket(self.layout, self._bufs, b, params)
+            if wire is not None:
+                posted.append((b, dist.broadcast(wire, src=self.src_rank, group=self.group, async_op=True), []))
+                continue
+            buf = self._buf(b, device)
+            for start, end, slots in pieces(self.layout, b):
+                posted.append((b, dist.broadcast(buf[start:end], src=self.src_rank, group=self.group,
+                                                 async_op=True), slots))
+        for b, work, slots in posted:  # unpack piece k while later pieces arrive
+            self._wait(work, deadline, timeout_s, f"receiving bucket {b} of weight version {version}")
+            unpack_slots(self._bufs, slots, params)
         return version, time.perf_counter() - t0, t0 - t_wait
 
     def _receive_shm(self, params, timeout_s: float) -> tuple[int, float, float]:

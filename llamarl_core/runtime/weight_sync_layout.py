@@ -35,6 +35,7 @@ import torch
 
 ALIGN_BYTES = 64
 BYTES_PER_MIB = 1 << 20
+PIECES_PER_BUCKET = 8  # 256 MiB buckets travel as ~32 MiB pieces
 
 NamedShapes = dict[str, tuple[torch.Size, torch.dtype]]
 
@@ -65,6 +66,7 @@ class Slot:
 class BucketLayout:
     slots: tuple[Slot, ...]
     bucket_nbytes: tuple[int, ...]
+    piece_nbytes: int = 1  # pipelining unit inside a bucket (see ``pieces``)
 
     @property
     def total_nbytes(self) -> int:
@@ -115,7 +117,7 @@ def build_layout(
         slot = Slot(name, shape, dtype, wdt, len(sizes) - 1, _align(sizes[-1]), nbytes, scale_nbytes)
         slots.append(slot)
         sizes[-1] = slot.end_bytes
-    return BucketLayout(tuple(slots), tuple(sizes))
+    return BucketLayout(tuple(slots), tuple(sizes), max(bucket_cap // PIECES_PER_BUCKET, 1))
 
 
 def slot_view(buckets: list[torch.Tensor], slot: Slot) -> torch.Tensor:
@@ -159,26 +161,59 @@ def direct_bytes(layout: BucketLayout, bucket: int, tensors: dict[str, torch.Ten
     return t.reshape(-1).view(torch.uint8)
 
 
+def pieces(layout: BucketLayout, bucket: int) -> list[tuple[int, int, list[Slot]]]:
+    """Bucket ``bucket`` cut into ``(start, end, slots)`` byte ranges of whole tensors.
+
+    Each piece closes at the first tensor end at least ``piece_nbytes`` past its start,
+    so a piece can be unpacked as soon as it has arrived. A collective sends the
+    pieces one after the other: the trainer packs piece k+1 while piece k is on the
+    wire and a generator unpacks piece k while piece k+1 arrives (on this 2-core CPU
+    machine 8 pieces per bucket made a 256 MiB sync 1.2-1.5x faster than 1 piece).
+    """
+    out: list[tuple[int, int, list[Slot]]] = []
+    start, group = 0, []
+    for slot in layout.slots:
+        if slot.bucket != bucket:
+            continue
+        group.append(slot)
+        if slot.end_bytes - start >= layout.piece_nbytes:
+            out.append((start, slot.end_bytes, group))
+            start, group = slot.end_bytes, []
+    if group:
+        out.append((start, group[-1].end_bytes, group))
+    return out
+
+
+def pack_slots(buckets: list[torch.Tensor], slots: list[Slot], state: dict[str, torch.Tensor]) -> None:
+    """Copy ``slots``' tensors from ``state`` into the buckets, casting to the wire dtype."""
+    for slot in slots:
+        if slot.quantized:
+            _quantize_into(buckets, slot, state[slot.name])
+        else:
+            slot_view(buckets, slot).copy_(state[slot.name])
+
+
+def unpack_slots(buckets: list[torch.Tensor], slots: list[Slot], params: dict[str, torch.Tensor]) -> None:
+    """Copy ``slots`` out of the buckets into ``params`` in place, casting to their dtype."""
+    for slot in slots:
+        if slot.quantized:
+            _dequantize_into(buckets, slot, params[slot.name])
+        else:
+            params[slot.name].copy_(slot_view(buckets, slot))
+
+
 def pack_bucket(
     layout: BucketLayout, buckets: list[torch.Tensor], bucket: int, state: dict[str, torch.Tensor]
 ) -> None:
     """Copy the tensors of one bucket from ``state`` into it, casting to the wire dtype."""
-    for slot in layout.slots:
-        if slot.bucket == bucket and slot.quantized:
-            _quantize_into(buckets, slot, state[slot.name])
-        elif slot.bucket == bucket:
-            slot_view(buckets, slot).copy_(state[slot.name])
+    pack_slots(buckets, [s for s in layout.slots if s.bucket == bucket], state)
 
 
 def unpack_bucket(
     layout: BucketLayout, buckets: list[torch.Tensor], bucket: int, params: dict[str, torch.Tensor]
 ) -> None:
     """Copy one bucket into ``params`` in place, casting to each parameter's dtype."""
-    for slot in layout.slots:
-        if slot.bucket == bucket and slot.quantized:
-            _dequantize_into(buckets, slot, params[slot.name])
-        elif slot.bucket == bucket:
-            params[slot.name].copy_(slot_view(buckets, slot))
+    unpack_slots(buckets, [s for s in layout.slots if s.bucket == bucket], params)
 
 
 def check_tensors(layout: BucketLayout, tensors: dict[str, torch.Tensor], *, side: str) -> None:

@@ -9,6 +9,7 @@ from llamarl_core.runtime.weight_sync_layout import (
     describe_mismatch,
     direct_bytes,
     pack_bucket,
+    pieces,
     unpack_bucket,
 )
 
@@ -133,3 +134,15 @@ def test_int8_wire_quantizes_matrices_per_row_and_sends_vectors_as_they_are():
     half_step = state["m"].abs().amax(dim=1, keepdim=True) / 254
     assert torch.all((params["m"] - state["m"]).abs() <= half_step * (1 + 1e-6))
     assert torch.equal(params["v"], state["v"])
+
+
+def test_buckets_travel_in_pieces_of_whole_tensors_of_about_an_eighth_of_a_bucket():
+    layout = build_layout(SHAPES, bucket_mb=ONE_KIB_IN_MB, wire_dtype=None)
+    assert layout.piece_nbytes == 1024 // 8  # 128 B
+    # bucket 0: a ends at 64 (< 128 past 0), b ends at 320 (>= 128): one piece [0, 320) = a, b.
+    assert [(s, e, [x.name for x in sl]) for s, e, sl in pieces(layout, 0)] == [(0, 320, ["a", "b"])]
+    assert [(s, e, [x.name for x in sl]) for s, e, sl in pieces(layout, 2)] == [(0, 1200, ["d"])]
+    tiny = build_layout(SHAPES, bucket_mb=2 * ONE_KIB_IN_MB, wire_dtype=None)  # piece 256 B
+    # bucket 0 of a 2 KiB layout: a@0-64, b@64-320 -> cut at 320; c@320-1120 -> cut at 1120;
+    # d would end at align64(1120)=1152 + 1200 > 2048 -> next bucket.
+    assert [(s, e) for s, e, _ in pieces(tiny, 0)] == [(0, 320), (320, 1120)]
