@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -40,6 +41,19 @@ def parse_args(argv=None):
     if args.quick:
         args.sizes, args.threads, args.repeats = "tiny-2m,tiny-20m", "1", 2
     return args
+
+
+def machine_info() -> dict:
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu_model = next((line.split(":", 1)[1].strip() for line in handle
+                              if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"platform": platform.platform(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
 def timed(fn) -> float:
@@ -116,14 +130,11 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     sizes, threads = args.sizes.split(","), [int(t) for t in args.threads.split(",")]
-    report = {"command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__,
-              "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "python": platform.python_version(), "cpu_count": torch.get_num_threads()},
-              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
-    import os
-    report["machine"]["cpu_count"] = os.cpu_count()
     import transformers
-    report["transformers"] = transformers.__version__
+
+    report = {"command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__,
+              "transformers": transformers.__version__, "machine": machine_info(),
+              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, 256, (args.batch_size, args.prompt_len), generator=gen)
     for preset in sizes:
@@ -159,6 +170,7 @@ def main(argv=None) -> int:
             qtable.add_row(q["preset"], f"{q['int8_speed_ratio']:.2f}x", f"{q['kl_int8']:.2e}",
                            f"{q['kl_fp8_emulated']:.2e}")
         console.print(qtable)
+    report["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)
     return 0

@@ -1,0 +1,27 @@
+"""The generation benchmark script runs end to end and writes the documented JSON fields."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_generation.py"
+
+
+def test_bench_generation_writes_ratio_timings_and_machine_info(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_generation", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "gen.json"
+    argv = ["--out", str(out), "--sizes", "tiny-2m", "--threads", "1", "--batch-size", "2",
+            "--prompt-len", "4", "--new-tokens", "3", "--repeats", "1"]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    [case] = report["cases"]
+    assert case["preset"] == "tiny-2m" and case["ratio_vs_hf"] > 0
+    assert len(case["raw_seconds"]["ours"]) == len(case["raw_seconds"]["hf"]) == 1
+    assert case["greedy_rows_identical"] == 1.0  # same weights, greedy: identical tokens
+    assert {"torch", "machine", "command"} <= set(report)
+    [quant] = report["quantization"]
+    assert quant["kl_int8"] >= 0 and quant["kl_fp8_emulated"] >= 0
