@@ -128,6 +128,14 @@ class _Endpoint:
             rank, text = bad[0]
             raise ValueError(f"weight sync setup failed on global rank {rank}: {text}")
 
+    def _wait(self, work, deadline: float, timeout_s: float, what: str) -> None:
+        try:
+            work.wait(timeout=datetime.timedelta(seconds=max(deadline - time.perf_counter(), 0.001)))
+        except RuntimeError as e:
+            if _is_timeout(e):  # a timed-out collective leaves the group unusable: treat as fatal
+                raise self._timeout_error(timeout_s, what) from e
+            raise
+
     def _awaited(self) -> str:
         if self.last_version is None:
             return "waiting for the first weight version"
@@ -200,17 +208,21 @@ class WeightSyncSender(_Endpoint):
         check_tensors(self.layout, state, side="sender state")
         with torch.no_grad():
             if self.transport == "collective":
-                seconds, wait_s = self._send_collective(state, version), 0.0
+                seconds, wait_s = self._send_collective(state, version, timeout_s)
             else:
                 seconds, wait_s = self._send_shm(state, version, timeout_s)
         self.last_version = version
         self._seq += 1
         return _stats(version, seconds, self.layout, self.transport, wait_s, self.role)
 
-    def _send_collective(self, state, version: int) -> float:
+    def _send_collective(self, state, version: int, timeout_s: float) -> tuple[float, float]:
         device = next(iter(state.values())).device
+        t_wait = time.perf_counter()
+        deadline = t_wait + timeout_s
+        what = f"waiting for the generators to take weight version {version}"
+        header = torch.tensor([version], dtype=torch.int64, device=device)
+        self._wait(dist.broadcast(header, src=self.src_rank, group=self.group, async_op=True), deadline, timeout_s, what)
         t0 = time.perf_counter()
-        dist.broadcast(torch.tensor([version], dtype=torch.int64, device=device), src=self.src_rank, group=self.group)
         works = []
         for b in range(self.layout.num_buckets):
             wire = direct_bytes(self.layout, b, state)
@@ -222,8 +234,8 @@ class WeightSyncSender(_Endpoint):
                 pack_slots(self._bufs, slots, state)
                 works.append(dist.broadcast(buf[start:end], src=self.src_rank, group=self.group, async_op=True))
         for w in works:
-            w.wait()
-        return time.perf_counter() - t0
+            self._wait(w, deadline, timeout_s, what)
+        return time.perf_counter() - t0, t0 - t_wait
 
     def _send_shm(self, state, version: int, timeout_s: float) -> tuple[float, float]:
         n, slot = self._seq, self._seq % NUM_SHM_SLOTS
@@ -305,14 +317,6 @@ class WeightSyncReceiver(_Endpoint):
         self.last_version = version
         self._seq += 1
         return _stats(version, seconds, self.layout, self.transport, wait_s, self.role)
-
-    def _wait(self, work, deadline: float, timeout_s: float, what: str) -> None:
-        try:
-            work.wait(timeout=datetime.timedelta(seconds=max(deadline - time.perf_counter(), 0.001)))
-        except RuntimeError as e:
-            if _is_timeout(e):  # a timed-out collective leaves the group unusable: treat as fatal
-                raise self._timeout_error(timeout_s, what) from e
-            raise
 
     def _receive_collective(self, params, timeout_s: float) -> tuple[int, float, float]:
         device = next(iter(params.values())).device
