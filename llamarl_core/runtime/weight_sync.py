@@ -73,7 +73,8 @@ class SyncStats:
 
 def _stats(version: int, seconds: float, layout: BucketLayout, transport: str, wait_s: float, role: str) -> SyncStats:
     nbytes = layout.total_nbytes
-    stats = SyncStats(version, seconds, nbytes, nbytes / max(seconds, 1e-9) / 1e9, transport, layout.num_buckets, wait_s)
+    gbps = nbytes / max(seconds, 1e-9) / 1e9
+    stats = SyncStats(version, seconds, nbytes, gbps, transport, layout.num_buckets, wait_s)
     log.info(
         "weight_sync/%s version=%d transport=%s bytes=%d buckets=%d seconds=%.4f gbps=%.3f wait_seconds=%.4f",
         role, version, transport, nbytes, layout.num_buckets, seconds, stats.gbps, wait_s,
@@ -221,7 +222,8 @@ class WeightSyncSender(_Endpoint):
         deadline = t_wait + timeout_s
         what = f"waiting for the generators to take weight version {version}"
         header = torch.tensor([version], dtype=torch.int64, device=device)
-        self._wait(dist.broadcast(header, src=self.src_rank, group=self.group, async_op=True), deadline, timeout_s, what)
+        work = dist.broadcast(header, src=self.src_rank, group=self.group, async_op=True)
+        self._wait(work, deadline, timeout_s, what)
         t0 = time.perf_counter()
         works = []
         for b in range(self.layout.num_buckets):
