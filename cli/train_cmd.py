@@ -1,12 +1,59 @@
-"""`llamarl train` (placeholder until its issue lands)."""
-from llamarl_cli.common import make_parser, parse, run_guarded
+"""`llamarl train`: plan, launch one torchrun group per role, supervise, report."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rich.console import Console
+
+from llamarl_cli.common import EXIT_FAILED, EXIT_OK, load_config, make_parser, parse, print_resolved, run_guarded
+from llamarl_core.plan.plan import make_plan
+from llamarl_core.runtime.controller import Controller
+from llamarl_core.runtime.live_view import LiveView
+from llamarl_core.runtime.run_dir import resolve_run_dir
 
 
 def main(argv) -> int:
-    parser = make_parser("train", "not implemented yet")
+    parser = make_parser("train", "Run RL post-training: a controller process launches one torchrun "
+                         "group per role (generator, reward, trainer; or the colocated actor when "
+                         "algorithm.max_offpolicy_steps=0) and supervises them.")
 
     def run() -> int:
-        parse(parser, argv)
-        raise SystemExit("llamarl train: not implemented yet")
+        args, recipe, overrides = parse(parser, argv)
+        if args.cfg:
+            print_resolved(recipe, overrides)
+            return EXIT_OK
+        cfg = load_config(recipe, overrides)
+        make_plan(cfg, require_data=True)  # validate before creating anything
+        run_dir = resolve_run_dir(cfg)
+        plan = make_plan(cfg, run_dir=run_dir, require_data=True)
+        console = Console()
+        from llamarl_cli.render import print_plan
+        print_plan(plan, console)
+        console.print(f"run directory: {run_dir}")
+        with LiveView(console) as view:
+            result = Controller(cfg, plan, run_dir, view).run()
+        return report(result, console)
 
     return run_guarded(run)
+
+
+def report(result, console: Console) -> int:
+    summary_path = os.path.join(result.run_dir, "summary.json")
+    if result.ok:
+        if os.path.exists(summary_path):
+            with open(summary_path) as f:
+                s = json.load(f)
+            before, after = s.get("accuracy_before"), s.get("accuracy_after")
+            if before is not None and after is not None:
+                console.print(f"held-out accuracy: {before:.3f} → {after:.3f} "
+                              f"({s['steps']} RL steps in {s['rl_wall_s']:.0f} s)")
+        console.print(f"[green]done[/]: {result.run_dir}")
+        return EXIT_OK
+    print(f"llamarl train: run failed: {result.message}", file=sys.stderr)
+    if result.log_tail:
+        role, rank = result.failed
+        print(f"--- last lines of {role} rank {rank}'s log ---\n{result.log_tail}", file=sys.stderr)
+    print(f"logs: {os.path.join(result.run_dir, 'logs')}", file=sys.stderr)
+    return EXIT_FAILED

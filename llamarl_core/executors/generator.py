@@ -1,0 +1,90 @@
+"""The generator role (async mode): sample with the newest weights held, never wait for
+the trainer except to stay within `max_offpolicy_steps` (k).
+
+    loop:
+      ┌─ trainer published a version we do not hold? → receive it (weight sync), continue
+      ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
+      ├─ chunk n would be more than k versions stale when trained? → wait for weights
+      └─ generate chunk n with version u → isend to reward rank (n mod ...) ; n += 1
+
+Credit rule: the trainer consumes replica i's chunks in order, one per step, skipping
+dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
+held version u ≥ v - k keeps every rollout within k versions of the policy that trains on it.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+
+from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.runtime.channels import TAG_TO_REWARD, AsyncSender
+from llamarl_core.runtime.context import Stopped, WorkerContext
+from llamarl_core.runtime.weights import make_receiver
+
+POLL_S = 0.005
+
+class GeneratorExecutor:
+    def __init__(self, ctx: WorkerContext):
+        cfg, g = ctx.cfg, ctx.cfg.resources.generator
+        self.ctx = ctx
+        self.model, self.tokenizer = build_model(cfg, dtype=g.dtype)
+        self.model.requires_grad_(False)
+        prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
+        replicas = len(ctx.ranks("generator"))
+        self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, ctx.local_rank,
+                                     replicas, g.quantization)
+        self.params = dict(self.model.named_parameters())
+        self.receiver = make_receiver(ctx, self.params)
+        self.held = -1
+        self.last_sync: dict = {}
+
+    def _receive(self) -> None:
+        with self.ctx.timeline.span("sync"):
+            stats = self.receiver.receive(self.params, timeout_s=self.ctx.cfg.controller.step_timeout_s)
+        self.chunks.engine.refresh_weights()
+        self.held = stats.version
+        self.ctx.control.set_held(self.ctx.global_rank, self.held)
+        self.last_sync = {"seconds": stats.seconds, "gbps": stats.gbps, "version": stats.version}
+
+    def run(self) -> None:
+        ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
+        replica = ctx.local_rank
+        reward_rank = ctx.reward_rank_for(replica)
+        sender = AsyncSender("rollout-sender")
+        chunk = 0
+        t0 = time.time()
+        self._receive()  # version 0: the trainer's initial (warm-started) weights
+        while not ctx.should_stop():
+            if ctx.control.published_version() > self.held:
+                self._receive()
+                continue
+            if not sender.idle() or chunk - ctx.control.dropped(replica) > self.held + k:
+                with ctx.timeline.span("wait"):
+                    self._wait_until_ready(sender, chunk, k)
+                continue
+            with ctx.timeline.span("generate", chunk=chunk, version=self.held):
+                rollout = self.chunks.generate(chunk, self.held)
+            sender.send(rollout, reward_rank, TAG_TO_REWARD)
+            chunk += 1
+            self._publish_stats(t0)
+        raise Stopped()
+
+    def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
+        """Until the last chunk is taken and credit allows the next, or weights arrive."""
+        control = self.ctx.control
+        while not self.ctx.should_stop() and control.published_version() <= self.held:
+            if sender.idle() and chunk - control.dropped(self.ctx.local_rank) <= self.held + k:
+                return
+            time.sleep(POLL_S)
+
+    def _publish_stats(self, t0: float) -> None:
+        wall = max(1e-9, time.time() - t0)
+        stats = {"tokens": self.chunks.tokens_generated,
+                 "tokens_per_s": self.chunks.tokens_generated / wall,
+                 "held_version": self.held, "sync": self.last_sync, **self.ctx.timeline.totals()}
+        self.ctx.control.store.set(f"stats/generator/{self.ctx.local_rank}", json.dumps(stats))
+
+    def close(self) -> None:
+        self.receiver.close()

@@ -1,0 +1,121 @@
+"""One optimizer step of RL (AIPO and variants) or of the supervised warm start.
+
+Plain PyTorch on a model that may be wrapped for data parallelism by the runtime (DDP or
+FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
+exact tokens the generator sampled, with the generator's temperature, so that with equal
+weights π/μ = 1 (the generator's μ uses the same `token_logprobs`).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from llamarl_core.algorithms import aipo_loss, compute_advantages
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.executors.rollout import Rollout
+from llamarl_core.models import token_logprobs
+
+MAX_METRICS = ("is_ratio_max", "staleness_max")
+
+
+def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens [N, L'], behavior log μ [N, L'-1], mask [N, L'-1]) aligned to next-token targets.
+
+    Target position t predicts token t+1; row r's completion tokens sit at token indices
+    p_r .. p_r + c_r - 1, i.e. target positions p_r - 1 .. p_r + c_r - 2.
+    """
+    length = int((batch.prompt_lens + batch.completion_lens).max())
+    tokens = batch.tokens[:, :length]                                          # [N, L']
+    pos = torch.arange(length - 1)[None, :]                                    # [1, L'-1]
+    k = pos - (batch.prompt_lens[:, None] - 1)                                 # [N, L'-1]
+    mask = (k >= 0) & (k < batch.completion_lens[:, None])                     # [N, L'-1]
+    width = max(1, batch.behavior_logprobs.shape[1])
+    behavior = batch.behavior_logprobs.gather(1, k.clamp(0, width - 1)) * mask  # [N, L'-1]
+    return tokens, behavior, mask
+
+
+def _maybe_no_sync(model, last: bool):
+    return contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+
+
+class Learner:
+    def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, ref_model: torch.nn.Module | None = None):
+        self.model, self.cfg, self.ref_model = model, cfg, ref_model
+        a = cfg.algorithm
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
+                                           betas=(0.9, 0.95))
+        self.temperature = cfg.generation.temperature if cfg.generation.temperature > 0 else 1.0
+
+    def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
+        """AIPO step on this rank's rows (whole groups); returns float metrics."""
+        a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
+        advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
+        tokens, behavior, mask = completion_targets(batch)
+        n = tokens.shape[0]
+        total_tokens = max(1.0, float(mask.sum()))
+        sums: dict[str, float] = {}
+        starts = list(range(0, n, micro))
+        for i, s in enumerate(starts):
+            e = min(n, s + micro)
+            with _maybe_no_sync(self.model, i == len(starts) - 1):
+                loss, metrics = self._micro_loss(tokens[s:e], behavior[s:e], mask[s:e],
+                                                 advantages[s:e], staleness[s:e])
+                weight = (float(mask[s:e].sum()) / total_tokens if a.aggregation == "token_mean"
+                          else (e - s) / n)
+                (loss * weight).backward()
+            for k, v in metrics.items():
+                if k in MAX_METRICS:
+                    sums[k] = max(sums.get(k, -math.inf), v)
+                else:
+                    sums[k] = sums.get(k, 0.0) + v * weight
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums.update(grad_norm=float(grad_norm), reward_mean=float(batch.rewards.mean()),
+                    advantage_abs_mean=float(advantages.abs().mean()),
+                    completion_tokens=float(batch.completion_lens.sum()))
+        return sums
+
+    def _micro_loss(self, tokens, behavior, mask, advantages, staleness):
+        a = self.cfg.algorithm
+        logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
+        logprobs = token_logprobs(logits, tokens[:, 1:], self.temperature)         # [m, L'-1]
+        adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
+        entropy = ref = None
+        if a.entropy_coef > 0:
+            logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+            entropy = -(logp.exp() * logp).sum(-1)                                 # [m, L'-1]
+        if a.kl_coef > 0 and self.ref_model is not None:
+            with torch.no_grad():
+                ref = token_logprobs(self.ref_model(tokens)[:, :-1], tokens[:, 1:], self.temperature)
+        return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
+                         clip_eps=a.clip_eps, ref_logprobs=ref, kl_coef=a.kl_coef, entropy=entropy,
+                         entropy_coef=a.entropy_coef, staleness=staleness)
+
+
+class WarmStart:
+    """Supervised steps on reference solutions (prompt tokens masked out of the loss)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, pad_id: int):
+        w = cfg.warmstart
+        self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=w.lr, weight_decay=0.0)
+        self.steps = w.steps
+
+    def step(self, seqs: list[tuple[list[int], int]]) -> float:
+        length = max(len(t) for t, _ in seqs)
+        tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]
+        loss_mask = torch.zeros(len(seqs), length - 1)                             # [B, L-1]
+        for r, (t, p) in enumerate(seqs):
+            tokens[r, :len(t)] = torch.tensor(t)
+            loss_mask[r, p - 1:len(t) - 1] = 1.0
+        logits = self.model(tokens)[:, :-1]                                        # [B, L-1, V]
+        nll = -token_logprobs(logits, tokens[:, 1:])                               # [B, L-1]
+        loss = (nll * loss_mask).sum() / loss_mask.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss)

@@ -1,0 +1,46 @@
+"""metrics.jsonl (one line per trainer step) and the live-view copy in the store.
+
+Keys are `role/quantity` with units in the name. The trainer's rank 0 writes; it reads the
+other roles' counters (busy/idle seconds, tokens, syncs) from the store's stats keys.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from llamarl_core.runtime.control import ControlPlane
+
+
+class MetricsLog:
+    def __init__(self, run_dir: str, control: ControlPlane, role_sizes: dict[str, int]):
+        self.path = os.path.join(run_dir, "metrics.jsonl")
+        self._file = open(self.path, "a", buffering=1)
+        self.control, self.role_sizes = control, role_sizes
+        self.t_start = time.time()
+
+    def role_stats(self) -> dict:
+        out: dict = {}
+        for role in ("generator", "reward"):
+            stats = [self.control.get_json(f"stats/{role}/{r}") for r in range(self.role_sizes.get(role, 0))]
+            stats = [s for s in stats if s]
+            if not stats:
+                continue
+            out[f"{role}/busy_s"] = round(sum(s["busy_s"] for s in stats) / len(stats), 3)
+            out[f"{role}/idle_s"] = round(sum(s["idle_s"] for s in stats) / len(stats), 3)
+            if role == "generator":
+                out["generator/tokens_per_s"] = round(sum(s["tokens_per_s"] for s in stats), 2)
+                out["generator/tokens"] = sum(s["tokens"] for s in stats)
+                syncs = [s["sync"] for s in stats if s.get("sync")]
+                if syncs:
+                    out["sync/receive_seconds"] = round(max(x["seconds"] for x in syncs), 5)
+        return out
+
+    def write(self, line: dict) -> dict:
+        line = {"wall_s": round(time.time() - self.t_start, 3), **line, **self.role_stats()}
+        self._file.write(json.dumps(line) + "\n")
+        self.control.set_json("metrics/latest", line)
+        return line
+
+    def close(self) -> None:
+        self._file.close()

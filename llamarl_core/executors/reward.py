@@ -1,0 +1,69 @@
+"""The reward role: score chunks as they arrive and forward them to the trainer rank(s).
+
+    loop:
+      receive a chunk from any generator replica (the header names it)
+      decode completions → verifier pool (worker processes, wall-clock timeout per answer)
+      split rows by trainer data-parallel rank → send (tag = replica), in order, off-thread
+
+The reward role holds no model; verifiers that hang or crash are killed and score 0.
+"""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from llamarl_core.executors.routing import chunk_slices_for_trainers
+from llamarl_core.executors.setup import load_split, reward_name
+from llamarl_core.models import ByteTokenizer, load_tokenizer
+from llamarl_core.rewards import RewardPool
+from llamarl_core.runtime.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
+from llamarl_core.runtime.context import Stopped, WorkerContext
+
+
+def _tokenizer(cfg):
+    if cfg.model.checkpoint:
+        return load_tokenizer(cfg.model.checkpoint)
+    return ByteTokenizer()
+
+
+class RewardExecutor:
+    def __init__(self, ctx: WorkerContext):
+        cfg = ctx.cfg
+        self.ctx = ctx
+        self.tokenizer = _tokenizer(cfg)
+        self.references = [ex.reference for ex in load_split(cfg, "train")]
+        r = cfg.resources.reward
+        self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
+        self.num_replicas = len(ctx.ranks(ctx.generator_role))
+        self.trainer_ranks = ctx.ranks(ctx.trainer_role)
+        self.scored = 0
+
+    def run(self) -> None:
+        ctx, a = self.ctx, self.ctx.cfg.algorithm
+        inbox, outbox = AsyncReceiver(None, TAG_TO_REWARD), AsyncSender("reward-sender")
+        while True:
+            with ctx.timeline.span("wait"):
+                rollout = inbox.get(ctx.should_stop)
+            if rollout is None:
+                raise Stopped()
+            with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
+                rollout.rewards = torch.tensor(self.score(rollout), dtype=torch.float32)
+            for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
+                                                       len(self.trainer_ranks), a.prompts_per_step,
+                                                       a.group_size):
+                outbox.send(rollout.rows(lo, hi), self.trainer_ranks[j], TAG_TO_TRAINER_BASE + rollout.replica)
+            self.scored += rollout.num_rows
+            ctx.control.store.set(f"stats/reward/{ctx.local_rank}", json.dumps(
+                {"scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()}))
+
+    def score(self, rollout) -> list[float]:
+        texts, refs = [], []
+        for r in range(rollout.num_rows):
+            p, c = int(rollout.prompt_lens[r]), int(rollout.completion_lens[r])
+            texts.append(self.tokenizer.decode(rollout.tokens[r, p:p + c].tolist()))
+            refs.append(self.references[int(rollout.example_ids[r])])
+        return self.pool.score(texts, refs)
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,80 @@
+"""A rollout chunk: what a generator replica produced for one trainer step, as tensors.
+
+Rows are whole prompt groups, `group_size` consecutive rows per prompt. `tokens` holds each
+row's prompt followed by its completion, right-padded; the trainer recomputes log π on
+exactly these tokens. Packing to two flat tensors is how it crosses torch.distributed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+HEADER_LEN = 8  # [num_rows, row_len, completion_len, policy_version, replica, chunk, 0, 0]
+
+
+@dataclass
+class Rollout:
+    tokens: torch.Tensor             # [N, L] int64 prompt + completion, right-padded
+    prompt_lens: torch.Tensor        # [N] int64
+    completion_lens: torch.Tensor    # [N] int64
+    behavior_logprobs: torch.Tensor  # [N, C] float32 log μ of each completion token
+    rewards: torch.Tensor            # [N] float32 (0 until scored)
+    example_ids: torch.Tensor        # [N] int64 index into the train examples (group id)
+    policy_version: int
+    replica: int
+    chunk: int
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def header(self) -> torch.Tensor:
+        return torch.tensor([self.num_rows, self.tokens.shape[1], self.behavior_logprobs.shape[1],
+                             self.policy_version, self.replica, self.chunk, 0, 0], dtype=torch.int64)
+
+    def pack(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ints = torch.cat([self.tokens, self.prompt_lens[:, None], self.completion_lens[:, None],
+                          self.example_ids[:, None]], dim=1)                       # [N, L + 3]
+        floats = torch.cat([self.behavior_logprobs, self.rewards[:, None]], dim=1)  # [N, C + 1]
+        return self.header(), ints.contiguous(), floats.contiguous()
+
+    @staticmethod
+    def empty_buffers(header: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, length, c = (int(x) for x in header[:3])
+        return torch.empty(n, length + 3, dtype=torch.int64), torch.empty(n, c + 1, dtype=torch.float32)
+
+    @staticmethod
+    def unpack(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
+        length = int(header[1])
+        return Rollout(tokens=ints[:, :length], prompt_lens=ints[:, length],
+                       completion_lens=ints[:, length + 1], example_ids=ints[:, length + 2],
+                       behavior_logprobs=floats[:, :-1], rewards=floats[:, -1],
+                       policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]))
+
+    def rows(self, start: int, stop: int) -> "Rollout":
+        return Rollout(self.tokens[start:stop], self.prompt_lens[start:stop],
+                       self.completion_lens[start:stop], self.behavior_logprobs[start:stop],
+                       self.rewards[start:stop], self.example_ids[start:stop],
+                       self.policy_version, self.replica, self.chunk)
+
+
+def concat(rollouts: list[Rollout]) -> Rollout:
+    """Stack chunks (right-padding tokens and log-probs to the longest)."""
+    length = max(r.tokens.shape[1] for r in rollouts)
+    comp = max(r.behavior_logprobs.shape[1] for r in rollouts)
+    pad = lambda t, n, v: torch.nn.functional.pad(t, (0, n - t.shape[1]), value=v)  # noqa: E731
+    return Rollout(
+        tokens=torch.cat([pad(r.tokens, length, 0) for r in rollouts]),
+        prompt_lens=torch.cat([r.prompt_lens for r in rollouts]),
+        completion_lens=torch.cat([r.completion_lens for r in rollouts]),
+        behavior_logprobs=torch.cat([pad(r.behavior_logprobs, comp, 0.0) for r in rollouts]),
+        rewards=torch.cat([r.rewards for r in rollouts]),
+        example_ids=torch.cat([r.example_ids for r in rollouts]),
+        policy_version=min(r.policy_version for r in rollouts),
+        replica=rollouts[0].replica, chunk=rollouts[0].chunk)
+
+
+def staleness_per_row(rollouts: list[Rollout], trainer_version: int) -> torch.Tensor:
+    return torch.cat([torch.full((r.num_rows,), trainer_version - r.policy_version, dtype=torch.float32)
+                      for r in rollouts])

@@ -1,0 +1,88 @@
+"""Build what every role needs from the config: model, tokenizer, examples, prompts.
+
+All roles call these with the same config and seed, so they agree on the initial weights,
+the example list and which prompts make up chunk n — without sending any of it.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.data import Example, render_target, resolve_dataset
+from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
+from llamarl_core.models import ByteTokenizer, Llama, get_preset, load_pretrained
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_model(cfg: LlamaRLConfig, dtype: str | None = None):
+    """(model, tokenizer): the checkpoint if given, else a seeded random init of the preset."""
+    torch_dtype = DTYPES[dtype or cfg.model.dtype]
+    if cfg.model.checkpoint:
+        return load_pretrained(cfg.model.checkpoint, dtype=torch_dtype)
+    torch.manual_seed(cfg.run.seed)
+    model = Llama(get_preset(cfg.model.preset)).to(torch_dtype)
+    return model, ByteTokenizer()
+
+
+def reward_name(cfg: LlamaRLConfig) -> str:
+    if cfg.data.reward != "auto":
+        return cfg.data.reward
+    return {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}.get(cfg.data.name, "gsm8k")
+
+
+def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:
+    d = cfg.data
+    if d.name == "arith":
+        n = d.num_train_examples if split == "train" else d.num_eval_examples
+        return resolve_dataset("arith", None, split, num_examples=n, seed=cfg.run.seed,
+                               digits=d.digits, num_operands=d.num_operands)
+    path = d.path if split == "train" else (d.eval_path or d.path)
+    n = None if split == "train" else (d.num_eval_examples or None)
+    examples = resolve_dataset(d.name if d.name != "generic" else path, path, split,
+                               num_examples=n, seed=cfg.run.seed, on_error=d.on_error)
+    if split != "train" and not d.eval_path:  # held-out = the tail of the same file
+        examples = examples[-(d.num_eval_examples or len(examples)) :]
+    return list(examples)
+
+
+@dataclass
+class PromptSet:
+    examples: list[Example]
+    prompt_ids: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+def encode_prompts(cfg: LlamaRLConfig, examples: list[Example], tokenizer) -> PromptSet:
+    """Render and tokenize; prompts longer than generation.max_prompt_tokens are an error."""
+    ids = []
+    for ex in examples:
+        toks = encode_prompt(ex, cfg.data.template, tokenizer)
+        if len(toks) > cfg.generation.max_prompt_tokens:
+            raise ValueError(f"example {ex.id}: prompt has {len(toks)} tokens > "
+                             f"generation.max_prompt_tokens={cfg.generation.max_prompt_tokens}")
+        ids.append(toks)
+    return PromptSet(examples, ids)
+
+
+def sft_sequences(cfg: LlamaRLConfig, prompts: PromptSet, tokenizer) -> list[tuple[list[int], int]]:
+    """(tokens, prompt_len) per example: prompt + target + EOS, for the warm start."""
+    return [(p + tokenizer.encode(render_target(ex)) + [tokenizer.eos_id], len(p))
+            for ex, p in zip(prompts.examples, prompts.prompt_ids)]
+
+
+def chunk_prompt_indices(num_examples: int, chunk: int, prompts_per_step: int, seed: int) -> list[int]:
+    """The P example indices of chunk n: consecutive slices of per-epoch seeded permutations."""
+    out: list[int] = []
+    start = chunk * prompts_per_step
+    while len(out) < prompts_per_step:
+        epoch, offset = divmod(start + len(out), num_examples)
+        perm = list(range(num_examples))
+        random.Random(f"{seed}:{epoch}").shuffle(perm)
+        out.extend(perm[offset: offset + prompts_per_step - len(out)])
+    return out

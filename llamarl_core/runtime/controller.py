@@ -1,0 +1,170 @@
+"""The controller: one process that launches every role group and watches them.
+
+    llamarl train recipe=R
+      ├─ plan (pure) → run_dir/plan.json, config.yaml
+      ├─ TCPStore server (loopback by default; a busy port falls back to a free one)
+      ├─ exec the plan's torchrun command per role (node 0's on a multi-node plan)
+      └─ supervise: exit codes, worker pids, heartbeats, run/state; live view
+           one dead, failed or silent rank → abort with its role, rank and log tail;
+           everything it started is ended before it returns (no orphans)
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.plan.plan import LaunchPlan
+from llamarl_core.runtime import procs
+from llamarl_core.runtime.control import ControlPlane
+from llamarl_core.runtime.run_dir import write_run_files
+
+POLL_S = 0.25
+DONE_GRACE_S = 30.0
+
+
+@dataclass
+class RunResult:
+    ok: bool
+    run_dir: str
+    message: str = ""
+    failed: tuple[str, int] | None = None        # (role, rank)
+    log_tail: str = ""
+    metrics: dict = field(default_factory=dict)  # last metrics line
+
+
+def start_store(host: str, port: int) -> dist.TCPStore:
+    """The controller's store; a busy configured port is never fatal."""
+    try:
+        return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+    except (RuntimeError, OSError) as e:
+        if port == 0:
+            raise
+        print(f"controller: port {port} on {host} unavailable ({e}); using a free port")
+        return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+
+
+class Controller:
+    def __init__(self, cfg: LlamaRLConfig, plan: LaunchPlan, run_dir: str, view=None):
+        self.cfg, self.plan, self.run_dir, self.view = cfg, plan, run_dir, view
+        self.ranks = [(r.name, i) for r in plan.roles for i in range(r.num_devices)]
+        self.procs: list = []
+        self.role_of_proc: list[str] = []
+
+    def run(self) -> RunResult:
+        c = self.cfg.controller
+        store = start_store(c.host, c.port)
+        self.control = ControlPlane(store)
+        write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            for role in self.plan.roles:
+                env["OMP_NUM_THREADS"] = str(role.threads)
+                for i, (cmd, node) in enumerate(zip(role.commands, role.nodes)):
+                    if node != 0:
+                        continue  # other nodes run their own line of the plan
+                    log = os.path.join(self.run_dir, "logs", f"{role.name}.torchrun.log")
+                    self.procs.append(procs.start_role(cmd, log, dict(env)))
+                    self.role_of_proc.append(role.name)
+            result = self._supervise()
+        except KeyboardInterrupt:
+            self.control.abort("interrupted by the user (Ctrl-C)")
+            result = RunResult(False, self.run_dir, "interrupted by the user (Ctrl-C)")
+        finally:
+            procs.stop_all(self.procs, self._worker_pids(), grace_s=5.0 if self._state() != "done" else 10.0)
+            self._sweep_shm()
+        result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        return result
+
+    # ---- supervision --------------------------------------------------------------------
+    def _supervise(self) -> RunResult:
+        c = self.cfg.controller
+        t_start, done_at = time.time(), None
+        while True:
+            if self.view is not None:
+                self.view.update(self.control, self.plan)
+            state = self._state()
+            if state == "aborted":
+                return self._failure(self.control.abort_reason() or "a role aborted the run")
+            if state == "done":
+                done_at = done_at or time.time()
+                if all(p.poll() is not None for p in self.procs) or time.time() - done_at > DONE_GRACE_S:
+                    return RunResult(True, self.run_dir, "done")
+            else:
+                problem = self._find_problem(time.time() - t_start, c)
+                if problem:
+                    return self._failure(*problem)
+            time.sleep(POLL_S)
+
+    def _find_problem(self, elapsed: float, c) -> tuple | None:
+        for name, p in zip(self.role_of_proc, self.procs):
+            code = p.poll()
+            if code is not None and code != 0 and self._state() != "done":
+                who = self._first_error() or self._dead_rank(name) or (name, 0)
+                return (f"role {who[0]} rank {who[1]} failed (its torchrun exited with code {code})", *who)
+        for role, rank in self.ranks:
+            pid = self.control.get_str(f"pid/{role}/{rank}")
+            if pid and not procs.pid_alive(int(pid)) and self._state() != "done":
+                err = self.control.get_str(f"error/{role}/{rank}")
+                return (f"role {role} rank {rank} (pid {pid}) died" + (f": {err}" if err else ""), role, rank)
+            beat = self.control.last_heartbeat(role, rank)
+            if beat is None and elapsed > c.startup_timeout_s:
+                return (f"role {role} rank {rank} did not start within controller.startup_timeout_s="
+                        f"{c.startup_timeout_s:g}", role, rank)
+            if beat is not None and time.time() - beat > c.heartbeat_timeout_s:
+                return (f"role {role} rank {rank} stopped heartbeating ({time.time() - beat:.0f} s > "
+                        f"controller.heartbeat_timeout_s={c.heartbeat_timeout_s:g})", role, rank)
+        return None
+
+    def _failure(self, message: str, role: str | None = None, rank: int | None = None) -> RunResult:
+        self.control.abort(message)
+        if role is None:
+            found = self._first_error()
+            role, rank = found if found else (None, None)
+        log_tail = ""
+        if role is not None:
+            log_tail = procs.tail(os.path.join(self.run_dir, "logs", f"{role}_{rank}.log"))
+        return RunResult(False, self.run_dir, message, (role, rank) if role else None, log_tail)
+
+    def _first_error(self) -> tuple[str, int] | None:
+        for role, rank in self.ranks:
+            if self.control.get_str(f"error/{role}/{rank}"):
+                return role, rank
+        return None
+
+    def _dead_rank(self, role: str) -> tuple[str, int] | None:
+        for r, rank in self.ranks:
+            pid = self.control.get_str(f"pid/{r}/{rank}")
+            if r == role and pid and not procs.pid_alive(int(pid)):
+                return r, rank
+        return None
+
+    def _state(self) -> str:
+        try:
+            return self.control.state()
+        except Exception:
+            return "aborted"
+
+    def _worker_pids(self) -> list[int]:
+        pids = []
+        for role, rank in self.ranks:
+            try:
+                pid = self.control.get_str(f"pid/{role}/{rank}")
+            except Exception:
+                continue
+            if pid:
+                pids.append(int(pid))
+        return pids
+
+    def _sweep_shm(self) -> None:
+        try:
+            import json
+            from llamarl_core.runtime import shm
+            with open(os.path.join(self.run_dir, "plan.json")) as f:
+                shm.sweep(json.load(f).get("run_id", ""))
+        except Exception:
+            pass

@@ -1,0 +1,40 @@
+"""Data parallelism for the trainer, applied from outside the model (torchtitan style).
+
+`ddp` wraps the model in DistributedDataParallel over the trainer's group; `fsdp2` shards
+each transformer block and the root with `fully_shard` on a 1-D mesh cut from that group
+(works with gloo on CPU in torch 2.13). `full_state` gives rank 0 the unsharded weights for
+the weight sync and for checkpoints.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type: str = "cpu"):
+    if group is None or dist.get_world_size(group) == 1:
+        return model
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel(model, process_group=group)
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = DeviceMesh.from_group(group, device_type)
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def full_state(model: torch.nn.Module, strategy: str) -> dict[str, torch.Tensor]:
+    """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it)."""
+    if strategy == "fsdp2" and hasattr(model, "reshard"):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        names = {n for n, _ in model.named_parameters()}
+        return {k: v for k, v in state.items() if k in names}
+    return {n: p.detach() for n, p in unwrap(model).named_parameters()}

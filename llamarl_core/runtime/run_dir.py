@@ -1,0 +1,33 @@
+"""The run directory: chosen before planning (commands name its plan.json), never reused."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+
+from omegaconf import OmegaConf
+
+from llamarl_core.config.schema import LlamaRLConfig
+
+
+def resolve_run_dir(cfg: LlamaRLConfig) -> str:
+    """`run.dir` or runs/<recipe>; an existing non-empty directory gets a -2, -3… suffix."""
+    base = os.path.abspath(cfg.run.dir or os.path.join("runs", cfg.recipe))
+    path, n = base, 1
+    while os.path.isdir(path) and os.listdir(path):
+        n += 1
+        path = f"{base}-{n}"
+    os.makedirs(os.path.join(path, "logs"), exist_ok=True)
+    return path
+
+
+def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str, port: int) -> dict:
+    """plan.json (what the workers read: plan + config + store address) and config.yaml."""
+    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    full = {**plan_dict, "run_dir": run_dir, "run_id": secrets.token_hex(4),
+            "controller": {"host": host, "port": port}, "config": container}
+    with open(os.path.join(run_dir, "plan.json"), "w") as f:
+        json.dump(full, f, indent=2)
+    with open(os.path.join(run_dir, "config.yaml"), "w") as f:
+        f.write(OmegaConf.to_yaml(container))
+    return full

@@ -1,0 +1,40 @@
+"""Wire the weight sync (weight_sync.py) to a run: transport choice, group, names, dtypes.
+
+Both ends describe the trainer's parameters (names, shapes, dtype) the same way, from the
+config alone; the generator's dtype, if different, is the wire dtype (conversion on the way).
+`auto` picks shared memory on a single CPU host and the collective everywhere else.
+"""
+from __future__ import annotations
+
+import torch
+
+from llamarl_core.executors.setup import DTYPES
+from llamarl_core.runtime.context import WorkerContext
+from llamarl_core.runtime.weight_sync import WeightSyncReceiver, WeightSyncSender
+
+
+def transport(ctx: WorkerContext) -> str:
+    t = ctx.cfg.controller.weight_transport
+    if t != "auto":
+        return t
+    return "shm" if ctx.cfg.resources.device == "cpu" and ctx.plan.get("nodes", 1) == 1 else "collective"
+
+
+def _named_shapes(params: dict[str, torch.Tensor], dtype: torch.dtype) -> dict:
+    return {n: (tuple(p.shape), dtype) for n, p in params.items()}
+
+
+def _kwargs(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> dict:
+    r = ctx.cfg.resources
+    trainer_dtype, gen_dtype = DTYPES[r.trainer.dtype], DTYPES[r.generator.dtype]
+    return dict(named_shapes=_named_shapes(params, trainer_dtype), transport=transport(ctx),
+                group=ctx.groups["weights"], src_rank=ctx.ranks("trainer")[0], store=ctx.control.store,
+                run_id=ctx.run_id, wire_dtype=gen_dtype if gen_dtype != trainer_dtype else None)
+
+
+def make_sender(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> WeightSyncSender:
+    return WeightSyncSender(**_kwargs(ctx, params))
+
+
+def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> WeightSyncReceiver:
+    return WeightSyncReceiver(**_kwargs(ctx, params))

@@ -1,0 +1,159 @@
+"""Worker entry point: `torchrun ... -m llamarl_core.runtime.worker role=NAME plan=PLAN.json`.
+
+Each process joins its role's torchrun world (RANK within the role) and one global process
+group built on the controller's TCPStore (global rank = role offset + RANK); role groups
+and the weight group are cut from it, every rank creating them in the same order. Output
+goes to `<run_dir>/logs/<role>_<rank>.log`. Exit code 0 when the run ended (done, or
+stopped by another role's failure), 1 when this rank failed — after recording why in
+the store so the controller can name it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.runtime.context import Stopped, WorkerContext
+from llamarl_core.runtime.control import ControlPlane, connect
+from llamarl_core.runtime.timeline import Timeline
+
+
+def parse_argv(argv: list[str]) -> dict[str, str]:
+    out = {}
+    for word in argv:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise SystemExit(f"llamarl worker: expected key=value, got {word!r}")
+        out[key] = value
+    for key in ("role", "plan"):
+        if key not in out:
+            raise SystemExit(f"llamarl worker: missing {key}=")
+    return out
+
+
+def redirect_output(run_dir: str, role: str, rank: int) -> str:
+    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    path = os.path.join(run_dir, "logs", f"{role}_{rank}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    return path
+
+
+class Heartbeat(threading.Thread):
+    """Beats on its own store connection; if the controller is gone, this process ends."""
+
+    def __init__(self, host: str, port: int, role: str, rank: int, interval_s: float, timeout_s: float):
+        super().__init__(daemon=True, name="heartbeat")
+        self.control = ControlPlane(connect(host, port, timeout_s))
+        self.role, self.rank, self.interval_s = role, rank, interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopped.wait(self.interval_s):
+            try:
+                self.control.heartbeat(self.role, self.rank)
+                failures = 0
+            except Exception:
+                failures += 1
+                if failures >= 3:  # controller unreachable: never linger as an orphan
+                    print(f"{self.role} rank {self.rank}: controller unreachable, exiting", flush=True)
+                    os._exit(3)
+
+
+def build_groups(plan: dict) -> dict:
+    """Every rank calls new_group for the same groups in the same order."""
+    roles = {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]}
+    groups = {name: dist.new_group(ranks) for name, ranks in roles.items()}
+    if "generator" in roles and "trainer" in roles:
+        groups["weights"] = dist.new_group([roles["trainer"][0]] + roles["generator"])
+    return groups
+
+
+def executor_for(role: str):
+    if role == "generator":
+        from llamarl_core.executors.generator import GeneratorExecutor
+        return GeneratorExecutor
+    if role == "reward":
+        from llamarl_core.executors.reward import RewardExecutor
+        return RewardExecutor
+    if role == "trainer":
+        from llamarl_core.executors.trainer import TrainerExecutor
+        return TrainerExecutor
+    if role == "actor":
+        from llamarl_core.executors.actor import ActorExecutor
+        return ActorExecutor
+    raise SystemExit(f"llamarl worker: unknown role {role!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_argv(sys.argv[1:] if argv is None else argv)
+    with open(args["plan"]) as f:
+        plan = json.load(f)
+    role = args["role"]
+    role_plan = next(r for r in plan["roles"] if r["name"] == role)
+    rank = int(os.environ.get("RANK", "0"))
+    global_rank = role_plan["ranks"][0] + rank
+    run_dir = plan["run_dir"]
+    redirect_output(run_dir, role, rank)
+    cfg: LlamaRLConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
+    c = cfg.controller
+    torch.set_num_threads(role_plan["threads"])
+    host, port = plan["controller"]["host"], plan["controller"]["port"]
+    control = ControlPlane(connect(host, port, c.startup_timeout_s))
+    control.store.set(f"pid/{role}/{rank}", str(os.getpid()))
+    heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s)
+    heartbeat.start()
+    timeline = Timeline(run_dir, role, rank, control)
+    print(f"{role} rank {rank} (global {global_rank}/{plan['world_size']}) pid {os.getpid()} "
+          f"threads {torch.get_num_threads()}", flush=True)
+    code, executor = 0, None
+    try:
+        backend = "gloo" if cfg.resources.device == "cpu" else "cpu:gloo,cuda:nccl"
+        dist.init_process_group(backend, store=dist.PrefixStore("pg", control.store), rank=global_rank,
+                                world_size=plan["world_size"], timeout=timedelta(seconds=c.step_timeout_s))
+        ctx = WorkerContext(cfg, plan, run_dir, role, rank, global_rank,
+                            {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]},
+                            control, timeline, build_groups(plan), plan.get("run_id", ""))
+        executor = executor_for(role)(ctx)
+        executor.run()
+    except Stopped:
+        pass
+    except BaseException as e:  # noqa: BLE001 — every failure must reach the controller
+        if control.state() != "done":
+            traceback.print_exc()
+            reason = f"{role} rank {rank}: {type(e).__name__}: {e}"
+            try:
+                control.store.set(f"error/{role}/{rank}", reason)
+                control.abort(reason)
+            except Exception:
+                pass
+            code = 1
+    finally:
+        if executor is not None and hasattr(executor, "close"):
+            try:
+                executor.close()
+            except Exception:
+                traceback.print_exc()
+        heartbeat.stopped.set()
+        timeline.close()
+        print(f"{role} rank {rank} exiting with code {code} at {time.time():.3f}", flush=True)
+        sys.stdout.flush()
+    # Peers may already be gone, so a collective teardown could block: leave without it.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
