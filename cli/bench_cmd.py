@@ -1,12 +1,116 @@
-"""`llamarl bench` (placeholder until its issue lands)."""
-from llamarl_cli.common import make_parser, parse, run_guarded
+"""`llamarl bench`: the measured sync-vs-async comparison, weight-sync bandwidth, scale simulator.
+
+    llamarl bench --sync-vs-async [recipe=R] [--steps N] [--repeats N] [--out FILE]
+    llamarl bench --sync-vs-async --simulate [recipe=R] [--out FILE]
+    llamarl bench --weight-sync [--sizes-mb 10 64 256 1024] [--repeats N] [--out FILE]
+
+Each writes one JSON (and, for --sync-vs-async, two PNGs beside it) and prints a table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rich.console import Console
+
+from llamarl_cli.common import (EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse,
+                                print_resolved, run_guarded)
+
+
+def _parser():
+    p = make_parser("bench", "Benchmarks. --sync-vs-async runs the recipe synchronously "
+                    "(max_offpolicy_steps=0, colocated) and asynchronously (k>=1, split roles), "
+                    "alternating; --simulate predicts both at cluster scale instead; "
+                    "--weight-sync measures each weight transport against memcpy.")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--sync-vs-async", action="store_true", help="measure (or --simulate) sync vs async")
+    mode.add_argument("--weight-sync", action="store_true", help="weight-sync GB/s vs memcpy")
+    p.add_argument("--simulate", action="store_true", help="with --sync-vs-async: the scale simulator")
+    p.add_argument("--steps", type=int, default=8, help="RL steps per run (default 8)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="sync/async pairs (default 2) or weight-sync repeats (default 5)")
+    p.add_argument("--target-accuracy", type=float, default=0.5,
+                   help="report wall seconds to the first eval at or above this (default 0.5)")
+    p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024],
+                   help="--weight-sync message sizes in MiB")
+    p.add_argument("--work-dir", default=None, help="where the runs go (default: a temp dir)")
+    p.add_argument("--out", default=None, help="JSON path (PNGs go beside it)")
+    return p
 
 
 def main(argv) -> int:
-    parser = make_parser("bench", "not implemented yet")
+    parser = _parser()
 
     def run() -> int:
-        parse(parser, argv)
-        raise SystemExit("llamarl bench: not implemented yet")
+        args, recipe, overrides = parse(parser, argv)
+        if args.cfg:
+            print_resolved(recipe, overrides)
+            return EXIT_OK
+        if args.weight_sync:
+            return _weight_sync(args)
+        if not args.sync_vs_async:
+            raise UsageError("llamarl bench: choose --sync-vs-async [--simulate] or --weight-sync")
+        if args.simulate:
+            recipe_given = any(w.startswith("recipe=") for w in args.words)
+            return _simulate(recipe if recipe_given else None, overrides, args.out)
+        return _sync_vs_async(recipe, overrides, args)
 
     return run_guarded(run)
+
+
+def _write(out: str | None, result: dict, console: Console) -> None:
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+        console.print(f"wrote {out}")
+
+
+def _weight_sync(args) -> int:
+    from llamarl_core.bench.weight_sync_bench import print_table, run_weight_sync_bench
+
+    repeats = 5 if args.repeats is None else args.repeats
+    if repeats < 1:
+        raise UsageError(f"llamarl bench: --repeats={repeats} must be >= 1")
+    print_table(run_weight_sync_bench(sizes_mb=args.sizes_mb, repeats=repeats, out=args.out))
+    if args.out:
+        print(f"wrote {args.out}")
+    return EXIT_OK
+
+
+def _sync_vs_async(recipe, overrides, args) -> int:
+    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
+    from llamarl_core.bench.report import sync_vs_async_table
+    from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
+
+    repeats = 2 if args.repeats is None else args.repeats
+    if args.steps < 1 or repeats < 1:
+        raise UsageError(f"llamarl bench: --steps={args.steps} and --repeats={repeats} must be >= 1")
+    console = Console()
+    try:
+        result = run_sync_vs_async(recipe, overrides, steps=args.steps, repeats=repeats,
+                                   target_accuracy=args.target_accuracy, work_dir=args.work_dir,
+                                   log=console.print)
+    except BenchRunFailed as e:
+        print(f"llamarl bench: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    console.print(sync_vs_async_table(result))
+    if args.out:
+        timeline_png, accuracy_png = plot_paths(args.out)
+        dirs = {m: result[m]["runs"][0]["run_dir"] for m in ("sync", "async")}
+        result["plots"] = {"timeline": plot_timeline(dirs, timeline_png),
+                           "accuracy": plot_accuracy(result, accuracy_png)}
+        _write(args.out, result, console)
+    return EXIT_OK
+
+
+def _simulate(recipe, overrides, out) -> int:
+    from llamarl_core.bench.report import simulate_recipe
+
+    console = Console()
+    cfg = load_config(recipe, overrides) if recipe else None
+    result = simulate_recipe(cfg, console)
+    _write(out, result, console)
+    return EXIT_OK

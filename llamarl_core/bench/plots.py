@@ -1,0 +1,86 @@
+"""The sync-vs-async bench's two pictures (matplotlib, Agg: no display needed).
+
+- timeline: every role rank's activity over a window of the RL phase, one row per rank,
+  one colour per state, sync on top and async below (a Gantt chart); idle is left blank, so
+  the gaps are the point.
+- accuracy: held-out accuracy against wall seconds since RL start, every run of both modes.
+"""
+from __future__ import annotations
+
+import os
+
+from llamarl_core.bench.run_stats import read_timeline, rl_window
+
+COLORS = {"generate": "tab:blue", "score": "tab:orange", "train": "tab:green", "sync": "tab:red",
+          "eval": "tab:purple", "checkpoint": "tab:gray", "warmstart": "tab:brown"}
+MODE_COLORS = {"sync": "tab:red", "async": "tab:blue"}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_timeline(run_dirs: dict, out_png: str, window_s: float | None = None) -> str:
+    """run_dirs: {"sync": dir, "async": dir}; window_s: seconds from RL start (None = all)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(run_dirs), 1, figsize=(11, 1.2 + 1.1 * 2 * len(run_dirs)),
+                             squeeze=False)
+    loaded = {mode: read_timeline(d) for mode, d in run_dirs.items()}
+    windows = {mode: rl_window(spans) for mode, spans in loaded.items()}
+    longest = max(t1 - t0 for t0, t1 in windows.values())
+    xmax = longest if window_s is None else min(window_s, longest)  # same scale for both modes
+    for ax, (mode, spans) in zip(axes[:, 0], loaded.items()):
+        t0, t1 = windows[mode]
+        end = min(xmax, t1 - t0)
+        rows = sorted({(s["role"], s["rank"]) for s in spans})
+        for y, (role, rank) in enumerate(rows):
+            for s in spans:
+                if (s["role"], s["rank"]) != (role, rank) or s["state"] == "wait":
+                    continue
+                a, b = max(s["t0"] - t0, 0.0), min(s["t1"] - t0, end)
+                if b > a:
+                    ax.barh(y, b - a, left=a, color=COLORS.get(s["state"], "black"), height=0.6)
+        ax.set_yticks(range(len(rows)), [f"{r} {k}" for r, k in rows])
+        ax.set_xlim(0, xmax)
+        ax.set_title(f"{mode}: role activity over the first {end:.0f} s of RL (blank = idle)")
+    axes[-1, 0].set_xlabel("seconds since RL start")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    fig.legend(handles, list(COLORS), loc="lower center", ncol=len(COLORS), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def plot_accuracy(result: dict, out_png: str) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for mode in ("sync", "async"):
+        for i, run in enumerate(result[mode]["runs"]):
+            curve = run["accuracy_curve"]
+            if curve:
+                ax.plot([p["wall_s"] for p in curve], [p["accuracy"] for p in curve], marker="o",
+                        color=MODE_COLORS[mode], alpha=0.9 if i == 0 else 0.45,
+                        label=mode if i == 0 else None)
+    target = result.get("target_accuracy")
+    if target is not None:
+        ax.axhline(target, color="gray", linestyle=":", label=f"target {target:g}")
+    ax.set_xlabel("wall seconds since RL start (evals included)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title(f"{result['recipe']}: accuracy vs wall time, {result['steps']} steps x "
+                 f"{result['repeats']} repeats")
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def plot_paths(out_json: str) -> tuple[str, str]:
+    stem = os.path.splitext(out_json)[0]
+    return f"{stem}_timeline.png", f"{stem}_accuracy.png"

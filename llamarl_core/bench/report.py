@@ -1,0 +1,79 @@
+"""Tables for `llamarl bench`: the measured sync-vs-async result and the simulator's prediction
+for a recipe beside the paper's published step times."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from llamarl_core.bench.sim_adapter import simulate_config
+from llamarl_core.bench.simulator import PUBLISHED_STEP_S, calibrate, format_table
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+
+# Which published case a model preset is compared with.
+PRESET_TO_CASE = {"llama3-8b": "8b", "llama3-70b": "70b", "llama3.1-405b": "405b"}
+
+
+def _f(x, fmt="{:.2f}"):
+    return "—" if x is None else fmt.format(x)
+
+
+def sync_vs_async_table(result: dict) -> Table:
+    s, a = result["sync"], result["async"]
+    t = Table(title=f"sync vs async, {result['recipe']}: {result['steps']} RL steps x "
+                    f"{result['repeats']} repeats each, alternating (seconds)")
+    t.add_column("")
+    t.add_column("sync (k=0, colocated)", justify="right")
+    t.add_column(f"async (k={result['async_max_offpolicy_steps']})", justify="right")
+    t.add_row("step s median [min, max]",
+              *(f"{m['step_s_median']:.2f} [{m['step_s_min']:.2f}, {m['step_s_max']:.2f}]" for m in (s, a)))
+    for phase in ("generate", "score", "train"):
+        t.add_row(f"{phase} s/step (per rank)", *(f"{m['phase_s_per_step'][phase]:.3f}" for m in (s, a)))
+    roles = sorted(set(s["role_busy_fraction"]) | set(a["role_busy_fraction"]))
+    for role in roles:
+        t.add_row(f"{role} busy / idle",
+                  *(f"{m['role_busy_fraction'][role]:.0%} / {m['role_idle_fraction'][role]:.0%}"
+                    if role in m["role_busy_fraction"] else "—" for m in (s, a)))
+    t.add_row("weight sync s/step", *(f"{m['sync_s_per_step_median']:.4f}" for m in (s, a)))
+    t.add_row("generated tokens/s", *(f"{m['tokens_per_s_median']:.0f}" for m in (s, a)))
+    t.add_row("accuracy after", *(", ".join(_f(x, "{:.3f}") for x in m["accuracy_after"]) for m in (s, a)))
+    t.add_row(f"s to accuracy >= {result['target_accuracy']:g}",
+              *(", ".join(_f(x, "{:.0f}") for x in m["time_to_target_s"]) for m in (s, a)))
+    t.caption = (f"speedup {result['speedup']:.2f}x; ideal {_f(result['ideal_speedup'])}x "
+                 f"(sync phase sum / slowest async phase); achieved "
+                 f"{_f(result['speedup_over_ideal'], '{:.0%}')} of ideal")
+    return t
+
+
+def simulate_recipe(cfg: LlamaRLConfig | None, console: Console | None = None) -> dict:
+    """Calibration table, then (given a GPU recipe) its predicted step times; JSON-able."""
+    from llamarl_core.plan.hardware import get_device
+    from llamarl_core.plan.model_source import resolve_model_args
+
+    console = console or Console()
+    rows = calibrate()
+    console.print(format_table(rows))
+    out: dict = {"benchmark": "simulator", "calibration": rows}
+    if cfg is None:
+        return out
+    if cfg.resources.device == "cpu":
+        raise ConfigError(f"recipe {cfg.recipe}: --simulate predicts GPU clusters; "
+                          f"resources.device=cpu (try recipe=8b_gsm8k, 70b_gsm8k or 405b_math)")
+    model, preset = resolve_model_args(cfg.model)
+    result = simulate_config(cfg, model, get_device(cfg.resources.device))
+    if result.get("error"):
+        raise ConfigError(f"recipe {cfg.recipe}: the simulator cannot model it: {result['error']}")
+    case = PRESET_TO_CASE.get(preset)
+    published = PUBLISHED_STEP_S.get(case) if case else None
+    t = Table(title=f"recipe {cfg.recipe}: predicted step time from its sizes (seconds)")
+    for col in ("", "GPUs", "sync", "async", "speedup", "ideal speedup"):
+        t.add_column(col, justify="right")
+    t.add_row("predicted", str(result["async"]["devices"]), f"{result['sync']['step_s']:.2f}",
+              f"{result['async']['step_s']:.2f}", f"{result['speedup']:.2f}x",
+              f"{result['ideal_speedup']:.2f}x")
+    if published:
+        t.add_row(f"paper ({case})", str(published["devices"]), f"{published['sync']:.2f}",
+                  f"{published['async']:.2f}", f"{published['sync'] / published['async']:.2f}x", "")
+    console.print(t)
+    return {**out, **result, "recipe": cfg.recipe, "model_preset": preset,
+            "published": {"case": case, **published} if published else None}

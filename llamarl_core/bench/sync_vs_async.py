@@ -1,0 +1,142 @@
+"""`llamarl bench --sync-vs-async`: the same recipe run synchronously and asynchronously.
+
+Design: one knob. Sync is `algorithm.max_offpolicy_steps=0` (generation, scoring and training
+take turns on the colocated "actor" ranks); async is the recipe's k (at least 1: generator,
+reward and trainer as separate role groups, overlapping). Same seed, same steps, same samples
+per step. Runs alternate sync, async, sync, async... so machine noise (this machine is shared)
+hits both modes alike; per-step times are pooled across repeats.
+
+Reported per mode: RL step time (median, min, max), each role's busy/idle fraction of the RL
+window, weight-sync seconds per step, generated tokens/s, reward and held-out accuracy against
+wall time, time to a target accuracy. Then
+
+    speedup       = sync step_s median / async step_s median
+    ideal_speedup = (generate + score + train seconds per step, measured in the sync runs)
+                    / (slowest of them per step, measured in the async runs)
+
+i.e. what perfect overlap with free weight sync would give on the devices each mode really
+had; `speedup / ideal_speedup` is the fraction of that the runtime achieved.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from llamarl_core.bench.run_stats import PHASES, run_stats
+from llamarl_core.config.load import DEFAULT_RECIPE, load_config
+from llamarl_core.plan.plan import make_plan
+from llamarl_core.runtime.controller import Controller
+from llamarl_core.runtime.run_dir import resolve_run_dir
+
+MODES = ("sync", "async")
+
+
+class BenchRunFailed(RuntimeError):
+    pass
+
+
+def mode_overrides(mode: str, async_k: int, steps: int, run_dir: str) -> list[str]:
+    k = 0 if mode == "sync" else async_k
+    return [f"algorithm.max_offpolicy_steps={k}", f"run.max_steps={steps}", f"run.dir={run_dir}"]
+
+
+def run_one(recipe: str, overrides: list[str], log=print) -> str:
+    cfg = load_config(recipe, overrides)
+    run_dir = resolve_run_dir(cfg)
+    plan = make_plan(cfg, run_dir=run_dir)
+    t0 = time.perf_counter()
+    result = Controller(cfg, plan, run_dir, view=None).run()
+    if not result.ok:
+        role, rank = result.failed or (None, None)
+        raise BenchRunFailed(f"{plan.mode} run failed ({role} rank {rank}): {result.message}\n"
+                             f"{result.log_tail or ''}\nlogs: {os.path.join(run_dir, 'logs')}")
+    log(f"  {plan.mode} run done in {time.perf_counter() - t0:.1f} s: {run_dir}")
+    return run_dir
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def aggregate_mode(runs: list[dict]) -> dict:
+    """Pool the runs of one mode: step times together, fractions and rates as medians."""
+    steps = [s for r in runs for s in r["step_s"]]
+    roles = sorted({role for r in runs for role in r["roles"]})
+    busy = {role: statistics.median(r["roles"][role]["busy_fraction"] for r in runs if role in r["roles"])
+            for role in roles}
+    idle = {role: statistics.median(r["roles"][role]["idle_fraction"] for r in runs if role in r["roles"])
+            for role in roles}
+    phases = {p: statistics.median(r["phase_s_per_step"][p] for r in runs) for p in PHASES}
+    ttt = [r["time_to_target_s"] for r in runs]
+    reached = [t for t in ttt if t is not None]
+    return {
+        "step_s_median": statistics.median(steps), "step_s_min": min(steps), "step_s_max": max(steps),
+        "step_s": steps, "role_busy_fraction": busy, "role_idle_fraction": idle,
+        "phase_s_per_step": phases,
+        "sync_s_per_step_median": statistics.median(r["sync_s_per_step"] for r in runs),
+        "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in runs),
+        "rl_wall_s": [r["rl_wall_s"] for r in runs],
+        "accuracy_before": [r["accuracy_before"] for r in runs],
+        "accuracy_after": [r["accuracy_after"] for r in runs],
+        "time_to_target_s": ttt,
+        "time_to_target_s_median": statistics.median(reached) if len(reached) == len(ttt) else None,
+        "runs": runs,
+    }
+
+
+def compare(sync: dict, asyn: dict) -> dict:
+    speedup = sync["step_s_median"] / asyn["step_s_median"]
+    sync_sum = sum(sync["phase_s_per_step"].values())
+    slowest = max(asyn["phase_s_per_step"].values())
+    ideal = sync_sum / slowest if slowest > 0 else None
+    return {"speedup": speedup, "ideal_speedup": ideal,
+            "speedup_over_ideal": speedup / ideal if ideal else None,
+            "ideal_detail": {"sync_phase_sum_s": sync_sum,
+                             "async_slowest_phase_s": slowest,
+                             "async_slowest_phase": max(asyn["phase_s_per_step"],
+                                                        key=asyn["phase_s_per_step"].get)}}
+
+
+def machine() -> dict:
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "processor": platform.processor(), "python": platform.python_version(),
+            "torch_version": torch.__version__, "loadavg_at_start": load}
+
+
+def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = None, steps: int = 8,
+                      repeats: int = 2, target_accuracy: float = 0.5, work_dir: str | None = None,
+                      log=print) -> dict:
+    """Alternate sync and async runs of `recipe`; return the JSON-able result."""
+    if steps < 1 or repeats < 1:
+        raise ValueError(f"--steps ({steps}) and --repeats ({repeats}) must be >= 1")
+    recipe, overrides = recipe or DEFAULT_RECIPE, list(overrides or [])
+    base = load_config(recipe, overrides)  # validates the recipe before anything runs
+    async_k = max(1, base.algorithm.max_offpolicy_steps)
+    work_dir = work_dir or tempfile.mkdtemp(prefix="llamarl-bench-sva-")
+    t0 = time.perf_counter()
+    per_mode: dict = {m: [] for m in MODES}
+    for i in range(repeats):
+        for mode in MODES:
+            log(f"repeat {i + 1}/{repeats}: {mode}")
+            run_dir = os.path.join(work_dir, f"{mode}_{i}")
+            run_one(recipe, overrides + mode_overrides(mode, async_k, steps, run_dir), log)
+            per_mode[mode].append(run_stats(run_dir, target_accuracy))
+    sync, asyn = aggregate_mode(per_mode["sync"]), aggregate_mode(per_mode["async"])
+    return {"benchmark": "sync_vs_async", "command": " ".join(shlex.quote(a) for a in sys.argv),
+            "recipe": base.recipe, "overrides": overrides, "steps": steps, "repeats": repeats,
+            "async_max_offpolicy_steps": async_k, "seed": base.run.seed,
+            "target_accuracy": target_accuracy, "machine": machine(),
+            "wall_s": time.perf_counter() - t0, "work_dir": work_dir,
+            "sync": sync, "async": asyn, **compare(sync, asyn)}
