@@ -21,14 +21,14 @@ def test_405b_plan_fits_every_role_on_1024_h100s():
         assert r["memory_gib_per_device"]["total"] <= 0.9 * r["capacity_gib_per_device"]
     gen, tr = d["roles"][0], d["roles"][1]
     assert gen["ranks"] == [0, 511] and tr["ranks"] == [512, 1023]
-    assert tr["parallelism"] == {"tp": 8, "dp": 1, "fsdp": 64, "pp": 1}
+    assert tr["parallelism"] == {"tp": 1, "dp": 2, "fsdp": 256, "pp": 1}  # 512 = 256 x 2
     assert len(gen["commands"]) == 64 and len(tr["commands"]) == 64  # one per node
     assert "--node-rank=63" in tr["commands"][-1] and "role=trainer" in tr["commands"][-1]
 
 
 def test_8b_trainer_memory_matches_the_hand_computation():
     # Llama-3-8B: N = 8,030,261,248 params; bf16 (2 bytes); trainer fsdp=8, tp=pp=1 → shard 8;
-    # micro-batch 4 x (512 + 1024) tokens = 6,144 tokens; activation checkpointing on.
+    # micro-batch 4 x (384 + 2400) tokens = 11,136 tokens; activation checkpointing on.
     t = plan_for("8b_gsm8k").role("trainer").memory
     n = 8_030_261_248
     layer = (n - 2 * 128256 * 4096 - 4096) // 32            # 218,112,000 params per layer
@@ -37,16 +37,16 @@ def test_8b_trainer_memory_matches_the_hand_computation():
     assert t.weights * GIB == pytest.approx(weights)        # 2,880,013,312 B = 2.682 GiB
     assert t.gradients * GIB == pytest.approx(n * 2 / 8)    # 2,007,565,312 B = 1.870 GiB
     assert t.optimizer * GIB == pytest.approx(n * 12 / 8)   # m, v, fp32 master: 11.218 GiB
-    tokens = 4 * 1536
+    tokens = 4 * 2784
     act = 32 * tokens * 4096 * 2 + 34 * tokens * 4096 + 2 * tokens * 128256 * 4
-    assert t.activations * GIB == pytest.approx(act)        # 8,770,093,056 B = 8.168 GiB
+    assert t.activations * GIB == pytest.approx(act)        # 15,896,150,016 B = 14.804 GiB
     assert t.kv_cache == 0
 
 
 def test_8b_generator_kv_cache_matches_the_hand_computation():
-    # 128 sequences x 1,536 tokens x (K+V) 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
+    # 128 sequences x 2,784 tokens x (K+V) 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
     g = plan_for("8b_gsm8k").role("generator").memory
-    assert g.kv_cache * GIB == pytest.approx(128 * 1536 * 2 * 32 * 8 * 128 * 2)  # 24.0 GiB
+    assert g.kv_cache * GIB == pytest.approx(128 * 2784 * 2 * 32 * 8 * 128 * 2)  # 43.5 GiB
     assert g.weights * GIB == pytest.approx(8_030_261_248 * 2)
 
 
