@@ -148,11 +148,10 @@ class GenerationEngine:
         return self._finish(tokens[:, :steps].tolist(), logprobs[:, :steps].tolist(), stop_ids, params)
 
     def _stop_string_hits(self, tokens: torch.Tensor, done: torch.Tensor, stops) -> torch.Tensor:
-        hits = torch.zeros_like(done)
-        for i, row in enumerate(tokens.tolist()):
-            if not done[i] and first_stop(self.tokenizer.decode(row), stops) is not None:
-                hits[i] = True
-        return hits
+        finished = done.tolist()  # one device->host copy, not one per row
+        hits = [not finished[i] and first_stop(self.tokenizer.decode(row), stops) is not None
+                for i, row in enumerate(tokens.tolist())]
+        return torch.tensor(hits, dtype=torch.bool, device=done.device)
 
     def _finish(self, token_rows, logprob_rows, stop_ids, params) -> list[Completion]:
         stop_set, out = set(stop_ids), []

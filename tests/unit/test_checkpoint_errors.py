@@ -80,3 +80,15 @@ def test_load_pretrained_casts_to_the_requested_dtype(tmp_path):
     model, _ = load_pretrained(tmp_path, dtype=torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())
     assert model(torch.tensor([[1, 2, 3]])).shape == (1, 3, 260)
+
+
+def test_legacy_pytorch_bin_checkpoint_loads_through_weights_only(tmp_path):
+    from llamarl_core.models.checkpoint import ours_to_hf
+
+    model = Llama(ARGS)
+    save_pretrained(model, ByteTokenizer(), tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save({ours_to_hf(n): p.detach() for n, p in model.named_parameters()},
+               tmp_path / "pytorch_model.bin")
+    loaded, _ = load_pretrained(tmp_path)
+    assert torch.equal(loaded.layers[1].feed_forward.w3.weight, model.layers[1].feed_forward.w3.weight)

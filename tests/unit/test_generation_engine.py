@@ -16,14 +16,19 @@ def _model(seed=0):
 
 
 def _force_token(model, token_id):
-    """Make every next-token distribution put (almost) all mass on token_id."""
+    """Make every next-token distribution put all its mass on token_id.
+
+    Zeroed wo/w2 make every block add nothing, so the final hidden state is the embedding
+    (all ones), RMS-normalised to all ones; logit[token_id] = 100 * dim = 3200, others 0.
+    """
     with torch.no_grad():
-        model.output.weight.zero_()
+        model.tok_embeddings.weight.fill_(1.0)
+        for layer in model.layers:
+            layer.attention.wo.weight.zero_()
+            layer.feed_forward.w2.weight.zero_()
         model.norm.weight.fill_(1.0)
-        model.output.weight[token_id] = 100.0  # logit = 100 * sum(normed hidden) -> make it dominant
-        model.layers[-1].feed_forward.w2.weight.zero_()
-        model.layers[-1].attention.wo.weight.zero_()
-        model.tok_embeddings.weight.fill_(1.0)  # normed hidden = all ones -> logit[token] = 100 * dim
+        model.output.weight.zero_()
+        model.output.weight[token_id] = 100.0
 
 
 def test_eos_is_included_with_its_logprob_and_reason_stop():

@@ -72,3 +72,25 @@ def test_llama3_rope_scaling_divides_low_frequencies_and_keeps_high_ones():
 def test_invalid_head_configuration_is_rejected_with_the_numbers():
     with pytest.raises(ValueError, match="n_kv_heads=3"):
         Llama(ModelArgs(vocab_size=10, dim=32, n_layers=1, n_heads=4, n_kv_heads=3, ffn_dim=8))
+
+
+def test_one_training_step_changes_every_parameter():
+    torch.manual_seed(0)
+    model = Llama(TINY)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(0, 50, (2, 9))
+    logits = model(ids[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), ids[:, 1:].reshape(-1))
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
+    assert unchanged == []
+
+
+def test_inference_and_training_forwards_give_the_same_logits():
+    torch.manual_seed(0)
+    model = Llama(TINY)
+    ids = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():  # the in-place inference path
+        fast = model(ids)
+    torch.testing.assert_close(model(ids).detach(), fast)
