@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 
 import torch
 
@@ -137,6 +138,6 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     return {"benchmark": "sync_vs_async", "command": " ".join(shlex.quote(a) for a in sys.argv),
             "recipe": base.recipe, "overrides": overrides, "steps": steps, "repeats": repeats,
             "async_max_offpolicy_steps": async_k, "seed": base.run.seed,
-            "target_accuracy": target_accuracy, "machine": machine(),
+            "target_accuracy": target_accuracy, "config": asdict(base), "machine": machine(),
             "wall_s": time.perf_counter() - t0, "work_dir": work_dir,
             "sync": sync, "async": asyn, **compare(sync, asyn)}
