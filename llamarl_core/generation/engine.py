@@ -127,22 +127,32 @@ class GenerationEngine:
         stop_ids_t = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
         tokens = torch.full((B, N), pad, dtype=torch.long, device=device)
         logprobs = torch.zeros(B, N, dtype=torch.float32, device=device)
-        done = torch.zeros(B, dtype=torch.bool, device=device)
+        # The decode batch holds only the `rows` still running once at most half of it is
+        # (compaction): RL completions end at very different lengths, and finished rows
+        # would otherwise cost as much as running ones until the longest row ends.
+        rows = torch.arange(B, device=device)  # original row of each batch entry
+        done = torch.zeros(B, dtype=torch.bool, device=device)  # per batch entry
         check_every = 1 if device.type == "cpu" else 8
         steps = N
         for step in range(N):
-            next_tokens, next_logprobs = sample_next(logits, params, generator)  # [B], [B]
-            tokens[:, step] = next_tokens.masked_fill(done, pad)
-            logprobs[:, step] = next_logprobs.masked_fill(done, 0.0)
+            next_tokens, next_logprobs = sample_next(logits, params, generator)  # [b], [b]
+            tokens[rows, step] = next_tokens.masked_fill(done, pad)
+            logprobs[rows, step] = next_logprobs.masked_fill(done, 0.0)
             done |= torch.isin(next_tokens, stop_ids_t)
             if step == N - 1:
                 break
             if (step + 1) % check_every == 0:
                 if params.stop_strings:
-                    done |= self._stop_string_hits(tokens[:, :step + 1], done, params.stop_strings)
-                if bool(done.all()):
+                    done |= self._stop_string_hits(tokens[rows, :step + 1], done, params.stop_strings)
+                n_running = int((~done).sum())
+                if n_running == 0:
                     steps = step + 1
                     break
+                if n_running <= len(rows) // 2:
+                    keep = (~done).nonzero().squeeze(1)  # [n_running]
+                    rows, done, next_tokens = rows[keep], done[keep], next_tokens[keep]
+                    lengths, decode_mask = lengths[keep], decode_mask[keep]
+                    cache.keep_rows(keep, filled=P + step)
             logits = model(next_tokens[:, None], positions=(lengths + step)[:, None], cache=cache,
                            cache_start=P + step, attn_mask=decode_mask[..., :P + step + 1])[:, 0]
         return self._finish(tokens[:, :steps].tolist(), logprobs[:, :steps].tolist(), stop_ids, params)

@@ -53,3 +53,24 @@ def test_greedy_tokens_are_argmax_of_full_forward_and_logprobs_use_temperature_o
             argmax = model(ids)[0, len(prompt) - 1:-1].argmax(-1)
         assert argmax.tolist() == completion.token_ids
         torch.testing.assert_close(torch.tensor(completion.logprobs), ref, atol=1e-5, rtol=0)
+
+
+def test_rows_finishing_early_are_compacted_away_without_changing_any_row(monkeypatch):
+    from llamarl_core.models.llama import KVCache
+
+    compactions = []
+    original = KVCache.keep_rows
+    monkeypatch.setattr(KVCache, "keep_rows",
+                        lambda self, keep, filled: (compactions.append(len(keep)), original(self, keep, filled)))
+    model, tok = _model(), ByteTokenizer()
+    prompts = [tok.encode(t, add_bos=True) for t in ("a", "bb", "a longer one", "x y", "z", "mid len")]
+    # A third of all byte values stop a row, so rows end at different steps.
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, stop_token_ids=tuple(range(0, 256, 3)))
+    completions = GenerationEngine(model, tok).generate(prompts, params, seed=5)
+    assert compactions and len({len(c.token_ids) for c in completions}) > 2
+    for completion, ref in zip(completions, trainer_logprobs(model, prompts, completions, 1.0)):
+        torch.testing.assert_close(torch.tensor(completion.logprobs), ref, atol=1e-5, rtol=0)
+    greedy = SamplingParams(max_new_tokens=20, temperature=0.0, stop_token_ids=tuple(range(0, 256, 3)))
+    engine = GenerationEngine(model, tok)
+    together = engine.generate(prompts, greedy)
+    assert [c.token_ids for c in together] == [engine.generate([p], greedy)[0].token_ids for p in prompts]
