@@ -200,7 +200,6 @@ class RunConfig:
     eval_every_steps: int = 10
     checkpoint_every_steps: int = 0      # 0 = only at the end
     log_every_steps: int = 1
-    weight_checksums: bool = False       # record a sha256 of the weights at every sync (tests)
 
     def __post_init__(self):
         _check_positive("run.max_steps", self.max_steps, 0)
