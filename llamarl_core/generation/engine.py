@@ -95,29 +95,34 @@ class GenerationEngine:
             self._cache = cache = self.model.new_cache(size, max(length, cache.max_len if cache else 0))
         return cache
 
+    def _left_padded_inputs(self, prompts, lengths: torch.Tensor, P: int, N: int):
+        """ids and positions [B, P], additive prefill mask [B, 1, P, P], decode mask [B, 1, 1, P+N]."""
+        device, B = self.device, len(prompts)
+        ids = torch.full((B, P), self.tokenizer.pad_id, dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, P - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        pad_count = P - lengths  # [B]
+        slots = torch.arange(P + N, device=device)  # [S]
+        valid = slots[None, :] >= pad_count[:, None]  # [B, S]: False on padding slots
+        dtype = self.model.tok_embeddings.weight.dtype
+        neg_inf = torch.finfo(dtype).min
+        # Prefill: causal, real keys only; padding queries see themselves (no all-masked rows).
+        causal = slots[:P, None] >= slots[None, :P]  # [P, P]
+        allowed = (causal[None] & valid[:, None, :P]) | torch.eye(P, dtype=torch.bool, device=device)
+        prefill_mask = torch.zeros(B, 1, P, P, dtype=dtype, device=device).masked_fill(
+            ~allowed[:, None], neg_inf)
+        decode_mask = torch.zeros(B, 1, 1, P + N, dtype=dtype, device=device).masked_fill(
+            ~valid[:, None, None], neg_inf)
+        positions = (slots[None, :P] - pad_count[:, None]).clamp(min=0)  # [B, P]
+        return ids.to(device), positions, prefill_mask, decode_mask
+
     def _generate_chunk(self, prompts, params: SamplingParams, generator) -> list[Completion]:
-        device, model = self.device, self.model
+        device, model, pad = self.device, self.model, self.tokenizer.pad_id
         B = len(prompts)
         lengths = torch.tensor([len(p) for p in prompts], device=device)  # [B]
         P = int(lengths.max())
         N = min(params.max_new_tokens, self.max_seq_len - P)
-        pad = self.tokenizer.pad_id
-        ids = torch.full((B, P), pad, dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            ids[i, P - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        ids = ids.to(device)
-        pad_count = P - lengths  # [B]
-        slots = torch.arange(P + N, device=device)  # [S]
-        valid = slots[None, :] >= pad_count[:, None]  # [B, S]: False on padding slots
-        dtype = model.tok_embeddings.weight.dtype
-        neg_inf = torch.finfo(dtype).min
-        # Prefill mask [B, 1, P, P]: causal, real keys only; padding queries see themselves.
-        causal = slots[:P, None] >= slots[None, :P]  # [P, P]
-        allowed = (causal[None] & valid[:, None, :P]) | torch.eye(P, dtype=torch.bool, device=device)
-        prefill_mask = torch.zeros(B, 1, P, P, dtype=dtype, device=device).masked_fill(~allowed[:, None], neg_inf)
-        decode_mask = torch.zeros(B, 1, 1, P + N, dtype=dtype, device=device).masked_fill(~valid[:, None, None], neg_inf)
-        positions = (slots[None, :P] - pad_count[:, None]).clamp(min=0)  # [B, P]
-
+        ids, positions, prefill_mask, decode_mask = self._left_padded_inputs(prompts, lengths, P, N)
         cache = self._kv_cache(B, P + N)
         logits = model(ids, positions=positions, cache=cache, cache_start=0,
                        attn_mask=prefill_mask, last_only=True)[:, 0]  # [B, V]
