@@ -138,6 +138,9 @@ class HFTokenizer:
         directory = Path(directory)
         self._tok.save(str(directory / "tokenizer.json"))
         (directory / "tokenizer_config.json").write_text(json.dumps(self.config, indent=2))
+        if len(self.eos_ids) > 1:  # e.g. Llama-3.1 instruct: end_of_text, eom, eot
+            (directory / "generation_config.json").write_text(
+                json.dumps({"eos_token_id": list(self.eos_ids)}, indent=2))
 
 
 def load_tokenizer(directory):

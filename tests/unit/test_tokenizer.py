@@ -78,6 +78,10 @@ def test_hf_tokenizer_save_and_generation_config_eos_list(tmp_path):
     again = load_tokenizer(out)
     assert again.encode("the mat") == tok.encode("the mat")
     assert set(again.eos_ids) == {1, 2, tok.eos_id}
+    resaved = tmp_path / "resaved"
+    resaved.mkdir()
+    again.save(resaved)
+    assert set(load_tokenizer(resaved).eos_ids) == {1, 2, tok.eos_id}
 
 
 def test_directory_without_tokenizer_files_raises_naming_both_options(tmp_path):
