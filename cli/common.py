@@ -40,7 +40,7 @@ def make_parser(verb: str, description: str) -> argparse.ArgumentParser:
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str]):
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown:
         raise UsageError(f"{parser.prog}: unknown option(s) {' '.join(unknown)}; see --help")
     bad = [w for w in args.words if "=" not in w]

@@ -183,11 +183,13 @@ class DataConfig:
     num_eval_examples: int = 200
     digits: int = 2                      # built-in task difficulty
     num_operands: int = 2
+    solution_style: str = "columns"      # built-in task's worked solution: columns | short
 
     def __post_init__(self):
         _check_choice("data.template", self.template, ("plain", "chat"))
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
         _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
+        _check_choice("data.solution_style", self.solution_style, ("columns", "short"))
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
 
 
@@ -200,6 +202,7 @@ class RunConfig:
     eval_every_steps: int = 10
     checkpoint_every_steps: int = 0      # 0 = only at the end
     log_every_steps: int = 1
+    weight_checksums: bool = False       # record a sha256 of the weights at every sync (tests)
 
     def __post_init__(self):
         _check_positive("run.max_steps", self.max_steps, 0)

@@ -31,9 +31,17 @@ def arith_examples(
     digits: int = 2,
     num_operands: int = 2,
     ops: str = "+",
+    solution_style: str = "columns",
 ) -> list[Example]:
     """``num_examples`` problems of ``split`` ("train"/"test"); unique while the split's
-    share of the problem space lasts, then repeating (so any size can be asked for)."""
+    share of the problem space lasts, then repeating (so any size can be asked for).
+
+    ``solution_style``: ``columns`` works a sum of non-negative operands digit by digit with
+    carries (``7+8=15`` / ``2+4+1=7`` / ``#### 75``), so each generated digit depends on a
+    one-digit fact a tiny model learns quickly; ``short`` is ``27+48=75\n#### 75``.
+    Subtraction always uses ``short``."""
+    if solution_style not in ("columns", "short"):
+        raise ValueError(f"arith: solution_style must be 'columns' or 'short', got {solution_style!r}")
     _check(split, num_examples, digits, num_operands, ops)
     rng = random.Random(f"arith:{seed}:{split}")
     low, high = 10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1
@@ -61,10 +69,29 @@ def arith_examples(
             id=f"arith-{split}-{seed}-{len(examples)}",
             prompt=text,
             reference=answer,
-            solution=f"{text}={answer}\n#### {answer}",
+            solution=_solution(text, operands, operators, answer, solution_style),
             source="arith",
         ))
     return examples
+
+
+def _solution(text: str, operands: list[int], operators: list[str], answer: str, style: str) -> str:
+    if style == "short" or any(op != "+" for op in operators):
+        return f"{text}={answer}\n#### {answer}"
+    return "\n".join(column_steps(operands)) + f"\n#### {answer}"
+
+
+def column_steps(operands: list[int]) -> list[str]:
+    """Schoolbook addition, least significant column first: one line per column."""
+    width = max(len(str(v)) for v in operands)
+    carry, lines = 0, []
+    for col in range(width):
+        column = [(v // 10**col) % 10 for v in operands if col < len(str(v))]
+        terms = [str(d) for d in column] + ([str(carry)] if carry else [])
+        total = sum(column) + carry
+        lines.append("+".join(terms) + f"={total}")
+        carry = total // 10
+    return lines
 
 
 def _split_of(text: str, seed: int) -> str:

@@ -20,6 +20,7 @@ import time
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
 from llamarl_core.runtime.channels import TAG_TO_REWARD, AsyncSender
+from llamarl_core.runtime import checksums
 from llamarl_core.runtime.context import Stopped, WorkerContext
 from llamarl_core.runtime.weights import make_receiver
 
@@ -47,6 +48,8 @@ class GeneratorExecutor:
         self.held = stats.version
         self.ctx.control.set_held(self.ctx.global_rank, self.held)
         self.last_sync = {"seconds": stats.seconds, "gbps": stats.gbps, "version": stats.version}
+        if self.ctx.cfg.run.weight_checksums:
+            checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, self.held, self.params)
 
     def run(self) -> None:
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps

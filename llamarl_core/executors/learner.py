@@ -102,9 +102,20 @@ class WarmStart:
         w = cfg.warmstart
         self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=w.lr, weight_decay=0.0)
-        self.steps = w.steps
+        self.steps, self.base_lr, self.t = w.steps, w.lr, 0
+
+    def _lr(self) -> float:
+        """Linear warm-up over the first 10% of steps, then cosine decay to 10%."""
+        warmup = max(1, self.steps // 10)
+        if self.t < warmup:
+            return self.base_lr * (self.t + 1) / warmup
+        progress = (self.t - warmup) / max(1, self.steps - warmup)
+        return self.base_lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
 
     def step(self, seqs: list[tuple[list[int], int]]) -> float:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self._lr()
+        self.t += 1
         length = max(len(t) for t, _ in seqs)
         tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]
         loss_mask = torch.zeros(len(seqs), length - 1)                             # [B, L-1]
@@ -118,4 +129,4 @@ class WarmStart:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())

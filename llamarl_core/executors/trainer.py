@@ -30,6 +30,7 @@ from llamarl_core.executors.routing import replicas_for_trainer
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
+from llamarl_core.runtime import checksums
 from llamarl_core.runtime.channels import TAG_TO_TRAINER_BASE, AsyncReceiver
 from llamarl_core.runtime.context import Stopped, WorkerContext
 from llamarl_core.runtime.parallel import full_state, unwrap, wrap_data_parallel
@@ -134,6 +135,8 @@ class TrainerExecutor:
         with self.ctx.timeline.span("sync", version=self.version):
             self.ctx.control.publish_version(self.version)
             stats = self.sender.send(state, self.version, timeout_s=self.cfg.controller.step_timeout_s)
+        if self.cfg.run.weight_checksums:
+            checksums.record(self.ctx.run_dir, "trainer", self.rank, self.version, state)
         self.last_sync = {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                           "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 

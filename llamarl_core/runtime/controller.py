@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -48,6 +50,10 @@ def start_store(host: str, port: int) -> dist.TCPStore:
         return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 class Controller:
     def __init__(self, cfg: LlamaRLConfig, plan: LaunchPlan, run_dir: str, view=None):
         self.cfg, self.plan, self.run_dir, self.view = cfg, plan, run_dir, view
@@ -56,6 +62,9 @@ class Controller:
         self.role_of_proc: list[str] = []
 
     def run(self) -> RunResult:
+        """Launch, supervise, and always end every process it started."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
         c = self.cfg.controller
         store = start_store(c.host, c.port)
         self.control = ControlPlane(store)
@@ -72,8 +81,8 @@ class Controller:
                     self.role_of_proc.append(role.name)
             result = self._supervise()
         except KeyboardInterrupt:
-            self.control.abort("interrupted by the user (Ctrl-C)")
-            result = RunResult(False, self.run_dir, "interrupted by the user (Ctrl-C)")
+            self.control.abort("interrupted (Ctrl-C or SIGTERM)")
+            result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)")
         finally:
             procs.stop_all(self.procs, self._worker_pids(), grace_s=5.0 if self._state() != "done" else 10.0)
             self._sweep_shm()

@@ -10,7 +10,7 @@ def test_default_arith_is_two_digit_addition_with_a_short_solution():
     a, b = example.prompt.split("+")
     assert len(a) == len(b) == 2
     assert example.reference == str(int(a) + int(b))
-    assert example.solution == f"{example.prompt}={example.reference}\n#### {example.reference}"
+    assert example.solution.endswith(f"\n#### {example.reference}")
 
 
 def test_arith_is_deterministic_by_seed_and_train_test_are_disjoint():
@@ -65,3 +65,20 @@ def test_chat_template_goes_through_the_tokenizer():
 def test_target_without_a_solution_uses_the_verifier_format():
     assert render_target(Example("1", "p", "\\frac12", None, "math")) == " \\boxed{\\frac12}"
     assert render_target(Example("2", "p", "7")) == " #### 7"
+
+
+def test_column_solutions_work_each_digit_with_its_carry():
+    from llamarl_core.data.arith import column_steps
+    # 27 + 48: units 7+8 = 15 (carry 1), tens 2+4+1 = 7 → 75.
+    assert column_steps([27, 48]) == ["7+8=15", "2+4+1=7"]
+    # 67 + 58: 7+8 = 15, 6+5+1 = 12 → 125 (the last column's total is the leading digits).
+    assert column_steps([67, 58]) == ["7+8=15", "6+5+1=12"]
+    ex = arith_examples("train", 50, seed=3)
+    for e in ex:
+        a, b = map(int, e.prompt.split("+"))
+        assert e.reference == str(a + b) and e.solution.endswith(f"#### {a + b}")
+
+
+def test_short_solution_style_is_still_available():
+    (e,) = arith_examples("train", 1, seed=0, solution_style="short")
+    assert e.solution == f"{e.prompt}={e.reference}\n#### {e.reference}"

@@ -1,0 +1,110 @@
+"""`llamarl train` end to end on gloo: three torchrun groups (or the colocated actor) under
+one controller, a tiny model and a few steps each. Assertions read the run directory."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAST = ["warmstart.steps=0", "run.max_steps=4", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
+        "data.num_eval_examples=8", "data.num_train_examples=64", "generation.max_new_tokens=8",
+        "run.eval_every_steps=0", "run.max_time_s=0", "resources.generator.max_batch_size=64",
+        "resources.trainer.micro_batch_size=16", "run.weight_checksums=true",
+        "controller.startup_timeout_s=90", "controller.heartbeat_timeout_s=20"]
+
+
+def train(run_dir: Path, *overrides: str, timeout_s: float = 180) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={run_dir}", *FAST, *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def test_async_run_trains_syncs_weights_and_bounds_staleness(tmp_path):
+    run_dir = tmp_path / "async"
+    out = train(run_dir, "algorithm.max_offpolicy_steps=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = metrics(run_dir)
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+    versions = [m["policy_version"] for m in lines]
+    assert versions == sorted(versions) and versions == [1, 2, 3, 4]  # strictly increasing
+    for m in lines:
+        assert m["trainer/staleness_max"] <= 1  # k = 1
+        assert m["sync/seconds"] >= 0 and "generator/busy_s" in m and "reward/busy_s" in m
+    # Every version the generator received hashes exactly like the trainer's weights at send.
+    sums = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]
+    sent = {s["version"]: s["sha256"] for s in sums if s["role"] == "trainer"}
+    got = {s["version"]: s["sha256"] for s in sums if s["role"] == "generator"}
+    assert set(got) == {0, 1, 2, 3} and all(got[v] == sent[v] for v in got)
+    for name in ("plan.json", "config.yaml", "summary.json", "checkpoints/final/config.json",
+                 "logs/generator_0.log", "logs/trainer_0.log", "logs/reward_0.log"):
+        assert (run_dir / name).exists(), name
+    from llamarl_core.models import load_pretrained
+    model, _ = load_pretrained(run_dir / "checkpoints" / "final")
+    assert model.args.dim == 256
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_sync_mode_is_on_policy_every_importance_ratio_is_one(tmp_path):
+    run_dir = tmp_path / "sync"
+    out = train(run_dir, "algorithm.max_offpolicy_steps=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = metrics(run_dir)
+    assert len(lines) == 4
+    for m in lines:
+        assert m["trainer/staleness_max"] == 0
+        assert abs(m["trainer/is_ratio_max"] - 1.0) < 1e-5
+        assert abs(m["trainer/is_ratio_mean"] - 1.0) < 1e-5
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [r["name"] for r in plan["roles"]] == ["actor", "reward"]
+
+
+def test_staleness_respects_a_larger_k(tmp_path):
+    run_dir = tmp_path / "k2"
+    out = train(run_dir, "algorithm.max_offpolicy_steps=2", "run.max_steps=5")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert max(m["trainer/staleness_max"] for m in metrics(run_dir)) <= 2
+
+
+def test_sigkill_of_a_generator_ends_the_run_naming_it_and_leaves_no_process(tmp_path):
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={run_dir}", *FAST,
+           "run.max_steps=100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = run_dir / "logs" / "generator_0.log"
+    deadline = time.time() + 120
+    pid = None
+    while time.time() < deadline and pid is None:
+        if (run_dir / "metrics.jsonl").exists() and log.exists():
+            first = log.read_text().splitlines()[0]
+            pid = int(first.split(" pid ")[1].split()[0])
+        time.sleep(0.2)
+    assert pid is not None, "the run never got going"
+    os.kill(pid, signal.SIGKILL)
+    t_kill = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "generator rank 0" in err, err[-2000:]
+    assert time.time() - t_kill < 30
+    time.sleep(0.5)
+    assert processes_mentioning(str(run_dir)) == []
