@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 
 from rich.console import Console
@@ -54,7 +55,7 @@ def main(argv) -> int:
         if args.simulate:
             recipe_given = any(w.startswith("recipe=") for w in args.words)
             return _simulate(recipe if recipe_given else None, overrides, args.out)
-        return _sync_vs_async(recipe, overrides, args)
+        return _sync_vs_async(recipe, overrides, args, argv)
 
     return run_guarded(run)
 
@@ -80,7 +81,7 @@ def _weight_sync(args) -> int:
     return EXIT_OK
 
 
-def _sync_vs_async(recipe, overrides, args) -> int:
+def _sync_vs_async(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
     from llamarl_core.bench.report import sync_vs_async_table
     from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
@@ -92,7 +93,8 @@ def _sync_vs_async(recipe, overrides, args) -> int:
     try:
         result = run_sync_vs_async(recipe, overrides, steps=args.steps, repeats=repeats,
                                    target_accuracy=args.target_accuracy, work_dir=args.work_dir,
-                                   log=console.print)
+                                   log=console.print,
+                                   command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
     except BenchRunFailed as e:
         print(f"llamarl bench: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -140,7 +140,7 @@ def machine() -> dict:
 
 def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = None, steps: int = 8,
                       repeats: int = 2, target_accuracy: float = 0.5, work_dir: str | None = None,
-                      log=print) -> dict:
+                      log=print, command: str | None = None) -> dict:
     """Alternate sync and async runs of `recipe`; return the JSON-able result."""
     if steps < 1 or repeats < 1:
         raise ValueError(f"--steps ({steps}) and --repeats ({repeats}) must be >= 1")
@@ -163,7 +163,8 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
             run_one(frozen, mode_overrides(mode, async_k, steps, run_dir), log)
             per_mode[mode].append(run_stats(run_dir, target_accuracy))
     sync, asyn = aggregate_mode(per_mode["sync"]), aggregate_mode(per_mode["async"])
-    return {"benchmark": "sync_vs_async", "command": " ".join(shlex.quote(a) for a in sys.argv),
+    command = command or " ".join(shlex.quote(a) for a in sys.argv)
+    return {"benchmark": "sync_vs_async", "command": command,
             "recipe": base.recipe, "overrides": overrides, "steps": steps, "repeats": repeats,
             "async_max_offpolicy_steps": async_k, "seed": base.run.seed,
             "target_accuracy": target_accuracy, "config": asdict(base), "machine": machine(),
