@@ -157,9 +157,12 @@ class Llama(nn.Module):
 
     def rope(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._rope_cache:
-            inv_freq = rope_inv_freq(self.args.head_dim, self.args.rope_theta, self.args.rope_scaling)
-            cos, sin = rope_tables(inv_freq, self.args.max_seq_len)
-            self._rope_cache[device] = (cos.to(device), sin.to(device))
+            # Built outside inference mode even when first needed by the engine: inference
+            # tensors cannot be saved for backward, and the trainer reuses this cache.
+            with torch.inference_mode(False), torch.no_grad():
+                inv_freq = rope_inv_freq(self.args.head_dim, self.args.rope_theta, self.args.rope_scaling)
+                cos, sin = rope_tables(inv_freq, self.args.max_seq_len)
+                self._rope_cache[device] = (cos.to(device), sin.to(device))
         return self._rope_cache[device]
 
     def forward(self, input_ids: torch.Tensor, positions: Optional[torch.Tensor] = None,
