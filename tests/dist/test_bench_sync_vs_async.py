@@ -29,3 +29,11 @@ def test_bench_runs_both_modes_and_writes_json_and_two_pngs(tmp_path, capsys):
         with open(d["plots"][key], "rb") as f:
             assert f.read(8) == PNG_MAGIC
     assert d["plots"]["timeline"] == str(tmp_path / "sva_timeline.png")
+
+
+def test_bench_weight_sync_flag_writes_the_weight_sync_json(tmp_path, capsys):
+    out = tmp_path / "ws.json"
+    assert main(["bench", "--weight-sync", "--sizes-mb", "1", "--repeats", "1", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["benchmark"] == "weight_sync" and d["config"]["sizes_mb"] == [1.0]
+    assert set(d["sizes"][0]["ratio_to_memcpy"]) == {"broadcast", "collective", "shm"}
