@@ -45,26 +45,6 @@ class BenchRunFailed(RuntimeError):
     pass
 
 
-class _BenchController(Controller):
-    """Workaround, reported to the runtime's owner: in sync mode the colocated actor's rank >= 1
-    leaves its loop after the last step while rank 0 still runs the final eval, and the stock
-    controller reads that clean exit (log line "exiting with code 0") as a dead rank. Here such
-    a rank is not a problem; a real failure still is (exit code, error key, heartbeats)."""
-
-    def _find_problem(self, elapsed, c):
-        problem = super()._find_problem(elapsed, c)
-        if problem and " died" in problem[0] and problem[1] is not None:
-            log = os.path.join(self.run_dir, "logs", f"{problem[1]}_{problem[2]}.log")
-            try:
-                with open(log) as f:
-                    clean = "exiting with code 0" in f.read()[-2000:]
-            except OSError:
-                clean = False
-            if clean:
-                return None
-        return problem
-
-
 def mode_overrides(mode: str, async_k: int, steps: int, run_dir: str) -> list[str]:
     k = 0 if mode == "sync" else async_k
     return [f"algorithm.max_offpolicy_steps={k}", f"run.max_steps={steps}", f"run.dir={run_dir}"]
@@ -75,7 +55,7 @@ def run_one(recipe: str, overrides: list[str], log=print) -> str:
     run_dir = resolve_run_dir(cfg)
     plan = make_plan(cfg, run_dir=run_dir)
     t0 = time.perf_counter()
-    result = _BenchController(cfg, plan, run_dir, view=None).run()
+    result = Controller(cfg, plan, run_dir, view=None).run()
     if not result.ok:
         role, rank = result.failed or (None, None)
         raise BenchRunFailed(f"{plan.mode} run failed ({role} rank {rank}): {result.message}\n"

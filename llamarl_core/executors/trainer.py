@@ -104,10 +104,13 @@ class TrainerExecutor:
             return
         ws = WarmStart(self.model, self.cfg, self.tokenizer.pad_id)
         seqs = sft_sequences(self.cfg, self.train_prompts, self.tokenizer)
-        rng = random.Random(f"warmstart:{self.cfg.run.seed}:{self.rank}")
+        # Every rank draws the same global batch and trains on its slice, so the warm start
+        # (and the accuracy RL starts from) is the same however many trainer ranks there are.
+        rng = random.Random(f"warmstart:{self.cfg.run.seed}")
         with self.ctx.timeline.span("warmstart", steps=w.steps):
             for i in range(w.steps):
-                loss = ws.step(rng.sample(seqs, min(w.batch_size, len(seqs))))
+                batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
+                loss = ws.step(batch[self.rank::self.world])
                 if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
                     print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
 

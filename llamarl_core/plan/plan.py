@@ -230,4 +230,6 @@ def _predict(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec) -> dict | N
     except ImportError:
         return None
     result = simulate_config(cfg, model, spec)
+    if result.get("error") or result["sync"].get("step_s") is None:
+        return None  # a layout the simulator does not model (e.g. pipeline parallelism)
     return {"sync": result["sync"]["step_s"], "async": result["async"]["step_s"]}

@@ -11,6 +11,7 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     pid/<role>/<rank>         the worker's pid (the controller reaps leftovers by pid)
     status/<role>/<rank>      JSON: what the rank is doing now, for the live view
     error/<role>/<rank>       the exception that ended a rank
+    exit/<role>/<rank>        the exit code a rank reported just before leaving
     metrics/latest            JSON of the trainer's last metrics line
 """
 from __future__ import annotations

@@ -116,6 +116,8 @@ class Controller:
                 who = self._first_error() or self._dead_rank(name) or (name, 0)
                 return (f"role {who[0]} rank {who[1]} failed (its torchrun exited with code {code})", *who)
         for role, rank in self.ranks:
+            if self.control.get_str(f"exit/{role}/{rank}") == "0":
+                continue  # finished its part cleanly
             pid = self.control.get_str(f"pid/{role}/{rank}")
             if pid and not procs.pid_alive(int(pid)) and self._state() != "done":
                 err = self.control.get_str(f"error/{role}/{rank}")
@@ -148,7 +150,8 @@ class Controller:
     def _dead_rank(self, role: str) -> tuple[str, int] | None:
         for r, rank in self.ranks:
             pid = self.control.get_str(f"pid/{r}/{rank}")
-            if r == role and pid and not procs.pid_alive(int(pid)):
+            clean = self.control.get_str(f"exit/{r}/{rank}") == "0"
+            if r == role and pid and not clean and not procs.pid_alive(int(pid)):
                 return r, rank
         return None
 

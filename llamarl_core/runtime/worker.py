@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         timeline.close()
         print(f"{role} rank {rank} exiting with code {code} at {time.time():.3f}", flush=True)
         sys.stdout.flush()
+        try:  # a clean early exit (e.g. a non-zero trainer rank at the end) is not a death
+            control.store.set(f"exit/{role}/{rank}", str(code))
+        except Exception:
+            pass
     # Peers may already be gone, so a collective teardown could block: leave without it.
     os._exit(code)
 
