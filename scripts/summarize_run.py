@@ -1,0 +1,52 @@
+"""Summarize a run directory into one JSON: accuracy before/after RL, wall time, step stats.
+
+    python scripts/summarize_run.py runs/cpu_tiny --out benchmarks/results/default_run_cpu.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import torch
+
+
+def summarize(run_dir: Path) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    config = (run_dir / "config.yaml").read_text()
+    step_s = [m["step_s"] for m in lines]
+    return {
+        "run_dir": str(run_dir), "recipe": summary["recipe"], "mode": summary["mode"],
+        "accuracy_before": summary["accuracy_before"], "accuracy_after": summary["accuracy_after"],
+        "accuracy_gain_points": round(100 * (summary["accuracy_after"] - summary["accuracy_before"]), 1),
+        "accuracy_by_version": summary["accuracy_by_version"],
+        "rl_steps": summary["steps"], "rl_wall_s": summary["rl_wall_s"],
+        "total_wall_s": lines[-1]["wall_s"] if lines else None,
+        "step_s": {"median": statistics.median(step_s), "min": min(step_s), "max": max(step_s)},
+        "reward_mean": {"first": lines[0]["reward_mean"], "last": lines[-1]["reward_mean"]},
+        "staleness_max": max(m["trainer/staleness_max"] for m in lines),
+        "dropped_chunks": summary["dropped_chunks"],
+        "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
+        "machine": {"cpus": __import__("os").cpu_count(), "torch": torch.__version__,
+                    "python": platform.python_version()},
+        "config_yaml": config,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    result = summarize(args.run_dir)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "config_yaml"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
