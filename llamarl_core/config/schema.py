@@ -121,6 +121,7 @@ class AlgorithmConfig:
     group_size: int = 8                  # samples per prompt
     prompts_per_step: int = 32           # prompts per optimizer step
     lr: float = 2e-4
+    lr_warmup_steps: int = 10            # linear warm-up of the RL learning rate
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one

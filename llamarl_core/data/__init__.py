@@ -2,12 +2,13 @@
 arithmetic task that lets the default CPU recipe run without any file.
 """
 from llamarl_core.data.arith import arith_examples
-from llamarl_core.data.datasets import resolve_dataset
+from llamarl_core.data.datasets import default_reward, resolve_dataset
 from llamarl_core.data.example import DataFormatError, Example, ExampleList, LoadReport
 from llamarl_core.data.loaders import FORMATS, load_examples
 from llamarl_core.data.templates import TEMPLATES, render_prompt, render_target
 
 __all__ = [
     "DataFormatError", "Example", "ExampleList", "FORMATS", "LoadReport", "TEMPLATES",
-    "arith_examples", "load_examples", "render_prompt", "render_target", "resolve_dataset",
+    "arith_examples", "default_reward", "load_examples", "render_prompt", "render_target",
+    "resolve_dataset",
 ]

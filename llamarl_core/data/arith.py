@@ -37,8 +37,9 @@ def arith_examples(
     share of the problem space lasts, then repeating (so any size can be asked for).
 
     ``solution_style``: ``columns`` works a sum of non-negative operands digit by digit with
-    carries (``7+8=15`` / ``2+4+1=7`` / ``#### 75``), so each generated digit depends on a
-    one-digit fact a tiny model learns quickly; ``short`` is ``27+48=75\n#### 75``.
+    carries and the answer written so far (``7+8=15 -> 5`` / ``2+4+1=7 -> 75`` / ``#### 75``),
+    so each generated token depends on a one-digit fact or a copy from the line above, which a
+    tiny model learns quickly; ``short`` is ``27+48=75\n#### 75``.
     Subtraction always uses ``short``."""
     if solution_style not in ("columns", "short"):
         raise ValueError(f"arith: solution_style must be 'columns' or 'short', got {solution_style!r}")
@@ -82,14 +83,16 @@ def _solution(text: str, operands: list[int], operators: list[str], answer: str,
 
 
 def column_steps(operands: list[int]) -> list[str]:
-    """Schoolbook addition, least significant column first: one line per column."""
+    """Schoolbook addition, least significant column first: one line per column, each ending
+    in the answer written so far (`-> ...`), so the final answer is always one line above."""
     width = max(len(str(v)) for v in operands)
-    carry, lines = 0, []
+    carry, written, lines = 0, "", []
     for col in range(width):
         column = [(v // 10**col) % 10 for v in operands if col < len(str(v))]
         terms = [str(d) for d in column] + ([str(carry)] if carry else [])
         total = sum(column) + carry
-        lines.append("+".join(terms) + f"={total}")
+        written = (str(total) if col == width - 1 else str(total % 10)) + written
+        lines.append("+".join(terms) + f"={total} -> {written}")
         carry = total // 10
     return lines
 

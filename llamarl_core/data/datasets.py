@@ -21,6 +21,15 @@ _WHERE_TO_GET = {
 }
 
 
+_REWARD_BY_DATA = {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}
+_REWARD_BY_SOURCE = {"arith": "arith", "math": "math"}  # anything else: gsm8k's numeric rule
+
+
+def default_reward(name: str, source: str | None = None) -> str:
+    """The verifier a data set is scored with when the config says `data.reward=auto`."""
+    return _REWARD_BY_DATA.get(name) or _REWARD_BY_SOURCE.get(source or "", "gsm8k")
+
+
 def resolve_dataset(
     name: str,
     path: str | None,

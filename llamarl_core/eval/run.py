@@ -21,13 +21,11 @@ from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import resolve_dataset
+from llamarl_core.data import default_reward, resolve_dataset
 from llamarl_core.eval.evaluate import EvalResult, merge_results, reference_predictions, score_predictions
 from llamarl_core.eval.metrics import summarize
 from llamarl_core.rewards import RewardPool
 
-_REWARD_BY_DATA = {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}
-_REWARD_BY_SOURCE = {"arith": "arith", "math": "math"}  # anything else: gsm8k's numeric rule
 
 
 def eval_data_name(cfg: LlamaRLConfig) -> str:
@@ -61,8 +59,7 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
 def eval_reward_name(cfg: LlamaRLConfig, examples) -> str:
     if cfg.data.reward != "auto":
         return cfg.data.reward
-    name = eval_data_name(cfg)
-    return _REWARD_BY_DATA.get(name) or _REWARD_BY_SOURCE.get(examples[0].source, "gsm8k")
+    return default_reward(eval_data_name(cfg), examples[0].source)
 
 
 def eval_run_dir(cfg: LlamaRLConfig) -> Path:

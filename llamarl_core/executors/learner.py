@@ -47,10 +47,17 @@ class Learner:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
                                            betas=(0.9, 0.95))
         self.temperature = cfg.generation.temperature if cfg.generation.temperature > 0 else 1.0
+        self.steps_done = 0
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
         """AIPO step on this rank's rows (whole groups); returns float metrics."""
         a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
+        # Adam's first updates are sign-like and large; a short warm-up keeps them from
+        # undoing the warm start before its moment estimates settle.
+        lr = a.lr * min(1.0, (self.steps_done + 1) / max(1, a.lr_warmup_steps))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.steps_done += 1
         advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
         tokens, behavior, mask = completion_targets(batch)
         n = tokens.shape[0]
@@ -73,7 +80,7 @@ class Learner:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        sums.update(grad_norm=float(grad_norm), reward_mean=float(batch.rewards.mean()),
+        sums.update(grad_norm=float(grad_norm), lr=lr, reward_mean=float(batch.rewards.mean()),
                     advantage_abs_mean=float(advantages.abs().mean()),
                     completion_tokens=float(batch.completion_lens.sum()))
         return sums

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Example, render_target, resolve_dataset
+from llamarl_core.data import Example, default_reward, render_target, resolve_dataset
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, get_preset, load_pretrained
 
@@ -29,9 +29,7 @@ def build_model(cfg: LlamaRLConfig, dtype: str | None = None):
 
 
 def reward_name(cfg: LlamaRLConfig) -> str:
-    if cfg.data.reward != "auto":
-        return cfg.data.reward
-    return {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}.get(cfg.data.name, "gsm8k")
+    return cfg.data.reward if cfg.data.reward != "auto" else default_reward(cfg.data.name)
 
 
 def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:

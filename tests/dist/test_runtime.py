@@ -63,6 +63,14 @@ def test_async_run_trains_syncs_weights_and_bounds_staleness(tmp_path):
     model, _ = load_pretrained(run_dir / "checkpoints" / "final")
     assert model.args.dim == 256
     assert processes_mentioning(str(run_dir)) == []
+    # `llamarl eval` on the final checkpoint reproduces the accuracy training logged for it.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    out = subprocess.run([sys.executable, "-m", "llamarl_cli.main", "eval", *FAST,
+                          f"checkpoint={run_dir}/checkpoints/final", "data=arith", "--no-progress",
+                          f"--out={run_dir}/eval.json", f"run.dir={run_dir}/eval"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((run_dir / "eval.json").read_text())["accuracy"] == summary["accuracy_after"]
 
 
 def test_sync_mode_is_on_policy_every_importance_ratio_is_one(tmp_path):
@@ -108,3 +116,17 @@ def test_sigkill_of_a_generator_ends_the_run_naming_it_and_leaves_no_process(tmp
     assert time.time() - t_kill < 30
     time.sleep(0.5)
     assert processes_mentioning(str(run_dir)) == []
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_trainer_ranks_train_data_parallel(tmp_path, strategy):
+    # 4 prompts x 4 samples: the one generator replica's chunk is split by prompt between
+    # the two trainer ranks; weights still reach the generator intact after every step.
+    run_dir = tmp_path / strategy
+    out = train(run_dir, "resources.trainer.num_devices=2", f"resources.trainer.strategy={strategy}",
+                "run.max_steps=3", "resources.cpu_cores=4")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [m["policy_version"] for m in metrics(run_dir)] == [1, 2, 3]
+    sums = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]
+    sent = {s["version"]: s["sha256"] for s in sums if s["role"] == "trainer"}
+    assert all(sent[s["version"]] == s["sha256"] for s in sums if s["role"] == "generator")

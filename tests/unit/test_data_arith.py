@@ -69,10 +69,12 @@ def test_target_without_a_solution_uses_the_verifier_format():
 
 def test_column_solutions_work_each_digit_with_its_carry():
     from llamarl_core.data.arith import column_steps
-    # 27 + 48: units 7+8 = 15 (carry 1), tens 2+4+1 = 7 → 75.
-    assert column_steps([27, 48]) == ["7+8=15", "2+4+1=7"]
-    # 67 + 58: 7+8 = 15, 6+5+1 = 12 → 125 (the last column's total is the leading digits).
-    assert column_steps([67, 58]) == ["7+8=15", "6+5+1=12"]
+    # 27 + 48: units 7+8 = 15 (write 5, carry 1), tens 2+4+1 = 7 → 75.
+    assert column_steps([27, 48]) == ["7+8=15 -> 5", "2+4+1=7 -> 75"]
+    # 67 + 58: 7+8 = 15 → 5, 6+5+1 = 12 → 125 (the last column's total leads).
+    assert column_steps([67, 58]) == ["7+8=15 -> 5", "6+5+1=12 -> 125"]
+    # 89 + 20: no carry; 9+0 = 9 → 9, 8+2 = 10 → 109.
+    assert column_steps([89, 20]) == ["9+0=9 -> 9", "8+2=10 -> 109"]
     ex = arith_examples("train", 50, seed=3)
     for e in ex:
         a, b = map(int, e.prompt.split("+"))
