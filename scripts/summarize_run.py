@@ -24,7 +24,9 @@ def summarize(run_dir: Path) -> dict:
         "accuracy_gain_points": round(100 * (summary["accuracy_after"] - summary["accuracy_before"]), 1),
         "accuracy_by_version": summary["accuracy_by_version"],
         "rl_steps": summary["steps"], "rl_wall_s": summary["rl_wall_s"],
-        "total_wall_s": lines[-1]["wall_s"] if lines else None,
+        "trainer_wall_s": lines[-1]["wall_s"] if lines else None,
+        # controller start (plan.json written) to the end of training (summary.json written)
+        "run_wall_s": round((run_dir / "summary.json").stat().st_mtime - (run_dir / "plan.json").stat().st_mtime, 1),
         "step_s": {"median": statistics.median(step_s), "min": min(step_s), "max": max(step_s)},
         "reward_mean": {"first": lines[0]["reward_mean"], "last": lines[-1]["reward_mean"]},
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
