@@ -144,24 +144,37 @@ class TrainerExecutor:
                           "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 
     def evaluate(self) -> None:
-        if self.rank != 0 or not self.eval_examples:
+        model = self._full_model()  # collective under fsdp2: every trainer rank calls it
+        if model is None or not self.eval_examples:
             return
         with self.ctx.timeline.span("eval", version=self.version):
-            summary = heldout_summary(self.raw, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn)
+            summary = heldout_summary(model, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn)
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
 
     def checkpoint(self, name: str) -> None:
-        state = full_state(self.model, self.cfg.resources.trainer.strategy)
-        if self.rank != 0:
+        model = self._full_model()
+        if model is None:
             return
         with self.ctx.timeline.span("checkpoint"):
-            model = self.raw
-            if self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1:
-                model = build_model(self.cfg)[0]
-                model.load_state_dict(state, strict=False)
-            save_pretrained(unwrap(model), self.tokenizer, os.path.join(self.ctx.run_dir, "checkpoints", name))
+            save_pretrained(model, self.tokenizer, os.path.join(self.ctx.run_dir, "checkpoints", name))
+
+    def _full_model(self):
+        """On rank 0, a plain module holding the full weights (None elsewhere).
+
+        DDP replicas already hold them; FSDP2 shards them, so they are gathered (a collective
+        over the trainer ranks) into a fresh unsharded copy.
+        """
+        sharded = self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1
+        state = full_state(self.model, "fsdp2") if sharded else None
+        if self.rank != 0:
+            return None
+        if not sharded:
+            return unwrap(self.model)
+        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype)[0]
+        model.load_state_dict(state, strict=False)
+        return model
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:

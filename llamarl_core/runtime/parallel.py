@@ -33,8 +33,9 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 def full_state(model: torch.nn.Module, strategy: str) -> dict[str, torch.Tensor]:
     """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it)."""
     if strategy == "fsdp2" and hasattr(model, "reshard"):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        names = {n for n, _ in model.named_parameters()}
-        return {k: v for k, v in state.items() if k in names}
+        # DTensor.full_tensor() all-gathers over the trainer's mesh only. (DCP's
+        # get_model_state_dict(cpu_offload=True) keeps tensors on *global* rank 0, which is
+        # not the trainer's rank 0 here.)
+        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+                for n, p in model.named_parameters()}
     return {n: p.detach() for n, p in unwrap(model).named_parameters()}
