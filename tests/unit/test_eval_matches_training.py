@@ -19,7 +19,7 @@ from llamarl_core.generation import GenerationEngine
 from llamarl_core.models import ByteTokenizer, Llama, get_preset, save_pretrained, with_overrides
 from llamarl_core.rewards import get_reward
 
-OVERRIDES = ["data.name=arith", "data.num_eval_examples=8", "generation.max_new_tokens=24",
+OVERRIDES = ["data.name=arith", "data.num_eval_examples=8", "generation.max_new_tokens=40",
              "run.seed=0"]
 SFT_STEPS = 25
 
