@@ -24,7 +24,7 @@ from llamarl_core.runtime import checksums
 from llamarl_core.runtime.context import Stopped, WorkerContext
 from llamarl_core.runtime.weights import make_receiver
 
-POLL_S = 0.005
+POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
 
 class GeneratorExecutor:
     def __init__(self, ctx: WorkerContext):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from llamarl_core.generation import GenerationEngine, SamplingParams
+from llamarl_core.generation import GenerationEngine
 from llamarl_core.generation.quant import QuantizedLinear, attached, next_token_kl, quantize_model
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
