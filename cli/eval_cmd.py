@@ -89,7 +89,7 @@ def main(argv) -> int:
         try:
             result, run_dir = run_eval(cfg, progress=not args.no_progress and sys.stderr.isatty(),
                                        out_file=args.out, extra={"command": command})
-        except RuntimeError as e:  # a replica failed; the others were ended by spawn
+        except RuntimeError as e:  # a replica failed; torchrun ended the others
             print(f"llamarl: error: {e}", file=sys.stderr)
             return EXIT_FAILED
         print_summary(result.summary, run_dir)

@@ -3,10 +3,10 @@
 Replicas = `resources.generator.dp` (else num_devices / (tp * pp)); each is one process
 holding the whole model on one device (tensor/pipeline parallel engines are not used by
 eval: a replica needs to fit one device). With more than one replica the processes are
-started with `torch.multiprocessing.spawn`, each generates the batches b with
-b % world == rank (`generate_predictions`) and writes them to a file; the parent merges.
-Scoring stays in the parent, in one `RewardPool`, like the training reward role.
-`spawn` joins every child and, when one fails, ends the rest and re-raises its error.
+started by torchrun, the launcher `train` uses (`replica.py`): each generates the batches b
+with b % world == rank (`generate_predictions`) and writes them to a file; the parent
+merges. Scoring stays in the parent, in one `RewardPool`, like the training reward role.
+torchrun ends the other replicas when one fails, and the parent reports which.
 
 Everything a child needs travels in `spec`, a plain dict; the checkpoint and every prompt's
 length are checked here first, so bad input fails before any process starts.
@@ -67,25 +67,29 @@ def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[d
     """Unscored predictions of all examples, in data order."""
     if spec["world_size"] == 1:
         return _generate(0, spec, examples, progress)
-    import torch.multiprocessing as mp
+    import dataclasses
+    import subprocess
 
+    from llamarl_core.plan.commands import torchrun_argv0
+
+    world = spec["world_size"]
     with tempfile.TemporaryDirectory(prefix="llamarl-eval-") as tmp:
-        try:
-            mp.spawn(_child, args=(spec, examples, progress, tmp), nprocs=spec["world_size"], join=True)
-        except mp.ProcessRaisedException as e:  # the child's traceback; its last line says what
-            lines = [ln for ln in str(e).splitlines() if ln.strip()]
-            raise RuntimeError(f"eval replica failed: {lines[-1] if lines else e}") from e
-        except mp.ProcessExitedException as e:  # killed (e.g. out of memory)
-            raise RuntimeError(f"eval replica died: {e}") from e
+        job = Path(tmp, "job.json")
+        job.write_text(json.dumps({"spec": spec, "progress": progress,
+                                   "examples": [dataclasses.asdict(e) for e in examples]}))
+        cmd = torchrun_argv0() + ["--standalone", "--nnodes=1", f"--nproc-per-node={world}",
+                                  "--max-restarts=0", "-m", "llamarl_core.eval.replica",
+                                  "role=eval", f"job={job}"]
+        env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"] or 1)}
+        code = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
+        missing = [r for r in range(world) if not Path(tmp, f"rank{r}.json").exists()]
+        if code != 0 or missing:
+            raise RuntimeError(f"eval replica(s) {missing or '?'} failed (torchrun exit code {code}); "
+                               f"their error is printed above")
         merged = []
-        for rank in range(spec["world_size"]):
+        for rank in range(world):
             merged.extend(json.loads(Path(tmp, f"rank{rank}.json").read_text()))
     return sorted(merged, key=lambda p: p["index"])
-
-
-def _child(rank: int, spec: dict, examples, progress: bool, tmp: str) -> None:
-    predictions = _generate(rank, spec, examples, progress and rank == 0)
-    Path(tmp, f"rank{rank}.json").write_text(json.dumps(predictions))
 
 
 def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:

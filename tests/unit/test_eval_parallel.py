@@ -1,4 +1,4 @@
-"""Data-parallel eval: two spawned replicas return exactly what one process returns."""
+"""Data-parallel eval: two torchrun replicas return exactly what one process returns."""
 import torch
 
 from llamarl_core.data import arith_examples
