@@ -7,7 +7,6 @@ Same trainer code; only how a batch is collected and the (absent) weight sync di
 """
 from __future__ import annotations
 
-import json
 import time
 
 from llamarl_core.executors.chunks import ChunkGenerator
@@ -33,10 +32,8 @@ class ActorExecutor(TrainerExecutor):
             scored = self.inboxes[self.rank].get(ctx.should_stop)
         if scored is None:
             raise Stopped()
-        ctx.control.store.set(f"stats/generator/{self.rank}", json.dumps(
-            {"tokens": self.chunks.tokens_generated,
-             "tokens_per_s": self.chunks.tokens_generated / max(1e-9, time.time() - ctx.timeline.t_start),
-             **ctx.timeline.totals()}))
+        ctx.control.set_stats("generator", self.rank,
+                              {**self.chunks.stats(since=ctx.timeline.t_start), **ctx.timeline.totals()})
         return scored, staleness_per_row([scored], self.version), time.time() - t0
 
     def sync(self) -> None:

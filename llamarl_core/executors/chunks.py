@@ -5,6 +5,8 @@ exactly the same prompts for chunk n with the same seeds.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
@@ -27,6 +29,11 @@ class ChunkGenerator:
                                      top_p=gen.top_p, top_k=gen.top_k,
                                      stop_strings=tuple(gen.stop_strings))
         self.tokens_generated = 0
+
+    def stats(self, since: float) -> dict:
+        """Tokens generated so far and their rate since `since` (unix seconds)."""
+        return {"tokens": self.tokens_generated,
+                "tokens_per_s": self.tokens_generated / max(1e-9, time.time() - since)}
 
     def generate(self, chunk: int, policy_version: int) -> Rollout:
         a, gen = self.cfg.algorithm, self.cfg.generation

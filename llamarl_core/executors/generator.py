@@ -13,9 +13,7 @@ held version u ≥ v - k keeps every rollout within k versions of the policy tha
 """
 from __future__ import annotations
 
-import json
 import time
-
 
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
@@ -83,11 +81,9 @@ class GeneratorExecutor:
             time.sleep(POLL_S)
 
     def _publish_stats(self, t0: float) -> None:
-        wall = max(1e-9, time.time() - t0)
-        stats = {"tokens": self.chunks.tokens_generated,
-                 "tokens_per_s": self.chunks.tokens_generated / wall,
-                 "held_version": self.held, "sync": self.last_sync, **self.ctx.timeline.totals()}
-        self.ctx.control.store.set(f"stats/generator/{self.ctx.local_rank}", json.dumps(stats))
+        self.ctx.control.set_stats("generator", self.ctx.local_rank, {
+            **self.chunks.stats(since=t0), "held_version": self.held, "sync": self.last_sync,
+            **self.ctx.timeline.totals()})
 
     def close(self) -> None:
         self.receiver.close()

@@ -22,7 +22,7 @@ class MetricsLog:
     def role_stats(self) -> dict:
         out: dict = {}
         for role in ("generator", "reward"):
-            stats = [self.control.get_json(f"stats/{role}/{r}") for r in range(self.role_sizes.get(role, 0))]
+            stats = [self.control.stats(role, r) for r in range(self.role_sizes.get(role, 0))]
             stats = [s for s in stats if s]
             if not stats:
                 continue

@@ -9,8 +9,6 @@ The reward role holds no model; verifiers that hang or crash are killed and scor
 """
 from __future__ import annotations
 
-import json
-
 import torch
 
 from llamarl_core.executors.routing import chunk_slices_for_trainers
@@ -54,8 +52,8 @@ class RewardExecutor:
                                                        a.group_size):
                 outbox.send(rollout.rows(lo, hi), self.trainer_ranks[j], TAG_TO_TRAINER_BASE + rollout.replica)
             self.scored += rollout.num_rows
-            ctx.control.store.set(f"stats/reward/{ctx.local_rank}", json.dumps(
-                {"scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()}))
+            ctx.control.set_stats("reward", ctx.local_rank, {
+                "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
 
     def score(self, rollout) -> list[float]:
         texts, refs = [], []

@@ -12,6 +12,7 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     status/<role>/<rank>      JSON: what the rank is doing now, for the live view
     error/<role>/<rank>       the exception that ended a rank
     exit/<role>/<rank>        the exit code a rank reported just before leaving
+    stats/<role>/<rank>       JSON counters of a generator or reward rank (busy/idle, tokens)
     metrics/latest            JSON of the trainer's last metrics line
 """
 from __future__ import annotations
@@ -90,6 +91,12 @@ class ControlPlane:
 
     def set_status(self, role: str, rank: int, **status) -> None:
         self.set_json(f"status/{role}/{rank}", status)
+
+    def set_stats(self, role: str, rank: int, stats: dict) -> None:
+        self.set_json(f"stats/{role}/{rank}", stats)
+
+    def stats(self, role: str, rank: int) -> dict | None:
+        return self.get_json(f"stats/{role}/{rank}")
 
     def status(self, role: str, rank: int) -> dict:
         return self.get_json(f"status/{role}/{rank}", {}) or {}
