@@ -191,6 +191,11 @@ class DataConfig:
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
         _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
         _check_choice("data.solution_style", self.solution_style, ("columns", "short"))
+
+    def arith_knobs(self) -> dict:
+        """The built-in task's difficulty keywords for `arith_examples` / `resolve_dataset`."""
+        return {"digits": self.digits, "num_operands": self.num_operands,
+                "solution_style": self.solution_style}
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
 
 

@@ -42,8 +42,7 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
     kwargs = {}
     if name == "arith":
         count = count or (cfg.data.num_eval_examples if split != "train" else None)
-        kwargs = {"digits": cfg.data.digits, "num_operands": cfg.data.num_operands,
-                  "solution_style": cfg.data.solution_style}
+        kwargs = cfg.data.arith_knobs()
     try:
         examples = resolve_dataset(name, path, split, num_examples=count, seed=cfg.run.seed,
                                    on_error=cfg.data.on_error, **kwargs)

@@ -51,8 +51,7 @@ class GeneratorExecutor:
 
     def run(self) -> None:
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
-        replica = ctx.local_rank
-        reward_rank = ctx.reward_rank_for(replica)
+        reward_rank = ctx.reward_rank_for(ctx.local_rank)
         sender = AsyncSender("rollout-sender")
         chunk = 0
         t0 = time.time()
@@ -61,7 +60,7 @@ class GeneratorExecutor:
             if ctx.control.published_version() > self.held:
                 self._receive()
                 continue
-            if not sender.idle() or chunk - ctx.control.dropped(replica) > self.held + k:
+            if not self._may_generate(sender, chunk, k):
                 with ctx.timeline.span("wait"):
                     self._wait_until_ready(sender, chunk, k)
                 continue
@@ -72,11 +71,15 @@ class GeneratorExecutor:
             self._publish_stats(t0)
         raise Stopped()
 
+    def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
+        """The last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
+        return sender.idle() and chunk - self.ctx.control.dropped(self.ctx.local_rank) <= self.held + k
+
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
-        """Until the last chunk is taken and credit allows the next, or weights arrive."""
+        """Until `_may_generate`, or new weights arrive, or the run ends."""
         control = self.ctx.control
         while not self.ctx.should_stop() and control.published_version() <= self.held:
-            if sender.idle() and chunk - control.dropped(self.ctx.local_rank) <= self.held + k:
+            if self._may_generate(sender, chunk, k):
                 return
             time.sleep(POLL_S)
 

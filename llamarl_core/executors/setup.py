@@ -37,8 +37,7 @@ def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:
     if d.name == "arith":
         n = d.num_train_examples if split == "train" else d.num_eval_examples
         return resolve_dataset("arith", None, split, num_examples=n, seed=cfg.run.seed,
-                               digits=d.digits, num_operands=d.num_operands,
-                               solution_style=d.solution_style)
+                               **d.arith_knobs())
     path = d.path if split == "train" else (d.eval_path or d.path)
     n = None if split == "train" else (d.num_eval_examples or None)
     examples = resolve_dataset(d.name if d.name != "generic" else path, path, split,

@@ -65,8 +65,8 @@ class TrainerExecutor:
 
     def _inboxes(self) -> dict[int, AsyncReceiver]:
         """One receiver per generator replica that feeds this rank (via its reward rank)."""
-        rewards, p = self.ctx.ranks("reward"), self.cfg.algorithm.prompts_per_step
-        return {i: AsyncReceiver(rewards[i % len(rewards)], TAG_TO_TRAINER_BASE + i)
+        p = self.cfg.algorithm.prompts_per_step
+        return {i: AsyncReceiver(self.ctx.reward_rank_for(i), TAG_TO_TRAINER_BASE + i)
                 for i in replicas_for_trainer(self.rank, self.replicas, self.world, p)}
 
     # ---- phases -------------------------------------------------------------------------
@@ -184,6 +184,9 @@ class TrainerExecutor:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         return bool(flag.item())
 
+    def _dropped_total(self) -> int:
+        return sum(self.ctx.control.dropped(i) for i in range(self.replicas))
+
     def _log(self, step: int, metrics: dict, batch: Rollout, waited_s: float, step_s: float) -> None:
         if self.log is None:
             return
@@ -192,7 +195,7 @@ class TrainerExecutor:
                 "reward_mean": round(metrics.pop("reward_mean"), 4),
                 **{f"trainer/{k}": round(v, 5) for k, v in metrics.items()},
                 "batch/min_policy_version": batch.policy_version,
-                "dropped_chunks": sum(ctx.control.dropped(i) for i in range(self.replicas)),
+                "dropped_chunks": self._dropped_total(),
                 "step_s": round(step_s, 4), "trainer/wait_s": round(waited_s, 4),
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
@@ -210,7 +213,7 @@ class TrainerExecutor:
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,
                    "accuracy_by_version": self.accuracy,
-                   "dropped_chunks": sum(self.ctx.control.dropped(i) for i in range(self.replicas))}
+                   "dropped_chunks": self._dropped_total()}
         with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 

@@ -148,7 +148,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     if spec.name == "cpu" and compute_devices > spec.devices_per_node:
         plan.warnings.append(f"{compute_devices} compute processes on {spec.devices_per_node} CPU cores: "
                              f"they will time-share cores")
-    plan_path = os.path.join(run_dir or _default_run_dir(cfg), "plan.json")
+    plan_path = os.path.join(run_dir or default_run_dir(cfg), "plan.json")
     for i, r in enumerate(roles):
         r.commands = role_commands(cfg, r.name, r.num_devices, r.nodes, spec, plan_path, i)
     if spec.is_gpu:
@@ -156,7 +156,8 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     return plan
 
 
-def _default_run_dir(cfg: LlamaRLConfig) -> str:
+def default_run_dir(cfg: LlamaRLConfig) -> str:
+    """`run.dir`, else runs/<recipe> (`train` suffixes it if it exists: runtime/run_dir.py)."""
     return cfg.run.dir or os.path.join("runs", cfg.recipe)
 
 

@@ -8,11 +8,12 @@ import secrets
 from omegaconf import OmegaConf
 
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.plan.plan import default_run_dir
 
 
 def resolve_run_dir(cfg: LlamaRLConfig) -> str:
     """`run.dir` or runs/<recipe>; an existing non-empty directory gets a -2, -3… suffix."""
-    base = os.path.abspath(cfg.run.dir or os.path.join("runs", cfg.recipe))
+    base = os.path.abspath(default_run_dir(cfg))
     path, n = base, 1
     while os.path.isdir(path) and os.listdir(path):
         n += 1

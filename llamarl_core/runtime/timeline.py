@@ -23,7 +23,6 @@ class Timeline:
         self.role, self.rank, self.control = role, rank, control
         self.t_start = time.time()
         self.busy_s: dict[str, float] = {}
-        self.extra: dict = {}
 
     @contextmanager
     def span(self, state: str, **info):
@@ -41,8 +40,7 @@ class Timeline:
     def _status(self, state: str, **info) -> None:
         if self.control is not None:
             try:
-                self.control.set_status(self.role, self.rank, state=state, since=time.time(),
-                                        **self.extra, **info)
+                self.control.set_status(self.role, self.rank, state=state, since=time.time(), **info)
             except Exception:  # the live view must never break a worker
                 pass
 

@@ -73,9 +73,14 @@ class Heartbeat(threading.Thread):
                     os._exit(3)
 
 
+def role_ranks(plan: dict) -> dict[str, list[int]]:
+    """Each role's global ranks, in plan order."""
+    return {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]}
+
+
 def build_groups(plan: dict) -> dict:
     """Every rank calls new_group for the same groups in the same order."""
-    roles = {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]}
+    roles = role_ranks(plan)
     groups = {name: dist.new_group(ranks) for name, ranks in roles.items()}
     if "generator" in roles and "trainer" in roles:
         groups["weights"] = dist.new_group([roles["trainer"][0]] + roles["generator"])
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group(backend, store=dist.PrefixStore("pg", control.store), rank=global_rank,
                                 world_size=plan["world_size"], timeout=timedelta(seconds=c.step_timeout_s))
         ctx = WorkerContext(cfg, plan, run_dir, role, rank, global_rank,
-                            {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]},
+                            role_ranks(plan),
                             control, timeline, build_groups(plan), plan.get("run_id", ""))
         executor = executor_for(role)(ctx)
         executor.run()
