@@ -118,8 +118,8 @@ class Controller:
         for role, rank in self.ranks:
             if self.control.get_str(f"exit/{role}/{rank}") == "0":
                 continue  # finished its part cleanly
-            pid = self.control.get_str(f"pid/{role}/{rank}")
-            if pid and not procs.pid_alive(int(pid)) and self._state() != "done":
+            pid = self._dead_pid(role, rank)
+            if pid and self._state() != "done":
                 err = self.control.get_str(f"error/{role}/{rank}")
                 return (f"role {role} rank {rank} (pid {pid}) died" + (f": {err}" if err else ""), role, rank)
             beat = self.control.last_heartbeat(role, rank)
@@ -147,11 +147,15 @@ class Controller:
                 return role, rank
         return None
 
+    def _dead_pid(self, role: str, rank: int) -> str:
+        """The rank's pid if it registered one and that process is gone, else ''."""
+        pid = self.control.get_str(f"pid/{role}/{rank}")
+        return pid if pid and not procs.pid_alive(int(pid)) else ""
+
     def _dead_rank(self, role: str) -> tuple[str, int] | None:
         for r, rank in self.ranks:
-            pid = self.control.get_str(f"pid/{r}/{rank}")
             clean = self.control.get_str(f"exit/{r}/{rank}") == "0"
-            if r == role and pid and not clean and not procs.pid_alive(int(pid)):
+            if r == role and not clean and self._dead_pid(r, rank):
                 return r, rank
         return None
 
