@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from llamarl_core.bench.sim_adapter import simulate_config
-from llamarl_core.bench.simulator import PUBLISHED_STEP_S, calibrate, format_table
+from llamarl_core.sim.adapter import simulate_config
+from llamarl_core.sim.simulator import PUBLISHED_STEP_S, calibrate, format_table
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 
@@ -47,7 +47,7 @@ def sync_vs_async_table(result: dict) -> Table:
 
 def simulate_recipe(cfg: LlamaRLConfig | None, console: Console | None = None) -> dict:
     """Calibration table, then (given a GPU recipe) its predicted step times; JSON-able."""
-    from llamarl_core.plan.hardware import get_device
+    from llamarl_core.config.hardware import get_device
     from llamarl_core.plan.model_source import resolve_model_args
 
     console = console or Console()

@@ -50,7 +50,7 @@ def _stats_row(stats) -> dict:
 def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) -> dict | None:
     import torch.distributed as dist
 
-    from llamarl_core.runtime.weight_sync import WeightSyncReceiver, WeightSyncSender
+    from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
 
     numel = int(size_mb * BYTES_PER_MIB) // 4
     flat = torch.randn(numel) if rank == 0 else torch.zeros(numel)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 from llamarl_core.executors.chunks import ChunkGenerator
-from llamarl_core.executors.rollout import staleness_per_row
+from llamarl_core.wire.rollout import staleness_per_row
 from llamarl_core.executors.trainer import TrainerExecutor
-from llamarl_core.runtime.channels import TAG_TO_REWARD, AsyncSender
-from llamarl_core.runtime.context import Stopped, WorkerContext
+from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender
+from llamarl_core.executors.context import Stopped, WorkerContext
 
 
 class ActorExecutor(TrainerExecutor):

@@ -10,7 +10,7 @@ import time
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.executors.rollout import Rollout
+from llamarl_core.wire.rollout import Rollout
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.generation import GenerationEngine, SamplingParams

@@ -17,10 +17,10 @@ import time
 
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
-from llamarl_core.runtime.channels import TAG_TO_REWARD, AsyncSender
-from llamarl_core.runtime import checksums
-from llamarl_core.runtime.context import Stopped, WorkerContext
-from llamarl_core.runtime.weights import make_receiver
+from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender
+from llamarl_core.transport import checksums
+from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.weights import make_receiver
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
 

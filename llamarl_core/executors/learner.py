@@ -14,7 +14,7 @@ import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.executors.rollout import Rollout
+from llamarl_core.wire.rollout import Rollout
 from llamarl_core.models import token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")

@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from llamarl_core.runtime.control import ControlPlane
+from llamarl_core.transport.control import ControlPlane
 
 
 class MetricsLog:

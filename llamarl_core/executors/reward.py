@@ -15,8 +15,8 @@ from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
-from llamarl_core.runtime.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
-from llamarl_core.runtime.context import Stopped, WorkerContext
+from llamarl_core.transport.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
+from llamarl_core.executors.context import Stopped, WorkerContext
 
 
 def _tokenizer(cfg):

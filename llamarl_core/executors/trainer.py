@@ -25,16 +25,16 @@ import torch.distributed as dist
 from llamarl_core.executors.heldout import heldout_summary
 from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.metrics_log import MetricsLog
-from llamarl_core.executors.rollout import Rollout, concat, staleness_per_row
+from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import replicas_for_trainer
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
-from llamarl_core.runtime import checksums
-from llamarl_core.runtime.channels import TAG_TO_TRAINER_BASE, AsyncReceiver
-from llamarl_core.runtime.context import Stopped, WorkerContext
-from llamarl_core.runtime.parallel import full_state, unwrap, wrap_data_parallel
-from llamarl_core.runtime.weights import make_sender
+from llamarl_core.transport import checksums
+from llamarl_core.transport.channels import TAG_TO_TRAINER_BASE, AsyncReceiver
+from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
+from llamarl_core.executors.weights import make_sender
 
 
 class TrainerExecutor:

@@ -13,7 +13,7 @@ import shutil
 import sys
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.plan.hardware import DeviceSpec
+from llamarl_core.config.hardware import DeviceSpec
 
 WORKER_MODULE = "llamarl_core.runtime.worker"
 

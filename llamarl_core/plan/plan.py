@@ -17,8 +17,9 @@ from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
-from llamarl_core.plan.hardware import DeviceSpec, cpu_spec, get_device
+from llamarl_core.config.hardware import DeviceSpec, cpu_spec, get_device
 from llamarl_core.plan.model_source import resolve_model_args
+from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
 
 
@@ -226,10 +227,6 @@ def _check_fit(roles: list[RolePlan], spec: DeviceSpec) -> None:
 
 
 def _predict(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec) -> dict | None:
-    try:
-        from llamarl_core.bench.sim_adapter import simulate_config
-    except ImportError:
-        return None
     result = simulate_config(cfg, model, spec)
     if result.get("error") or result["sync"].get("step_s") is None:
         return None  # a layout the simulator does not model (e.g. pipeline parallelism)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.models.args import ModelArgs
 
@@ -28,12 +29,6 @@ def _check_split(key: str, num_devices: int, sizes: dict, dp: int) -> int:
     if dp and dp != derived:
         raise ConfigError(f"{key}.dp={dp} but num_devices={num_devices} / ({names}) = {derived}")
     return derived
-
-
-def trainer_sharding(t, num_devices: int) -> tuple[int, int]:
-    """(fsdp, dp) of a trainer layout over num_devices; fsdp=0 shards over all DP ranks."""
-    fsdp = t.fsdp or max(1, num_devices // (t.tp * t.pp * (t.dp or 1)))
-    return fsdp, max(1, num_devices // (fsdp * t.tp * t.pp))
 
 
 def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime import procs
-from llamarl_core.runtime.control import ControlPlane
+from llamarl_core.transport.control import ControlPlane
 from llamarl_core.runtime.run_dir import write_run_files
 
 POLL_S = 0.25
@@ -179,7 +179,7 @@ class Controller:
     def _sweep_shm(self) -> None:
         try:
             import json
-            from llamarl_core.runtime import shm
+            from llamarl_core.transport import shm
             with open(os.path.join(self.run_dir, "plan.json")) as f:
                 shm.sweep(json.load(f).get("run_id", ""))
         except Exception:

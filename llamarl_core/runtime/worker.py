@@ -22,9 +22,9 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.runtime.context import Stopped, WorkerContext
-from llamarl_core.runtime.control import ControlPlane, connect
-from llamarl_core.runtime.timeline import Timeline
+from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.transport.control import ControlPlane, connect
+from llamarl_core.transport.timeline import Timeline
 
 
 def parse_argv(argv: list[str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from llamarl_core.runtime.weight_sync import WeightSyncReceiver, WeightSyncSender
+from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
 
 SHAPES = {
     "tok_embeddings.weight": (torch.Size([64, 16]), torch.float32),  # 4096 B
@@ -180,7 +180,7 @@ def test_mismatched_shapes_fail_on_both_sides_naming_the_tensor(results):
 
 
 def _setup_error_body(rank, world_size, store):
-    from llamarl_core.runtime import shm
+    from llamarl_core.transport import shm
 
     group = dist.new_group([0, 1])
     if rank not in (0, 1):

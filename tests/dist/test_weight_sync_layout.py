@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from llamarl_core.runtime.weight_sync_layout import (
+from llamarl_core.transport.weight_sync_layout import (
     build_layout,
     check_tensors,
     describe_mismatch,

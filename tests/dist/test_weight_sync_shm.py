@@ -6,7 +6,7 @@ import secrets
 import pytest
 import torch
 
-from llamarl_core.runtime import shm
+from llamarl_core.transport import shm
 
 pytestmark = pytest.mark.skipif(not shm.shm_available(), reason="/dev/shm is not writable here")
 

@@ -4,10 +4,10 @@ import json
 import pytest
 
 from llamarl_cli.main import main
-from llamarl_core.bench.sim_adapter import sim_inputs_from_config, simulate_config
-from llamarl_core.bench.simulator import CASES
+from llamarl_core.sim.adapter import sim_inputs_from_config, simulate_config
+from llamarl_core.sim.simulator import CASES
 from llamarl_core.config.load import load_config
-from llamarl_core.plan.hardware import get_device
+from llamarl_core.config.hardware import get_device
 from llamarl_core.plan.model_source import resolve_model_args
 
 

@@ -2,7 +2,7 @@
 import torch
 
 from llamarl_core.executors.learner import completion_targets
-from llamarl_core.executors.rollout import Rollout, concat, staleness_per_row
+from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
 from llamarl_core.executors.setup import chunk_prompt_indices
 

@@ -13,11 +13,11 @@ import math
 
 import pytest
 
-from llamarl_core.bench import sim_model as m
-from llamarl_core.bench.sim_constants import GIB, SimConstants
-from llamarl_core.bench.simulator import case_inputs, simulate
+from llamarl_core.sim import model as m
+from llamarl_core.sim.constants import GIB, SimConstants
+from llamarl_core.sim.simulator import case_inputs, simulate
 from llamarl_core.models.args import PRESETS, ModelArgs
-from llamarl_core.plan.hardware import DEVICES, DeviceSpec
+from llamarl_core.config.hardware import DEVICES, DeviceSpec
 
 TOY = ModelArgs(vocab_size=10, dim=4, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=8)
 # A device with round numbers: 1 TFLOP/s, 1 GB/s HBM, 10 GB/s NVLink, 1 GB/s IB, 1 GiB.

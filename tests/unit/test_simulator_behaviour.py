@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from llamarl_core.bench.simulator import (CASES, PUBLISHED_STEP_S, SimInputs, calibrate,
+from llamarl_core.sim.simulator import (CASES, PUBLISHED_STEP_S, SimInputs, calibrate,
                                           case_inputs, format_table, predict_step_time,
                                           simulate)
 from llamarl_core.models.args import PRESETS

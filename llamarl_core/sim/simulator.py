@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llamarl_core.bench import sim_model as m
-from llamarl_core.bench.sim_constants import DEFAULT_CONSTANTS, GIB, SimConstants
+from llamarl_core.sim import model as m
+from llamarl_core.sim.constants import DEFAULT_CONSTANTS, GIB, SimConstants
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.plan.hardware import DeviceSpec
+from llamarl_core.config.hardware import DeviceSpec
 
 
 @dataclass
@@ -212,7 +212,7 @@ CASES: dict[str, dict] = {
 def case_inputs(name: str) -> SimInputs:
     """SimInputs of a named calibration case (see CASES)."""
     from llamarl_core.models.args import get_preset
-    from llamarl_core.plan.hardware import get_device
+    from llamarl_core.config.hardware import get_device
 
     if name not in CASES:
         raise KeyError(f"unknown simulator case {name!r}; known: {', '.join(CASES)}")

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from llamarl_core.runtime import shm
-from llamarl_core.runtime.weight_sync_layout import (
+from llamarl_core.transport import shm
+from llamarl_core.transport.weight_sync_layout import (
     BucketLayout,
     NamedShapes,
     build_layout,

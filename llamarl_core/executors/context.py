@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.runtime.control import ControlPlane
-from llamarl_core.runtime.timeline import Timeline
+from llamarl_core.transport.control import ControlPlane
+from llamarl_core.transport.timeline import Timeline
 
 
 class Stopped(Exception):

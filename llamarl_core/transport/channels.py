@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from llamarl_core.executors.rollout import HEADER_LEN, Rollout
+from llamarl_core.wire.rollout import HEADER_LEN, Rollout
 
 TAG_TO_REWARD = 1              # generator → reward (any source; the header names the replica)
 TAG_TO_TRAINER_BASE = 1000     # reward → trainer, + replica index

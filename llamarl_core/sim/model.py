@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from llamarl_core.bench.sim_constants import GIB, SimConstants
+from llamarl_core.sim.constants import GIB, SimConstants
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.plan.hardware import DeviceSpec
+from llamarl_core.config.hardware import DeviceSpec
 
 
 # ---- sizes -------------------------------------------------------------------------------

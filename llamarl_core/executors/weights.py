@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.executors.setup import DTYPES
-from llamarl_core.runtime.context import WorkerContext
-from llamarl_core.runtime.weight_sync import WeightSyncReceiver, WeightSyncSender
+from llamarl_core.executors.context import WorkerContext
+from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
 
 
 def transport(ctx: WorkerContext) -> str:

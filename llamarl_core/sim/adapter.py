@@ -25,12 +25,12 @@ so `llamarl plan` still prints the plan.
 """
 from __future__ import annotations
 
-from llamarl_core.bench.sim_constants import DEFAULT_CONSTANTS, SimConstants
-from llamarl_core.bench.simulator import SimInputs, simulate
+from llamarl_core.sim.constants import DEFAULT_CONSTANTS, SimConstants
+from llamarl_core.sim.simulator import SimInputs, simulate
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.plan.hardware import DeviceSpec
-from llamarl_core.plan.validate import trainer_sharding
+from llamarl_core.config.hardware import DeviceSpec
+from llamarl_core.config.layout import trainer_sharding
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 QUANT_BYTES = {"fp8": 1, "int8": 1}

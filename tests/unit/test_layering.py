@@ -1,0 +1,79 @@
+"""Packages of llamarl_core import only downward (docs/ARCHITECTURE.md, "Layers").
+
+Every import counts, lazy ones inside functions included: a lazy import that closes a cycle is
+still a cycle. A package may import only packages of a strictly lower layer.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "llamarl_core"
+
+# Bottom to top. Packages in one layer may not import each other.
+LAYERS: list[set[str]] = [
+    {"config"},                                   # schema, choices, hardware specs
+    {"models", "algorithms", "rewards", "wire"},  # pure tensors and text; the rollout wire type
+    {"data", "generation", "sim"},                # data → rewards; engine → models; simulator
+    {"plan"},                                     # config → launch plan (calls the simulator)
+    {"eval", "transport"},                        # shared evaluation; store, channels, weight sync
+    {"executors"},                                # role loops and the worker context
+    {"runtime"},                                  # controller, worker entry, procs, live view
+    {"bench"},                                    # benchmarks over runs
+]
+LAYER_OF = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+
+
+def imported_packages(path: Path):
+    """(line, llamarl_core subpackage) for every import in a file, lazy ones included."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "llamarl_core" and len(parts) > 1 and parts[1] in LAYER_OF:
+                yield node.lineno, parts[1]
+                break
+
+
+def layering_violations(pkg_root: Path = PKG) -> list[str]:
+    out = []
+    for path in sorted(pkg_root.rglob("*.py")):
+        rel = path.relative_to(pkg_root)
+        if len(rel.parts) < 2:
+            continue  # llamarl_core/__init__.py
+        src = rel.parts[0]
+        for line, dst in imported_packages(path):
+            if dst != src and LAYER_OF[dst] >= LAYER_OF[src]:
+                out.append(f"llamarl_core/{rel}:{line}: {src} (layer {LAYER_OF[src]}) imports "
+                           f"{dst} (layer {LAYER_OF[dst]})")
+    return out
+
+
+def test_every_package_is_assigned_a_layer():
+    packages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(LAYER_OF), f"unassigned: {packages - set(LAYER_OF)}, gone: {set(LAYER_OF) - packages}"
+
+
+def test_packages_import_only_downward():
+    assert layering_violations() == []
+
+
+def test_an_upward_import_is_reported_with_file_and_line(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "bad.py").write_text("import os\n\ndef f():\n    from llamarl_core.runtime import worker\n")
+    assert layering_violations(tmp_path) == [
+        "llamarl_core/models/bad.py:4: models (layer 1) imports runtime (layer 6)"]
+
+
+def test_cli_is_not_imported_by_the_core():
+    hits = [f"{p}:{line}" for p in PKG.rglob("*.py")
+            for line, text in enumerate(p.read_text().splitlines(), 1)
+            if text.strip().startswith(("import llamarl_cli", "from llamarl_cli"))]
+    assert hits == []
