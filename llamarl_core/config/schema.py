@@ -222,7 +222,8 @@ class ControllerConfig:
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
     weight_transport: str = "auto"       # auto | collective | shm
     heartbeat_interval_s: float = 1.0
-    heartbeat_timeout_s: float = 30.0    # a silent role ends the run after this
+    heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
+                                         # hung; must exceed one chunk's generation or one eval
     startup_timeout_s: float = 120.0
     step_timeout_s: float = 600.0        # the longest any role waits on another
 
