@@ -22,9 +22,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from llamarl_core.executors.heldout import heldout_summary
+from llamarl_core.executors.heldout import heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.metrics_log import MetricsLog
+from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import replicas_for_trainer
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
@@ -58,7 +59,7 @@ class TrainerExecutor:
         if not ctx.is_sync and self.rank == 0:
             self.sender = make_sender(ctx, dict(self.raw.named_parameters()))
         sizes = {"generator": self.replicas, "reward": len(ctx.ranks("reward"))}
-        self.log = MetricsLog(ctx.run_dir, ctx.control, sizes) if self.rank == 0 else None
+        self.log = MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard) if self.rank == 0 else None
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
         self.inboxes = self._inboxes()
@@ -107,10 +108,12 @@ class TrainerExecutor:
         # Every rank draws the same global batch and trains on its slice, so the warm start
         # (and the accuracy RL starts from) is the same however many trainer ranks there are.
         rng = random.Random(f"warmstart:{self.cfg.run.seed}")
+        progress = StoreProgress(self.ctx.control, "warmstart")
         with self.ctx.timeline.span("warmstart", steps=w.steps):
             for i in range(w.steps):
                 batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
                 loss = ws.step(batch[self.rank::self.world])
+                progress(i + 1, w.steps)
                 if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
                     print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
 
@@ -148,10 +151,13 @@ class TrainerExecutor:
         if model is None or not self.eval_examples:
             return
         with self.ctx.timeline.span("eval", version=self.version):
-            summary = heldout_summary(model, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn)
+            summary, samples = heldout_eval(model, self.tokenizer, self.cfg, self.eval_examples,
+                                            self.reward_fn, StoreProgress(self.ctx.control, "eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
+        write_samples(self.ctx.run_dir, self.version, self.version, time.time() - self.log.t_start,
+                      self.accuracy[self.version], samples)
 
     def checkpoint(self, name: str) -> None:
         model = self._full_model()
