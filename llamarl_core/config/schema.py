@@ -166,8 +166,10 @@ class GenerationConfig:
     def __post_init__(self):
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
-        if self.temperature < 0:
-            raise ConfigError(f"generation.temperature={self.temperature} must be >= 0")
+        if self.temperature <= 0:
+            raise ConfigError(f"generation.temperature={self.temperature} must be > 0: RL needs the "
+                              f"behaviour policy's probabilities, and greedy decoding has none")
+        _check_positive("generation.top_k", self.top_k, 0)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
 
