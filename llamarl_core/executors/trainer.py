@@ -26,6 +26,7 @@ from llamarl_core.executors.heldout import heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.metrics_log import MetricsLog
 from llamarl_core.executors.progress import StoreProgress
+from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import replicas_for_trainer
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
@@ -205,9 +206,11 @@ class TrainerExecutor:
                 "step_s": round(step_s, 4), "trainer/wait_s": round(waited_s, 4),
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
+        eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
+        line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, eos_ids))
         if self.version in self.accuracy:
             line["eval/accuracy"] = self.accuracy[self.version]
-        line = self.log.write(line)
+        line = self.log.write(line, self.learner.histograms)
         print(json.dumps(line), flush=True)
 
     def _write_summary(self, rl_wall_s: float) -> None:
