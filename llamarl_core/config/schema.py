@@ -15,6 +15,7 @@ from llamarl_core.config.errors import ConfigError
 DTYPES = ("float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "int8", "fp8")
 DEVICE_TYPES = ("cpu", "h100-80gb", "h200-141gb")
+BATCHING = ("continuous", "static")  # generation.batching
 
 
 def _check_choice(key: str, value, choices) -> None:
@@ -162,8 +163,10 @@ class GenerationConfig:
     top_k: int = 0
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
+    batching: str = "continuous"         # continuous (refill a finished row's slot) | static
 
     def __post_init__(self):
+        _check_choice("generation.batching", self.batching, BATCHING)
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
         if self.temperature < 0:
