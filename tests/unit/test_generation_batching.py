@@ -149,3 +149,23 @@ def test_weights_swapped_between_decode_steps_are_used_and_recorded_per_sequence
     [old] = GenerationEngine(_model(0), TOK).generate([[1, 2, 3]], params)
     assert first.token_ids.tolist()[:3] == old.token_ids[:3]  # sampled before the swap
     assert first.token_ids.tolist() != old.token_ids
+
+
+def test_a_sync_into_the_original_parameter_names_lands_in_the_engines_fused_weights():
+    model, donor = _model(0), _model(4)
+    names = {k: v.shape for k, v in model.state_dict().items()}
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
+    engine = GenerationEngine(model, TOK)
+    before = engine.generate([[1, 2, 3]], params)[0].token_ids
+    fused = engine.proj["0.qkv"].w  # [in, out] on CPU: wq | wk | wv side by side
+    wk = model.layers[0].attention.wk.weight
+    assert wk.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()  # a view, no copy
+    with torch.no_grad():
+        for name, p in dict(model.named_parameters()).items():  # what the weight sync does
+            p.copy_(donor.state_dict()[name])
+    assert torch.equal(fused[:, ARGS.n_heads * ARGS.head_dim:][:, :wk.shape[0]], donor.layers[0].attention.wk.weight.t())
+    after = engine.generate([[1, 2, 3]], params)[0].token_ids
+    assert after != before
+    assert after == GenerationEngine(donor, TOK).generate([[1, 2, 3]], params)[0].token_ids
+    assert {k: v.shape for k, v in model.state_dict().items()} == names
+    assert all(torch.equal(v, donor.state_dict()[k]) for k, v in model.state_dict().items())
