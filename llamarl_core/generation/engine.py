@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..config.schema import BATCHING
+from ..config.choices import BATCHING, QUANTIZATIONS
 from ..models.llama import Llama
 from .forward import SlotCache
 from .fused import EngineWeights
@@ -34,9 +34,10 @@ from .scheduler import Batch
 class GenerationEngine:
     def __init__(self, model: Llama, tokenizer, max_batch_size: int = 64,
                  max_seq_len: Optional[int] = None, quantization: str = "none",
-                 batching: str = "continuous"):
-        if quantization not in ("none", "int8", "fp8"):
-            raise ValueError(f"quantization must be 'none', 'int8' or 'fp8', got {quantization!r}")
+                 batching: str = "continuous",
+                 token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None):
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batching not in BATCHING:
@@ -45,6 +46,10 @@ class GenerationEngine:
         self.max_batch_size, self.batching = max_batch_size, batching
         self.max_seq_len = min(max_seq_len or model.args.max_seq_len, model.args.max_seq_len)
         self.quantization = quantization
+        # Tensor parallelism: every rank of a replica must take the same token at every step
+        # (their KV caches, stop decisions and step counts must agree). `token_sync` (built in
+        # transport/tensor_parallel.py) returns TP rank 0's sampled tokens on every rank.
+        self.token_sync = token_sync
         self.weights = EngineWeights(model, quantization)
         self.proj: dict = {}
         self._cache: Optional[SlotCache] = None

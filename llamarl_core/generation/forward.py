@@ -29,7 +29,7 @@ from ..models.rope import apply_rope
 class SlotCache:
     def __init__(self, model, slots: int, max_len: int):
         a, w = model.args, model.tok_embeddings.weight
-        shape = (slots, a.n_kv_heads, max_len, a.head_dim)
+        shape = (slots, model.local_kv_heads(), max_len, a.head_dim)  # a TP rank's share of heads
         self.k = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(a.n_layers)]
         self.v = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(a.n_layers)]
         self.slots, self.max_len = slots, max_len
@@ -56,6 +56,13 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return torch.matmul(scores.add_(mask).softmax(dim=-1), v[:, :, None])
 
 
+def _heads(att) -> tuple[int, int, int]:
+    """(query heads, KV heads, head_dim) this module computes: under tensor parallelism a
+    rank's wq/wk hold only its share of the heads, so the counts come from the weights."""
+    hd = att.head_dim
+    return att.wq.weight.shape[0] // hd, att.wk.weight.shape[0] // hd, hd
+
+
 def _ffn(proj, i: int, h: torch.Tensor, layer) -> torch.Tensor:
     gate, up = proj[f"{i}.w13"](layer.ffn_norm(h)).chunk(2, dim=-1)
     return proj[f"{i}.w2"](F.silu(gate).mul_(up))
@@ -77,8 +84,7 @@ def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Ten
     future = torch.ones(T, T, dtype=torch.bool, device=ids.device).triu_(1)
     causal = torch.zeros(T, T, dtype=h.dtype, device=ids.device).masked_fill_(future, float("-inf"))
     for i, layer in enumerate(model.layers):
-        att = layer.attention
-        H, KV, hd = att.n_heads, att.n_kv_heads, att.head_dim
+        H, KV, hd = _heads(layer.attention)
         q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
         q = apply_rope(q.view(n, T, H, hd).transpose(1, 2), cos, sin)  # [n, H, T, hd]
         k = apply_rope(k.view(n, T, KV, hd).transpose(1, 2), cos, sin)  # [n, KV, T, hd]
@@ -104,8 +110,7 @@ def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch
     mask = torch.zeros(B, 1, 1, 1, span, dtype=h.dtype, device=h.device).masked_fill_(
         hidden[:, None, None, None], float("-inf"))
     for i, layer in enumerate(model.layers):
-        att = layer.attention
-        H, KV, hd = att.n_heads, att.n_kv_heads, att.head_dim
+        H, KV, hd = _heads(layer.attention)
         q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
         q = apply_rope(q.view(B, 1, H, hd).transpose(1, 2), cos, sin)  # [B, H, 1, hd]
         k = apply_rope(k.view(B, 1, KV, hd).transpose(1, 2), cos, sin)  # [B, KV, 1, hd]

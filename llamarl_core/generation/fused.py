@@ -23,7 +23,7 @@ the fused buffer), `current()` notices and adopts again.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -33,14 +33,35 @@ from .quant import QuantizedLinear
 
 
 class Proj:
-    """y = x @ W for one (possibly fused) projection; `weight` is [out, in] (maybe a view)."""
+    """y = x @ W for one (possibly fused) projection; `weight` is [out, in] (maybe a view).
 
-    def __init__(self, weight: torch.Tensor, transposed: bool):
+    Forward hooks of a single-module projection still run (tensor parallelism all-reduces the
+    row-parallel wo/w2 outputs in one, transport/tensor_parallel.py)."""
+
+    def __init__(self, weight: torch.Tensor, transposed: bool, module: Optional[nn.Module] = None):
         self.transposed = transposed
         self.w = weight.t() if transposed else weight  # [in, out] or [out, in]
+        self.module = module
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(x, self.w) if self.transposed else F.linear(x, self.w)
+        y = torch.matmul(x, self.w) if self.transposed else F.linear(x, self.w)
+        return _hooked(self.module, x, y)
+
+
+def _hooked(module: Optional[nn.Module], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    for hook in (module._forward_hooks.values() if module is not None else ()):
+        out = hook(module, (x,), y)
+        y = y if out is None else out
+    return y
+
+
+class _HookedQuantized:
+    def __init__(self, quantized: QuantizedLinear, module: nn.Module):
+        self.quantized, self.module = quantized, module
+        self.q = quantized.q
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return _hooked(self.module, x, self.quantized(x))
 
 
 def _groups(model: nn.Module) -> list[tuple[str, list[nn.Linear]]]:
@@ -95,10 +116,12 @@ class EngineWeights:
         self.proj, self._aliases = {}, []
         quantized = self.quantization != "none"
         for key, linears in _groups(self.model):
+            single = linears[0] if len(linears) == 1 else None
             if quantized and key != "output":  # the output head stays full precision
-                self.proj[key] = QuantizedLinear(_stacked(linears, False), self.quantization)
+                self.proj[key] = _HookedQuantized(
+                    QuantizedLinear(_stacked(linears, False), self.quantization), single)
             else:
-                self.proj[key] = Proj(_stacked(linears, self._transposed), self._transposed)
+                self.proj[key] = Proj(_stacked(linears, self._transposed), self._transposed, single)
         self._built = True
 
     def _adopt(self) -> None:
@@ -113,5 +136,5 @@ class EngineWeights:
                     lin.weight.data = stacked[start:start + rows]
                     self._aliases.append((lin.weight, lin.weight.data_ptr()))
                     start += rows
-                self.proj[key] = Proj(stacked, self._transposed)
+                self.proj[key] = Proj(stacked, self._transposed, linears[0] if len(linears) == 1 else None)
         self._built = True

@@ -107,7 +107,7 @@ class Batch:
         slots_t = torch.tensor(slots, device=device)
         lengths_t = torch.tensor(lengths, device=device)
         logits = prefill(self.model, self.engine.proj, self.cache, ids.to(device), lengths_t, slots_t)
-        tok, logp = sample_next(logits, self.params, self.generator)
+        tok, logp = self._sample(logits)
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
         for r, (s, j) in enumerate(zip(slots, idx)):
@@ -125,7 +125,7 @@ class Batch:
             B = self.used
         span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
         logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
-        tok, logp = sample_next(logits, self.params, self.generator)
+        tok, logp = self._sample(logits)
         made = torch.tensor(self.made[:B], device=tok.device).clamp_(max=self.tokens.shape[1] - 1)
         rows = torch.arange(B, device=tok.device)
         self.tokens[rows, made], self.logprobs[rows, made] = tok, logp
@@ -136,6 +136,12 @@ class Batch:
             if self.sample[s] >= 0:
                 self.made[s] += 1
         self._finish(list(range(B)), tok)
+
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tok, logp = sample_next(logits, self.params, self.generator)
+        if self.engine.token_sync is not None:  # TP ranks of a replica take rank 0's tokens
+            tok = self.engine.token_sync(tok)
+        return tok, logp
 
     def _finish(self, slots: list[int], tok: torch.Tensor) -> None:
         """Hand over every sequence in `slots` (tok [len(slots)] just sampled) that ended."""
