@@ -31,7 +31,8 @@ from llamarl_core.executors.metrics_log import MetricsLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
+from llamarl_core.executors.setup import (build_model, encode_prompts, load_split, model_from_state, reward_name,
+                                         sft_sequences)
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
@@ -155,9 +156,7 @@ class TrainerExecutor:
             return None
         if not sharded:
             return unwrap(self.model)
-        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype)[0]
-        model.load_state_dict(state, strict=False)
-        return model
+        return model_from_state(self.cfg, state, self.cfg.resources.trainer.dtype)
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:
