@@ -1,6 +1,6 @@
 """The trainer role: AIPO steps on rollouts as they come, weights out after every step.
 
-    warm start (optional SFT) → held-out eval → publish v0 weights
+    warm start (optional SFT) → checkpoints/warmstart → held-out eval → publish v0 weights
     for step v = 0 .. max_steps-1:
         collect this rank's rows of step v from every generator replica that feeds it
             (a chunk generated with version u < v - k is dropped and counted; wait for the next)
@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 
 import torch
 import torch.distributed as dist
 
 from llamarl_core.executors.heldout import heldout_summary
-from llamarl_core.executors.learner import Learner, WarmStart
+from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.metrics_log import MetricsLog
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import replicas_for_trainer
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
+from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.transport import checksums
@@ -99,20 +99,13 @@ class TrainerExecutor:
             ctx.control.mark_done()
 
     def warm_start(self) -> None:
-        w = self.cfg.warmstart
-        if w.steps == 0:
+        """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
+        if self.cfg.warmstart.steps == 0:
             return
-        ws = WarmStart(self.model, self.cfg, self.tokenizer.pad_id)
-        seqs = sft_sequences(self.cfg, self.train_prompts, self.tokenizer)
-        # Every rank draws the same global batch and trains on its slice, so the warm start
-        # (and the accuracy RL starts from) is the same however many trainer ranks there are.
-        rng = random.Random(f"warmstart:{self.cfg.run.seed}")
-        with self.ctx.timeline.span("warmstart", steps=w.steps):
-            for i in range(w.steps):
-                batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
-                loss = ws.step(batch[self.rank::self.world])
-                if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
-                    print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
+        with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
+            warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
+                            self.world, log=lambda m: print(m, flush=True))
+        self.checkpoint(WARMSTART_CHECKPOINT)
 
     def collect(self, step: int) -> tuple[Rollout, torch.Tensor, float]:
         """This rank's rows for step `step` from every replica that feeds it."""
