@@ -106,6 +106,10 @@ class TrainerExecutor:
             warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
                             self.world, log=lambda m: print(m, flush=True))
         self.checkpoint(WARMSTART_CHECKPOINT)
+        if self.rank == 0:
+            path = os.path.join(self.ctx.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
+            print(f"warm start saved to {path} (RL from it: model.checkpoint={path} warmstart.steps=0)",
+                  flush=True)
 
     def collect(self, step: int) -> tuple[Rollout, torch.Tensor, float]:
         """This rank's rows for step `step` from every replica that feeds it."""
