@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         print(f"warm start ({base.warmstart.steps} steps) -> {checkpoint}", flush=True)
         run_warmstart(base, checkpoint, log=lambda m: None)
     cfg = load_config(args.recipe, [*args.overrides, f"model.checkpoint={checkpoint}", "warmstart.steps=0"])
-    model, tokenizer = build_model(cfg)
+    model, tokenizer = build_model(cfg, cfg.resources.trainer.dtype)
     batch = make_chunk(cfg, model, tokenizer)
     default_micro = cfg.resources.trainer.micro_batch_size
     variants = {f"{kind}_micro{m}": (kind == "sorted", m) for kind in ("padded", "sorted")
