@@ -25,8 +25,8 @@ CHECKPOINT_NAME = "warmstart"  # <run_dir>/checkpoints/warmstart
 
 def warmstart_steps(model, cfg: LlamaRLConfig, prompts, tokenizer, rank: int = 0, world: int = 1,
                     log=print, on_step=None) -> float:
-    """`cfg.warmstart.steps` supervised steps; returns the last loss. `on_step()` after each
-    step (the trainer's heartbeat progress).
+    """`cfg.warmstart.steps` supervised steps; returns the last loss. `on_step(done, total)`
+    after each step (the trainer's heartbeat and live-view progress).
 
     Every rank draws the same global batch and trains on its slice, so the warm start (and
     the accuracy RL starts from) is the same however many trainer ranks there are.
@@ -40,7 +40,7 @@ def warmstart_steps(model, cfg: LlamaRLConfig, prompts, tokenizer, rank: int = 0
         batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
         loss = ws.step(batch[rank::world])
         if on_step is not None:
-            on_step()
+            on_step(i + 1, w.steps)
         if rank == 0 and (i % 20 == 0 or i == w.steps - 1):
             log(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}")
     return loss
