@@ -33,7 +33,7 @@ def _parser():
                            "no correction and PPO clipping, from one shared warm start")
     p.add_argument("--simulate", action="store_true", help="with --sync-vs-async: the scale simulator")
     p.add_argument("--steps", type=int, default=None,
-                   help="RL steps per run (default 8; --quality: 24)")
+                   help="RL steps per run (default 8; --quality: 30)")
     p.add_argument("--seeds", type=int, default=3, help="--quality: seeds per configuration (default 3)")
     p.add_argument("--repeats", type=int, default=None,
                    help="sync/async pairs (default 2) or weight-sync repeats (default 5)")
@@ -137,7 +137,8 @@ def _quality(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.report import quality_table
     from llamarl_core.bench.sync_vs_async import BenchRunFailed
 
-    steps = 24 if args.steps is None else args.steps
+    from llamarl_core.bench.quality import DEFAULT_STEPS
+    steps = DEFAULT_STEPS if args.steps is None else args.steps
     if steps < 1 or args.seeds < 1:
         raise UsageError(f"llamarl bench: --steps={steps} and --seeds={args.seeds} must be >= 1")
     console = Console()
