@@ -150,7 +150,7 @@ class Controller:
         for name, p in zip(self.role_of_proc, self.procs):
             code = p.poll()
             if code is not None and code != 0 and self._state() != "done":
-                who = self._first_error() or self._dead_rank(name) or (name, 0)
+                who = self._killed_rank() or self._first_error() or self._dead_rank(name) or (name, 0)
                 return (f"role {who[0]} rank {who[1]} failed (its torchrun exited with code {code})", *who)
         for role, rank in self.ranks:
             if self.control.get_str(f"exit/{role}/{rank}") == "0":
@@ -188,6 +188,15 @@ class Controller:
         """The rank's pid if it registered one and that process is gone, else ''."""
         pid = self.control.get_str(f"pid/{role}/{rank}")
         return pid if pid and not procs.pid_alive(int(pid)) else ""
+
+    def _killed_rank(self) -> tuple[str, int] | None:
+        """A rank whose process is gone without an error report or a clean exit (SIGKILL, the
+        OOM killer): the cause, where its peers' errors ("connection closed") are effects."""
+        for role, rank in self.ranks:
+            if (self.control.get_str(f"exit/{role}/{rank}") != "0" and self._dead_pid(role, rank)
+                    and not self.control.get_str(f"error/{role}/{rank}")):
+                return role, rank
+        return None
 
     def _dead_rank(self, role: str) -> tuple[str, int] | None:
         for r, rank in self.ranks:
