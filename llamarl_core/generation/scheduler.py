@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .forward import SlotCache, decode, prefill
+from .forward import decode, prefill
 from .params import Finished, SamplingParams
 from .sampling import sample_next
 from .stops import first_stop, truncate_at_stop_string
@@ -110,7 +110,7 @@ class Batch:
         tok, logp = self._sample(logits)
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
-        for r, (s, j) in enumerate(zip(slots, idx)):
+        for s, j in zip(slots, idx):
             self.sample[s], self.made[s], self.first_version[s] = j, 1, self.version
             self.host_tokens[s] = []
         self._finish(slots, tok)
@@ -145,15 +145,15 @@ class Batch:
 
     def _finish(self, slots: list[int], tok: torch.Tensor) -> None:
         """Hand over every sequence in `slots` (tok [len(slots)] just sampled) that ended."""
-        stopped = torch.isin(tok, self.stop_ids_t).tolist()
-        texts = self.params.stop_strings and tok.tolist()
+        stopped = torch.isin(tok, self.stop_ids_t).tolist()  # the step's one host read
+        host = tok.tolist() if self.params.stop_strings else None
         for r, s in enumerate(slots):
             j = self.sample[s]
             if j < 0:
                 continue
             reason = "stop" if stopped[r] else None
-            if texts:
-                self.host_tokens[s].append(texts[r])
+            if host is not None:
+                self.host_tokens[s].append(host[r])
                 if reason is None and first_stop(self.engine.tokenizer.decode(
                         self.host_tokens[s][-self.tail:]), self.params.stop_strings):
                     reason = "stop"
