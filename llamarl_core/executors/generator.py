@@ -40,8 +40,20 @@ class GeneratorExecutor:
         self.last_sync: dict = {}
 
     def _receive(self) -> None:
+        """Block until the next version has arrived (the first one at start-up)."""
         with self.ctx.timeline.span("sync"):
-            stats = self.receiver.receive(self.params, timeout_s=self.ctx.cfg.controller.step_timeout_s)
+            self._adopted(self.receiver.receive())
+
+    def poll_weights(self) -> bool:
+        """Adopt every version that has fully arrived (a pointer swap, no copy); never blocks.
+        Safe at any decode-step boundary: the engine's step hook may call it."""
+        adopted = False
+        while (stats := self.receiver.poll()) is not None:
+            self._adopted(stats)
+            adopted = True
+        return adopted
+
+    def _adopted(self, stats) -> None:
         self.chunks.engine.refresh_weights()
         self.held = stats.version
         self.ctx.control.set_held(self.ctx.global_rank, self.held)
@@ -57,8 +69,7 @@ class GeneratorExecutor:
         t0 = time.time()
         self._receive()  # version 0: the trainer's initial (warm-started) weights
         while not ctx.should_stop():
-            if ctx.control.published_version() > self.held:
-                self._receive()
+            if self.poll_weights():
                 continue
             if not self._may_generate(sender, chunk, k):
                 with ctx.timeline.span("wait"):
@@ -77,8 +88,7 @@ class GeneratorExecutor:
 
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
         """Until `_may_generate`, or new weights arrive, or the run ends."""
-        control = self.ctx.control
-        while not self.ctx.should_stop() and control.published_version() <= self.held:
+        while not self.ctx.should_stop() and not self.poll_weights():
             if self._may_generate(sender, chunk, k):
                 return
             time.sleep(POLL_S)

@@ -27,13 +27,14 @@ from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.metrics_log import MetricsLog
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import replicas_for_trainer
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
+from llamarl_core.executors.setup import (DTYPES, build_model, encode_prompts, load_split, reward_name,
+                                          sft_sequences)
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.transport import checksums
 from llamarl_core.transport.channels import TAG_TO_TRAINER_BASE, AsyncReceiver
 from llamarl_core.executors.context import Stopped, WorkerContext
-from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
+from llamarl_core.transport.parallel import full_state, local_shards, unwrap, wrap_data_parallel
 from llamarl_core.executors.weights import make_sender
 
 
@@ -55,8 +56,8 @@ class TrainerExecutor:
         self.version = 0
         self.replicas = len(ctx.ranks(ctx.generator_role))
         self.sender = None
-        if not ctx.is_sync and self.rank == 0:
-            self.sender = make_sender(ctx, dict(self.raw.named_parameters()))
+        if not ctx.is_sync:  # DDMA: every trainer rank sends its own rows
+            self.sender = make_sender(ctx, unwrap(self.model))
         sizes = {"generator": self.replicas, "reward": len(ctx.ranks("reward"))}
         self.log = MetricsLog(ctx.run_dir, ctx.control, sizes) if self.rank == 0 else None
         self.last_sync: dict = {}
@@ -131,15 +132,19 @@ class TrainerExecutor:
         return concat(chunks), staleness_per_row(chunks, self.version), time.time() - t0
 
     def sync(self) -> None:
-        """Push this version to the generators (trainer rank 0 is the source)."""
-        state = full_state(self.model, self.cfg.resources.trainer.strategy)
+        """Push this version to the generators: each trainer rank sends its own rows (DDMA)."""
         if self.sender is None:
             return
         with self.ctx.timeline.span("sync", version=self.version):
-            self.ctx.control.publish_version(self.version)
-            stats = self.sender.send(state, self.version, timeout_s=self.cfg.controller.step_timeout_s)
-        if self.cfg.run.weight_checksums:
-            checksums.record(self.ctx.run_dir, "trainer", self.rank, self.version, state)
+            stats = self.sender.send(local_shards(self.model, self.world, self.rank), self.version)
+            if self.rank == 0:
+                self.ctx.control.publish_version(self.version)
+        if self.cfg.run.weight_checksums:  # a test aid: gathers the full weights (never on the sync path)
+            state = full_state(self.model, self.cfg.resources.trainer.strategy)
+            wire = DTYPES[self.cfg.resources.generator.dtype]
+            if self.rank == 0:
+                checksums.record(self.ctx.run_dir, "trainer", self.rank, self.version,
+                                 {n: t.to(wire) for n, t in state.items()})
         self.last_sync = {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                           "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 

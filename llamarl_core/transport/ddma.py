@@ -67,6 +67,19 @@ def _wait_keys(store, keys: list[str], timeout_s: float, what: str) -> None:
         raise
 
 
+def _describe(ours: list, theirs: list) -> str:
+    """The first difference between two ``DdmaPlan.spec()``s, naming the tensor."""
+    if ours[:4] != theirs[:4]:
+        return f"plan (T, G, tp, dtype) is {ours[:4]} here, {theirs[:4]} on trainer rank 0"
+    for g, (a, b) in enumerate(zip(ours[4], theirs[4])):
+        mine, other = dict((n, s) for n, s in a), dict((n, s) for n, s in b)
+        for name in sorted(mine.keys() | other.keys()):
+            if mine.get(name) != other.get(name):
+                return (f"tensor '{name}' of generator rank {g}: shape {mine.get(name)} here, "
+                        f"{other.get(name)} on trainer rank 0 (None = missing)")
+    return "plans differ"
+
+
 class _Endpoint:
     role = ""
 
@@ -91,9 +104,9 @@ class _Endpoint:
             self.store.set("spec", json.dumps(self.plan.spec()))
         _wait_keys(self.store, ["spec"], self.timeout_s, "waiting for trainer rank 0's plan")
         theirs = json.loads(self.store.get("spec"))
-        if not error and theirs != json.loads(json.dumps(self.plan.spec())):
-            error = (f"plan differs from trainer rank 0's: theirs T,G,tp,dtype={theirs[:4]}, "
-                     f"ours={self.plan.spec()[:4]} (or a parameter name/shape differs)")
+        ours = json.loads(json.dumps(self.plan.spec()))
+        if not error and theirs != ours:
+            error = _describe(ours, theirs)
         self.store.set(f"verdict/{me}", error)
         keys = [f"verdict/{m}" for m in range(self.members)]
         _wait_keys(self.store, keys, self.timeout_s, "waiting for every member's handshake")
