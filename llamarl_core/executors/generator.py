@@ -2,10 +2,12 @@
 the trainer except to stay within `max_offpolicy_steps` (k).
 
     loop:
-      ┌─ trainer published a version we do not hold? → receive it (weight sync), continue
+      ┌─ a newer version has fully arrived in the staging slot? → adopt it (a swap), continue
       ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
       ├─ chunk n would be more than k versions stale when trained? → wait for weights
-      └─ generate chunk n with version u → isend to reward rank (n mod ...) ; n += 1
+      └─ generate chunk n with version u, each prompt group isent to the reward rank the
+         moment its last sample ends; between decode steps, a fully arrived version is
+         adopted (DDMA slot swap; rows record the versions they ran under) ; n += 1
 
 Credit rule: the trainer consumes replica i's chunks in order, one per step, skipping
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
@@ -39,11 +41,6 @@ class GeneratorExecutor:
         self.held = -1
         self.last_sync: dict = {}
 
-    def _receive(self) -> None:
-        """Block until the next version has arrived (the first one at start-up)."""
-        with self.ctx.timeline.span("sync"):
-            self._adopted(self.receiver.receive())
-
     def poll_weights(self) -> bool:
         """Adopt every version that has fully arrived (a pointer swap, no copy); never blocks.
         Safe at any decode-step boundary: the engine's step hook may call it."""
@@ -67,7 +64,6 @@ class GeneratorExecutor:
         sender = AsyncSender("rollout-sender")
         chunk = 0
         t0 = time.time()
-        self._receive()  # version 0: the trainer's initial (warm-started) weights
         while not ctx.should_stop():
             if self.poll_weights():
                 continue
@@ -76,15 +72,23 @@ class GeneratorExecutor:
                     self._wait_until_ready(sender, chunk, k)
                 continue
             with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                rollout = self.chunks.generate(chunk, self.held)
-            sender.send(rollout, reward_rank, TAG_TO_REWARD)
+                self.chunks.generate(chunk, self.held,
+                                     on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
+                                     between_steps=self._swap_if_published)
             chunk += 1
             self._publish_stats(t0)
         raise Stopped()
 
+    def _swap_if_published(self) -> int:
+        """Between decode steps: take newer weights in place (the trainer need not wait for
+        this chunk to end); the engine tags each running sample with the version returned."""
+        if not self.ctx.should_stop():
+            self.poll_weights()  # never blocks: only a version that has fully arrived is adopted
+        return self.held
+
     def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
-        """The last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
-        return sender.idle() and chunk - self.ctx.control.dropped(self.ctx.local_rank) <= self.held + k
+        """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
+        return self.held >= 0 and sender.idle() and chunk - self.ctx.control.dropped(self.ctx.local_rank) <= self.held + k
 
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
         """Until `_may_generate`, or new weights arrive, or the run ends."""

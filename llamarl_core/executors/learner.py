@@ -2,19 +2,21 @@
 
 Plain PyTorch on a model that may be wrapped for data parallelism by the runtime (DDP or
 FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
-exact tokens the generator sampled, with the generator's temperature, so that with equal
-weights π/μ = 1 (the generator's μ uses the same `token_logprobs`).
+exact tokens the generator sampled, under the generator's sampling distribution (temperature,
+top-k, top-p: `generation.sampling`), so that with equal weights π/μ = 1.
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import time
 
 import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
+from llamarl_core.generation.sampling import sampled_token_logprobs
 from llamarl_core.models import token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
@@ -46,8 +48,11 @@ class Learner:
         a = cfg.algorithm
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
                                            betas=(0.9, 0.95))
-        self.temperature = cfg.generation.temperature if cfg.generation.temperature > 0 else 1.0
+        g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
+        self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0
+        self.length_sorted = True  # micro-batches of similar lengths (see _micro_batches)
+        self.histograms: dict[str, torch.Tensor] = {}
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
         """AIPO step on this rank's rows (whole groups); returns float metrics."""
@@ -58,19 +63,18 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.steps_done += 1
+        t0, self._ratios = time.perf_counter(), []
         advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
         tokens, behavior, mask = completion_targets(batch)
         n = tokens.shape[0]
         total_tokens = max(1.0, float(mask.sum()))
         sums: dict[str, float] = {}
-        starts = list(range(0, n, micro))
-        for i, s in enumerate(starts):
-            e = min(n, s + micro)
-            with _maybe_no_sync(self.model, i == len(starts) - 1):
-                loss, metrics = self._micro_loss(tokens[s:e], behavior[s:e], mask[s:e],
-                                                 advantages[s:e], staleness[s:e])
-                weight = (float(mask[s:e].sum()) / total_tokens if a.aggregation == "token_mean"
-                          else (e - s) / n)
+        for i, (rows, width) in enumerate(self._micro_batches(batch, micro)):
+            t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
+            with _maybe_no_sync(self.model, i == -(-n // micro) - 1):
+                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows])
+                weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
+                          else len(rows) / n)
                 (loss * weight).backward()
             for k, v in metrics.items():
                 if k in MAX_METRICS:
@@ -82,13 +86,33 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         sums.update(grad_norm=float(grad_norm), lr=lr, reward_mean=float(batch.rewards.mean()),
                     advantage_abs_mean=float(advantages.abs().mean()),
-                    completion_tokens=float(batch.completion_lens.sum()))
+                    completion_tokens=float(batch.completion_lens.sum()),
+                    tokens_per_s=float(batch.completion_lens.sum()) / (time.perf_counter() - t0))
+        # For TensorBoard's histograms: every counted token's π/μ and every row's staleness.
+        self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
+
+    def _micro_batches(self, batch: Rollout, micro: int):
+        """(row indices, token width) per micro-batch. Rows go in length order and each
+        micro-batch is cut to its own longest row, so short rows do not pay for padding up
+        to the chunk's longest one (the loss is the same: micro-batch means are weighted by
+        their token share). `length_sorted = False` is the old layout, for the benchmark."""
+        lengths = batch.prompt_lens + batch.completion_lens                       # [N]
+        n, width = len(lengths), int(lengths.max())
+        order = torch.argsort(lengths, stable=True) if self.length_sorted else torch.arange(n)
+        for s in range(0, n, micro):
+            rows = order[s:s + micro]
+            yield rows, (int(lengths[rows].max()) if self.length_sorted else width)
+
+    def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log π [m, T] of `targets` under the sampling distribution the generator used."""
+        return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
     def _micro_loss(self, tokens, behavior, mask, advantages, staleness):
         a = self.cfg.algorithm
         logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
-        logprobs = token_logprobs(logits, tokens[:, 1:], self.temperature)         # [m, L'-1]
+        logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
+        self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         entropy = ref = None
         if a.entropy_coef > 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.setup import DTYPES
+from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
 
@@ -35,7 +35,7 @@ def generator_tp(ctx: WorkerContext) -> int:
 def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> DdmaPlan:
     return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
                       generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx),
-                      dtype=DTYPES[ctx.cfg.resources.generator.dtype])
+                      dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype])
 
 
 def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:
@@ -47,7 +47,7 @@ def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:
 
 
 def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> DdmaReceiver:
-    trainer_dtype = DTYPES[ctx.cfg.resources.trainer.dtype]
+    trainer_dtype = TORCH_DTYPES[ctx.cfg.resources.trainer.dtype]
     shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in params.items()}  # TP=1: local = full shape
     return DdmaReceiver(plan(ctx, shapes), ctx.local_rank, params, transport=transport(ctx),
                         store=ctx.control.store, epoch=EPOCH, run_id=ctx.run_id,

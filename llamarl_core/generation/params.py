@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -38,10 +40,25 @@ class SamplingParams:
 
 @dataclass
 class Completion:
-    """One sampled continuation. `logprobs[i]` is log softmax(logits / T)[token_ids[i]] over the
-    full vocabulary (top-p/top-k truncation is not reflected; greedy reports T = 1)."""
+    """One sampled continuation. `logprobs[i]` is the log-prob of `token_ids[i]` under the
+    distribution it was drawn from (`sampling.sampling_logprobs`: temperature, top-k, top-p,
+    renormalised); greedy completions report log softmax(logits) at T = 1."""
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str  # "stop" (EOS, stop token or stop string) | "length"
     text: str
+
+
+@dataclass
+class Finished:
+    """One sequence as the engine hands it over, tensors on the engine's device.
+
+    `policy_versions` = (first, last): the policy versions it was decoded under (they differ
+    when weights were swapped between decode steps while it ran)."""
+
+    index: int                 # position in the prompt list
+    token_ids: torch.Tensor    # [n] int64
+    logprobs: torch.Tensor     # [n] float32, log-prob of each token as it was sampled
+    finish_reason: str         # "stop" | "length"
+    policy_versions: tuple[int, int] = (0, 0)
