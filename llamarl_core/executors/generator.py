@@ -37,7 +37,7 @@ class GeneratorExecutor:
         self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, ctx.local_rank,
                                      replicas, g.quantization)
         self.params = dict(self.model.named_parameters())
-        self.receiver = make_receiver(ctx, self.params)
+        self.receiver = make_receiver(ctx, self.params, self.model.args)
         self.held = -1
         self.last_sync: dict = {}
 

@@ -15,6 +15,7 @@ from llamarl_core.executors.context import WorkerContext
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
+from llamarl_core.transport.tp_layout import tp_slice
 
 EPOCH = 0
 
@@ -32,23 +33,29 @@ def generator_tp(ctx: WorkerContext) -> int:
     return 1
 
 
-def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> DdmaPlan:
+def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], args) -> DdmaPlan:
+    """`args`: the model's ModelArgs; generator TP slices are w12tp's `tp_layout.tp_slice`."""
+    def slice_fn(name, shape, tp_rank, tp_size):
+        s = tp_slice(name, shape, args, tp_rank, tp_size)
+        return s.dim, s.start, s.size
+
     return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
-                      generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx),
-                      dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype])
+                      generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
+                      dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
+                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2)
 
 
 def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:
     """On every trainer rank (full shapes: a DTensor's .shape is the global one)."""
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     device = next(model.parameters()).device
-    return DdmaSender(plan(ctx, shapes), ctx.local_rank, transport=transport(ctx), store=ctx.control.store,
+    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=ctx.control.store,
                       epoch=EPOCH, device=device, timeout_s=ctx.cfg.controller.step_timeout_s)
 
 
-def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> DdmaReceiver:
+def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], args) -> DdmaReceiver:
     trainer_dtype = TORCH_DTYPES[ctx.cfg.resources.trainer.dtype]
     shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in params.items()}  # TP=1: local = full shape
-    return DdmaReceiver(plan(ctx, shapes), ctx.local_rank, params, transport=transport(ctx),
+    return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
                         store=ctx.control.store, epoch=EPOCH, run_id=ctx.run_id,
                         timeout_s=ctx.cfg.controller.step_timeout_s)
