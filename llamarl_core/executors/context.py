@@ -44,6 +44,17 @@ class WorkerContext:
     def generator_role(self) -> str:
         return "actor" if self.is_sync else "generator"
 
+    @property
+    def generator_tp(self) -> int:
+        """Tensor-parallel ranks per generator replica (the plan's; 1 for the sync actor)."""
+        role = next((r for r in self.plan.get("roles", []) if r["name"] == "generator"), None)
+        return role["parallelism"]["tp"] if role and not self.is_sync else 1
+
+    @property
+    def generator_replicas(self) -> int:
+        """Generator replicas: each sends its own rollout chunks (TP rank 0 of the replica)."""
+        return len(self.ranks(self.generator_role)) // self.generator_tp
+
     def reward_rank_for(self, replica: int) -> int:
         rewards = self.ranks("reward")
         return rewards[replica % len(rewards)]

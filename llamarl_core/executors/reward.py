@@ -33,7 +33,7 @@ class RewardExecutor:
         self.references = [ex.reference for ex in load_split(cfg, "train")]
         r = cfg.resources.reward
         self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
-        self.num_replicas = len(ctx.ranks(ctx.generator_role))
+        self.num_replicas = ctx.generator_replicas
         self.trainer_ranks = ctx.ranks(ctx.trainer_role)
         self.scored = 0
 

@@ -53,7 +53,7 @@ class TrainerExecutor:
         self.eval_examples = load_split(cfg, "test")
         self.reward_fn = get_reward(reward_name(cfg))
         self.version = 0
-        self.replicas = len(ctx.ranks(ctx.generator_role))
+        self.replicas = ctx.generator_replicas
         self.sender = None
         if not ctx.is_sync and self.rank == 0:
             self.sender = make_sender(ctx, dict(self.raw.named_parameters()))
@@ -139,7 +139,11 @@ class TrainerExecutor:
             self.ctx.control.publish_version(self.version)
             stats = self.sender.send(state, self.version, timeout_s=self.cfg.controller.step_timeout_s)
         if self.cfg.run.weight_checksums:
-            checksums.record(self.ctx.run_dir, "trainer", self.rank, self.version, state)
+            if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
+                checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, self.version, state,
+                                        self.raw.args, self.ctx.generator_tp)
+            else:
+                checksums.record(self.ctx.run_dir, "trainer", self.rank, self.version, state)
         self.last_sync = {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                           "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 
