@@ -25,9 +25,7 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.algorithms.metrics import importance_metrics
-
-LOSS_KINDS = ("aipo", "pg", "ppo", "clamp")
-AGGREGATIONS = ("token_mean", "sequence_mean")
+from llamarl_core.config.choices import AGGREGATIONS, LOSS_KINDS
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
 
 
@@ -89,6 +87,8 @@ def aipo_loss(
         if entropy_coef:
             per_token = per_token - entropy_coef * entropy  # [B, T]
         metrics["entropy"] = _masked_mean(entropy.detach().to(logprobs.dtype), mask)
+    else:  # E_{a~mu}[-log pi(a)]: the policy's entropy, estimated on the sampled tokens for free
+        metrics["entropy"] = _masked_mean(-logprobs.detach(), mask)
     loss = aggregate(per_token, mask, aggregation)  # []
     metrics.update(importance_metrics(ratio.detach(), mask, rho, clip_eps, staleness))
     metrics["loss"] = float(loss.detach())

@@ -1,6 +1,7 @@
 """What a worker process knows about itself and the run, handed to its role's executor."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from llamarl_core.config.schema import LlamaRLConfig
@@ -25,8 +26,14 @@ class WorkerContext:
     timeline: Timeline
     groups: dict = field(default_factory=dict)  # "trainer" | "actor" | "weights" → ProcessGroup
     run_id: str = ""
+    last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread
+
+    def progress(self) -> None:
+        """The main loop is making progress: the heartbeat reports this time, not the clock."""
+        self.last_progress_s = time.time()
 
     def should_stop(self) -> bool:
+        self.progress()  # every wait loop polls this, so a rank that waits is still alive
         return self.control.finished()
 
     def ranks(self, role: str) -> list[int]:
@@ -37,23 +44,16 @@ class WorkerContext:
         return self.cfg.algorithm.max_offpolicy_steps == 0
 
     @property
-    def trainer_role(self) -> str:
-        return "actor" if self.is_sync else "trainer"
-
-    @property
-    def generator_role(self) -> str:
-        return "actor" if self.is_sync else "generator"
-
-    @property
     def generator_tp(self) -> int:
         """Tensor-parallel ranks per generator replica (the plan's; 1 for the sync actor)."""
         role = next((r for r in self.plan.get("roles", []) if r["name"] == "generator"), None)
-        return role["parallelism"]["tp"] if role and not self.is_sync else 1
+        return role["parallelism"]["tp"] if role else 1
 
     @property
     def generator_replicas(self) -> int:
-        """Generator replicas: each sends its own rollout chunks (TP rank 0 of the replica)."""
-        return len(self.ranks(self.generator_role)) // self.generator_tp
+        """Generator replicas (the sync actor's ranks in sync mode); with TP, each replica's
+        TP rank 0 alone sends its rollouts."""
+        return len(self.ranks("generator") or self.ranks("actor")) // self.generator_tp
 
     def reward_rank_for(self, replica: int) -> int:
         rewards = self.ranks("reward")

@@ -5,7 +5,9 @@ the trainer except to stay within `max_offpolicy_steps` (k).
       ┌─ trainer published a version we do not hold? → receive it (weight sync), continue
       ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
       ├─ chunk n would be more than k versions stale when trained? → wait for weights
-      └─ generate chunk n with version u → isend to reward rank (n mod ...) ; n += 1
+      └─ generate chunk n with version u, each prompt group isent to the reward rank the
+         moment its last sample ends; between decode steps, newly published weights are
+         received in place (rows record the versions they ran under) ; n += 1
 
 Credit rule: the trainer consumes replica i's chunks in order, one per step, skipping
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
@@ -37,14 +39,18 @@ class GeneratorExecutor:
         self.ctx = ctx
         self.model, self.tokenizer = build_model(cfg, dtype=g.dtype)
         self.model.requires_grad_(False)
-        self.full = dict(self.model.named_parameters())  # what the trainer sends (full shapes)
+        full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
-        self.params = dict(self.model.named_parameters())  # what this rank holds (its TP slices)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
         prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, self.rank.replica,
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
+        # Read after the engine adopted its storage (fused projections): what this rank holds.
+        self.params = dict(self.model.named_parameters())
+        # What the trainer sends (full shapes): the live parameters, or with TP a staging copy
+        # from which each rank keeps its slice.
+        self.full = self.params if self.rank.tp == 1 else full
         self.receiver = make_receiver(ctx, self.full)
         self.held = -1
         self.last_sync: dict = {}
@@ -67,7 +73,6 @@ class GeneratorExecutor:
         return {"replica": r.replica, "tp_rank": r.tp_rank, "tp": r.tp} if r.tp > 1 else {}
 
     def run(self) -> None:
-        self._receive()  # version 0: the trainer's initial (warm-started) weights
         if not self.rank.is_leader:
             self._follow()
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
@@ -86,8 +91,9 @@ class GeneratorExecutor:
                 continue
             self.steps.announce("generate", chunk=chunk, version=self.held)
             with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                rollout = self.chunks.generate(chunk, self.held)
-            sender.send(rollout, reward_rank, TAG_TO_REWARD)
+                self.chunks.generate(chunk, self.held,
+                                     on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
+                                     between_steps=self._swap_if_published)
             chunk += 1
             self._publish_stats(t0)
         self.steps.announce("stop")
@@ -107,11 +113,22 @@ class GeneratorExecutor:
                                    f"but TP rank 0 of replica {self.rank.replica} generates with "
                                    f"{step['version']}")
             with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held):
-                self.chunks.generate(step["chunk"], self.held)
+                self.chunks.generate(step["chunk"], self.held, between_steps=self._swap_if_published)
+
+    def _swap_if_published(self) -> int:
+        """Between decode steps: take newer weights in place (the trainer need not wait for
+        this chunk to end); the engine tags each running sample with the version returned.
+        With TP, TP rank 0 decides for its replica (every rank must swap at the same step)."""
+        swap = (self.rank.is_leader and not self.ctx.should_stop()
+                and self.ctx.control.published_version() > self.held)
+        if self.rank.agree(swap):
+            self._receive()
+        return self.held
 
     def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
-        """The last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
-        return sender.idle() and chunk - self.ctx.control.dropped(self.rank.replica) <= self.held + k
+        """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
+        return (self.held >= 0 and sender.idle()
+                and chunk - self.ctx.control.dropped(self.rank.replica) <= self.held + k)
 
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
         """Until `_may_generate`, or new weights arrive, or the run ends."""

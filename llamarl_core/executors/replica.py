@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.transport.tensor_parallel import make_token_sync, shard_model_
+from llamarl_core.transport.tensor_parallel import broadcast_flag, make_token_sync, shard_model_
 
 
 @dataclass
@@ -42,6 +42,12 @@ class ReplicaRank:
     @property
     def is_leader(self) -> bool:
         return self.tp_rank == 0
+
+    def agree(self, flag: bool) -> bool:
+        """TP rank 0's `flag` on every rank of the replica (one tiny broadcast; tp = 1: `flag`)."""
+        if self.tp == 1:
+            return flag
+        return broadcast_flag(flag, self.leader_global_rank, self.group)
 
     def shard(self, model):
         """Shard `model` in place for this TP rank; returns the engine's token_sync (or None)."""
