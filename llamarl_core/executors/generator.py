@@ -29,6 +29,7 @@ from llamarl_core.transport import checksums
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.weights import make_receiver
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
+from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.transport.tensor_parallel import copy_slices_
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
@@ -52,6 +53,7 @@ class GeneratorExecutor:
         # from which each rank keeps its slice.
         self.full = self.params if self.rank.tp == 1 else full
         self.receiver = make_receiver(ctx, self.full)
+        self.quant_kl = QuantKL(self.model, g.quantization)
         self.held = -1
         self.last_sync: dict = {}
 
@@ -91,9 +93,10 @@ class GeneratorExecutor:
                 continue
             self.steps.announce("generate", chunk=chunk, version=self.held)
             with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                self.chunks.generate(chunk, self.held,
-                                     on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
-                                     between_steps=self._swap_if_published)
+                rollout = self.chunks.generate(
+                    chunk, self.held, on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
+                    between_steps=self._swap_if_published)
+            self.quant_kl.measure(rollout, self.held)
             chunk += 1
             self._publish_stats(t0)
         self.steps.announce("stop")
@@ -113,7 +116,8 @@ class GeneratorExecutor:
                                    f"but TP rank 0 of replica {self.rank.replica} generates with "
                                    f"{step['version']}")
             with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held):
-                self.chunks.generate(step["chunk"], self.held, between_steps=self._swap_if_published)
+                rollout = self.chunks.generate(step["chunk"], self.held, between_steps=self._swap_if_published)
+            self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
 
     def _swap_if_published(self) -> int:
         """Between decode steps: take newer weights in place (the trainer need not wait for
@@ -140,7 +144,8 @@ class GeneratorExecutor:
 
     def _publish_stats(self, t0: float) -> None:
         self.ctx.control.set_stats("generator", self.rank.replica, {
-            **self.chunks.stats(since=t0), "held_version": self.held, "sync": self.last_sync,
+            **self.chunks.stats(since=t0), **self.quant_kl.stats(), "held_version": self.held,
+            "sync": self.last_sync,
             **self.ctx.timeline.totals()})
 
     def close(self) -> None:

@@ -70,6 +70,10 @@ def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     if g.tp > 1 and cfg.algorithm.max_offpolicy_steps == 0:
         raise ConfigError(f"resources.generator.tp={g.tp}: the sync actor "
                           f"(algorithm.max_offpolicy_steps=0) generates unsharded; use 1")
+    if cfg.generation.cuda_graphs:
+        where = ("runs on GPUs only; on resources.device=cpu use false" if cfg.resources.device == "cpu"
+                 else "is not built by the runtime yet (the decode step runs eagerly); use false")
+        raise ConfigError(f"generation.cuda_graphs=true: decode-step CUDA graph capture {where}")
     if m.ffn_dim % g.tp:
         raise ConfigError(f"resources.generator.tp={g.tp} does not divide the model's "
                           f"ffn_dim={m.ffn_dim} (MLP columns)")

@@ -1,4 +1,5 @@
-"""`llamarl train` with a tensor-parallel generator (TP = 2 on gloo): one replica of two ranks.
+"""`llamarl train` with a tensor-parallel generator (TP = 2 on gloo): one replica of two ranks,
+int8 weight-only quantization (so the quantized-vs-full KL probe runs under TP too).
 
 Weight decay makes every version differ, so a slice that missed a sync would hash like the
 previous version. The trainer records the sha256 of each TP slice it sends; each generator
@@ -24,13 +25,16 @@ def _lines(path: Path) -> list[dict]:
 def test_tp2_generator_replica_trains_and_each_rank_holds_the_slice_the_trainer_sent(tmp_path):
     run_dir = tmp_path / "tp2"
     cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={run_dir}", *FAST,
-           "resources.generator.tp=2", "resources.generator.num_devices=2"]
+           "resources.generator.tp=2", "resources.generator.num_devices=2",
+           "resources.generator.quantization=int8"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     plan = json.loads((run_dir / "plan.json").read_text())
     gen = next(r for r in plan["roles"] if r["name"] == "generator")
     assert gen["parallelism"]["tp"] == 2 and gen["parallelism"]["dp"] == 1
-    assert [m["policy_version"] for m in _lines(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]
+    lines = _lines(run_dir / "metrics.jsonl")
+    assert [m["policy_version"] for m in lines] == [1, 2, 3, 4]
+    assert all(0 < m["generator/quant_kl"] < 1e-2 for m in lines)  # int8: small but not zero
 
     sums = _lines(run_dir / "weight_checksums.jsonl")
     sent = {(s["version"], s["tp_rank"]): s["sha256"] for s in sums if s["role"] == "trainer"}
