@@ -86,4 +86,5 @@ class ReplicaSteps:
                 ended_at = ended_at or time.monotonic()
                 if time.monotonic() - ended_at > timeout_s:
                     return {"do": "stop"}
+            self.ctx.progress()  # waiting on a live leader is progress (the heartbeat reads it)
             time.sleep(self.poll_s)
