@@ -206,13 +206,17 @@ class RunConfig:
     max_steps: int = 100                 # trainer optimizer steps of RL
     max_time_s: float = 0.0              # stop RL after this wall time; 0 = no limit
     eval_every_steps: int = 10
-    checkpoint_every_steps: int = 0      # 0 = only at the end
+    checkpoint_every_steps: int = 25     # resumable checkpoints/step_<N>/; 0 = only the final HF export
+    keep_checkpoints: int = 2            # newest stable step_<N> checkpoints kept (plus checkpoints/final)
+    resume: str = ""                     # "" = fresh run | auto = newest stable checkpoint in run.dir | a step_<N> path
     log_every_steps: int = 1
     weight_checksums: bool = False       # record a sha256 of the weights at every sync (tests)
 
     def __post_init__(self):
         _check_positive("run.max_steps", self.max_steps, 0)
         _check_positive("run.eval_every_steps", self.eval_every_steps, 0)
+        _check_positive("run.checkpoint_every_steps", self.checkpoint_every_steps, 0)
+        _check_positive("run.keep_checkpoints", self.keep_checkpoints, 1)
 
 
 @dataclass
@@ -225,10 +229,12 @@ class ControllerConfig:
     heartbeat_timeout_s: float = 30.0    # a silent role ends the run after this
     startup_timeout_s: float = 120.0
     step_timeout_s: float = 600.0        # the longest any role waits on another
+    max_restarts: int = 3                # restarts of a dead generator/reward group; 0 = any death ends the run
 
     def __post_init__(self):
         _check_choice("controller.weight_transport", self.weight_transport,
                       ("auto", "collective", "shm"))
+        _check_positive("controller.max_restarts", self.max_restarts, 0)
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
 

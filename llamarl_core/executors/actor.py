@@ -32,6 +32,7 @@ class ActorExecutor(TrainerExecutor):
             scored = self.inboxes[self.rank].get(ctx.should_stop)
         if scored is None:
             raise Stopped()
+        self.next_chunk[self.rank] = step + 1
         ctx.control.set_stats("generator", self.rank,
                               {**self.chunks.stats(since=ctx.timeline.t_start), **ctx.timeline.totals()})
         return scored, staleness_per_row([scored], self.version), time.time() - t0

@@ -22,9 +22,10 @@ import time
 import torch
 import torch.distributed as dist
 
+from llamarl_core.executors import checkpoints
 from llamarl_core.executors.heldout import heldout_summary
 from llamarl_core.executors.learner import Learner, WarmStart
-from llamarl_core.executors.metrics_log import MetricsLog
+from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import replicas_for_trainer
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
@@ -59,6 +60,8 @@ class TrainerExecutor:
             self.sender = make_sender(ctx, dict(self.raw.named_parameters()))
         sizes = {"generator": self.replicas, "reward": len(ctx.ranks("reward"))}
         self.log = MetricsLog(ctx.run_dir, ctx.control, sizes) if self.rank == 0 else None
+        self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
+        self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
         self.inboxes = self._inboxes()
@@ -72,11 +75,13 @@ class TrainerExecutor:
     # ---- phases -------------------------------------------------------------------------
     def run(self) -> None:
         cfg, ctx = self.cfg, self.ctx
-        self.warm_start()
-        self.evaluate()
+        start = self.restore() if cfg.run.resume else 0
+        if not cfg.run.resume:
+            self.warm_start()
+            self.evaluate()
         self.sync()
         t_rl = time.time()
-        for step in range(cfg.run.max_steps):
+        for step in range(start, cfg.run.max_steps):
             t0 = time.time()
             batch, staleness, waited_s = self.collect(step)
             with ctx.timeline.span("train", step=step):
@@ -88,9 +93,10 @@ class TrainerExecutor:
             due = cfg.run.eval_every_steps and (step + 1) % cfg.run.eval_every_steps == 0
             if due or last:
                 self.evaluate()
-            if cfg.run.checkpoint_every_steps and (step + 1) % cfg.run.checkpoint_every_steps == 0:
-                self.checkpoint(f"step_{step + 1}")
+            self._log_examples(step, batch)
             self._log(step, metrics, batch, waited_s, time.time() - t0)
+            if cfg.run.checkpoint_every_steps and (step + 1) % cfg.run.checkpoint_every_steps == 0:
+                self.save_checkpoint(step + 1)
             if last:
                 break
         self.checkpoint("final")
@@ -123,6 +129,7 @@ class TrainerExecutor:
                     r = inbox.get(self.ctx.should_stop)
                     if r is None:
                         raise Stopped()
+                    self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
                     if r.policy_version >= self.version - k:
                         chunks.append(r)
                         break
@@ -159,6 +166,42 @@ class TrainerExecutor:
             return
         with self.ctx.timeline.span("checkpoint"):
             save_pretrained(model, self.tokenizer, os.path.join(self.ctx.run_dir, "checkpoints", name))
+
+    def save_checkpoint(self, step: int) -> None:
+        """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
+        next_chunk = self._gather(self.next_chunk)
+        merged = {i: max(d.get(i, 0) for d in next_chunk) for d in next_chunk for i in d}
+        state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
+                 "next_chunk": merged, "dropped": {i: c - step for i, c in merged.items()},
+                 "accuracy_by_version": self.accuracy}
+        path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")
+        with self.ctx.timeline.span("checkpoint", step=step):
+            checkpoints.save(path, self.model, self.learner.optimizer, self.group, self.rank, state,
+                             self.cfg.run.keep_checkpoints, self.ctx.run_dir)
+
+    def restore(self) -> int:
+        """Load run.resume (a stable step_<N>); returns N, the next step's index."""
+        path = self.cfg.run.resume
+        state = checkpoints.load(path, self.model, self.learner.optimizer, self.group, self.rank)
+        self.version, self.learner.steps_done = state["policy_version"], state["lr_steps"]
+        self.accuracy = {int(v): a for v, a in state["accuracy_by_version"].items()}
+        self.next_chunk = {int(i): c for i, c in state["next_chunk"].items()}
+        print(f"resumed from {path}: step {state['step']}, policy version {self.version}", flush=True)
+        return state["step"]
+
+    def _gather(self, obj) -> list:
+        if self.group is None or self.world == 1:
+            return [obj]
+        out: list = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def _log_examples(self, step: int, batch: Rollout) -> None:
+        """trained_examples.jsonl: the prompt ids every trainer rank trained at this step."""
+        ids = batch.example_ids[::self.cfg.algorithm.group_size].tolist()
+        gathered = self._gather(ids)
+        if self.examples_log is not None:
+            self.examples_log.write(step + 1, self.version, [i for part in gathered for i in part])
 
     def _full_model(self):
         """On rank 0, a plain module holding the full weights (None elsewhere).
@@ -222,3 +265,4 @@ class TrainerExecutor:
             self.sender.close()
         if self.log is not None:
             self.log.close()
+            self.examples_log.close()

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import procs
+from llamarl_core.runtime import procs, resume
 from llamarl_core.transport.control import ControlPlane
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -69,6 +69,7 @@ class Controller:
         store = start_store(c.host, c.port)
         self.control = ControlPlane(store)
         write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             for role in self.plan.roles:
