@@ -99,7 +99,12 @@ class Controller:
                 self.view.update(self.control, self.plan)
             state = self._state()
             if state == "aborted":
-                return self._failure(self.control.abort_reason() or "a role aborted the run")
+                reason = self.control.abort_reason() or "a role aborted the run"
+                killed = self._killed_outright()
+                if killed:  # its peers' connection errors often report first: name the cause
+                    role, rank, pid = killed
+                    return self._failure(f"role {role} rank {rank} (pid {pid}) died; then {reason}", role, rank)
+                return self._failure(reason)
             if state == "done":
                 done_at = done_at or time.time()
                 if all(p.poll() is not None for p in self.procs) or time.time() - done_at > DONE_GRACE_S:
@@ -152,6 +157,14 @@ class Controller:
         """The rank's pid if it registered one and that process is gone, else ''."""
         pid = self.control.get_str(f"pid/{role}/{rank}")
         return pid if pid and not procs.pid_alive(int(pid)) else ""
+
+    def _killed_outright(self) -> tuple[str, int, str] | None:
+        """A rank whose process is gone without reporting an exit code (SIGKILL, OOM)."""
+        for role, rank in self.ranks:
+            pid = self._dead_pid(role, rank)
+            if pid and not self.control.get_str(f"exit/{role}/{rank}"):
+                return role, rank, pid
+        return None
 
     def _dead_rank(self, role: str) -> tuple[str, int] | None:
         for r, rank in self.ranks:
