@@ -73,9 +73,14 @@ def test_sync_run_killed_at_step_12_and_resumed_matches_the_uninterrupted_run(tm
     assert len(list((broken / "checkpoints").glob("step_*"))) == 2  # run.keep_checkpoints
 
 
-def test_async_run_killed_and_resumed_trains_no_example_twice_and_every_step_once(tmp_path):
+@pytest.mark.parametrize("trainers", [
+    [],
+    # FSDP2 over 2 trainer ranks: the checkpoint holds one DCP shard per rank.
+    ["resources.trainer.num_devices=2", "resources.trainer.strategy=fsdp2", "resources.cpu_cores=4"],
+], ids=["one_trainer", "fsdp2_two_trainers"])
+def test_async_run_killed_and_resumed_trains_no_example_twice_and_every_step_once(tmp_path, trainers):
     run_dir = tmp_path / "async"
-    opts = [*LEARNS, "algorithm.max_offpolicy_steps=1", "run.max_steps=14"]
+    opts = [*LEARNS, *trainers, "algorithm.max_offpolicy_steps=1", "run.max_steps=14"]
     kill_at_step(run_dir, "trainer", 7, *opts)
     out = train(run_dir, *opts, "run.resume=auto")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -88,3 +93,5 @@ def test_async_run_killed_and_resumed_trains_no_example_twice_and_every_step_onc
     ids = [i for x in lines for i in x["example_ids"]]
     assert len(ids) == 14 * 4 and len(set(ids)) == len(ids)
     assert all(x["policy_version"] == x["step"] for x in lines)
+    shards = list((run_dir / "checkpoints" / "step_10" / "trainer").glob("*.distcp"))
+    assert len(shards) == (2 if trainers else 1)

@@ -111,3 +111,10 @@ def test_controller_state_is_restored_and_logs_cut_back(tmp_path):
     resume.restore_controller_state(control, str(tmp_path), str(path))
     assert control.keys == {"data/next_chunk/0": 6, "dropped/0": 1}
     assert len((tmp_path / "trained_examples.jsonl").read_text().splitlines()) == 5
+
+
+def test_role_restarts_are_refused_until_they_exist():
+    from llamarl_core.config.schema import ControllerConfig
+    assert ControllerConfig().max_restarts == 0
+    with pytest.raises(ConfigError, match="controller.max_restarts=3"):
+        ControllerConfig(max_restarts=3)
