@@ -56,7 +56,8 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
-<<<<<<< HEAD
+        if self.tb is not None:
+            self.tb.close()
 
 
 class TrainedExamplesLog:
@@ -72,7 +73,3 @@ class TrainedExamplesLog:
 
     def close(self) -> None:
         self._file.close()
-=======
-        if self.tb is not None:
-            self.tb.close()
->>>>>>> main
