@@ -32,7 +32,8 @@ from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
+from llamarl_core.executors.setup import (build_model, encode_prompts, load_split, model_from_state, reward_name,
+                                         sft_sequences)
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
@@ -58,7 +59,9 @@ class TrainerExecutor:
         self.feed = make_feed(self)
         self.publisher = make_publisher(self)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
-        self.log = MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard) if self.rank == 0 else None
+        first_step = checkpoints.read_state(cfg.run.resume)["step"] + 1 if cfg.run.resume else 1
+        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard, first_step)
+                    if self.rank == 0 else None)
         self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
@@ -196,9 +199,7 @@ class TrainerExecutor:
             return None
         if not sharded:
             return unwrap(self.model)
-        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype)[0]
-        model.load_state_dict(state, strict=False)
-        return model
+        return model_from_state(self.cfg, state, self.cfg.resources.trainer.dtype)
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:

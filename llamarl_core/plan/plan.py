@@ -18,7 +18,7 @@ from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
 from llamarl_core.config.hardware import DeviceSpec, cpu_spec, get_device
-from llamarl_core.plan.model_source import resolve_model_args
+from llamarl_core.plan.model_source import check_tokenizer, resolve_model_args
 from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
 
@@ -95,6 +95,8 @@ def _device_spec(cfg: LlamaRLConfig) -> DeviceSpec:
 def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool = True) -> LaunchPlan:
     """`require_data=False` (for `llamarl plan`) turns a dataset without a path into a warning."""
     model, model_name = resolve_model_args(cfg.model)
+    if require_data:
+        check_tokenizer(cfg.model)
     spec = _device_spec(cfg)
     res, alg, gen = cfg.resources, cfg.algorithm, cfg.generation
     is_sync = alg.max_offpolicy_steps == 0
