@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
@@ -37,6 +38,7 @@ class RolePlan:
     threads: int                        # torch intra-op threads per rank (CPU)
     uses_accelerator: bool = True
     commands: list[str] = field(default_factory=list)
+    batching: Optional[str] = None      # generation.batching, for roles that generate
 
     @property
     def ranks(self) -> list[int]:
@@ -52,6 +54,7 @@ class RolePlan:
             "fits": mem.fits(self.memory, self.capacity_gib),
             "threads": self.threads, "uses_accelerator": self.uses_accelerator,
             "commands": self.commands,
+            **({"batching": self.batching} if self.batching else {}),
         }
 
 
@@ -121,10 +124,11 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
         fsdp, dp = trainer_sharding(t, compute_devices)
         par = {"tp": t.tp, "dp": dp, "fsdp": fsdp, "pp": t.pp, "generator_tp": g.tp}
         roles.append(RolePlan("actor", compute_devices, 0, [], par, t.dtype, g.quantization,
-                              mem.colocated_memory(trainer_mem(fsdp), gen_mem), 0.0, threads))
+                              mem.colocated_memory(trainer_mem(fsdp), gen_mem), 0.0, threads,
+                              batching=gen.batching))
     else:
         roles.append(RolePlan("generator", g.num_devices, 0, [], gen_par, g.dtype, g.quantization,
-                              gen_mem, 0.0, threads))
+                              gen_mem, 0.0, threads, batching=gen.batching))
         fsdp, tdp = trainer_sharding(t, t.num_devices)
         roles.append(RolePlan("trainer", t.num_devices, g.num_devices, [],
                               {"tp": t.tp, "dp": tdp, "fsdp": fsdp, "pp": t.pp}, t.dtype, "none",
