@@ -55,7 +55,7 @@ class GeneratorExecutor:
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
         reward_rank = ctx.reward_rank_for(ctx.local_rank)
         sender = AsyncSender("rollout-sender")
-        chunk = 0
+        chunk = ctx.control.next_chunk(ctx.local_rank)  # > 0 on resume: the first untrained chunk
         t0 = time.time()
         while not ctx.should_stop():
             if ctx.control.published_version() > self.held:
