@@ -17,7 +17,7 @@ from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 class WeightSync:
     def __init__(self, ctx: WorkerContext, rank: int, model, raw):
-        self.ctx, self.rank, self.model = ctx, rank, model
+        self.ctx, self.rank, self.model, self.args = ctx, rank, model, raw.args
         self.world = len(ctx.ranks("trainer"))
         self.sender = make_sender(ctx, unwrap(model))  # every trainer rank sends its own rows
 
@@ -31,8 +31,12 @@ class WeightSync:
             state = full_state(self.model, cfg.resources.trainer.strategy)
             if self.rank == 0:
                 wire = TORCH_DTYPES[cfg.resources.generator.dtype]
-                checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
-                                 {n: t.to(wire) for n, t in state.items()})
+                state = {n: t.to(wire) for n, t in state.items()}
+                if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
+                    checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
+                                            self.args, self.ctx.generator_tp)
+                else:
+                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version, state)
         return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                 "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 

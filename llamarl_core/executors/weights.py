@@ -28,9 +28,8 @@ def transport(ctx: WorkerContext) -> str:
 
 
 def generator_tp(ctx: WorkerContext) -> int:
-    """TP ranks per generator replica as the runtime builds them: today every generator rank is a
-    whole replica (generator TP lands with w12tp's sharded engine, then this returns g.tp)."""
-    return 1
+    """TP ranks per generator replica; generator rank g is TP rank g % tp (executors/replica.py)."""
+    return ctx.generator_tp
 
 
 def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], args) -> DdmaPlan:
@@ -53,9 +52,11 @@ def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:
                       epoch=EPOCH, device=device, timeout_s=ctx.cfg.controller.step_timeout_s)
 
 
-def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], args) -> DdmaReceiver:
+def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dict[str, torch.Tensor],
+                  args) -> DdmaReceiver:
+    """`params`: this rank's (TP-sliced) parameters; `full`: the unsharded shapes, as the trainer has them."""
     trainer_dtype = TORCH_DTYPES[ctx.cfg.resources.trainer.dtype]
-    shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in params.items()}  # TP=1: local = full shape
+    shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in full.items()}
     return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
                         store=ctx.control.store, epoch=EPOCH, run_id=ctx.run_id,
                         timeout_s=ctx.cfg.controller.step_timeout_s)

@@ -363,10 +363,14 @@ class DdmaReceiver(_Endpoint):
             if self._inbox.error is not None:
                 raise RuntimeError(f"DDMA weight sync (generator rank {self.rank}): receiving send #{n} "
                                    f"failed: {self._inbox.error}") from self._inbox.error
-            return self._inbox.ready.pop(n, None)
+            return self._inbox.ready.get(n)
         if len(versions) != 1:
             raise RuntimeError(f"DDMA send #{n}: trainer ranks sent different versions {sorted(versions)}")
         return versions.pop()
+
+    def ready(self) -> bool:
+        """Whether the next version has fully arrived (adopt it with ``poll``/``receive``)."""
+        return self._ready() is not None
 
     def poll(self) -> SyncStats | None:
         """At a decode-step boundary: adopt the next version if it has fully arrived."""
@@ -399,8 +403,10 @@ class DdmaReceiver(_Endpoint):
         self.seq, self.last_version = n + 1, version
         if self.transport == "shm":
             self.store.set(f"adopted/{n}/{self.rank}", b"1")  # slot (n+1) % 2 is free again
-        elif n >= 1:  # slot (n+1) % 2 is free again (both were free before the first adoption)
-            self._inbox.free.release()
+        else:
+            self._inbox.ready.pop(n, None)
+            if n >= 1:  # slot (n+1) % 2 is free again (both were free before the first adoption)
+                self._inbox.free.release()
         return self._stats(version, time.perf_counter() - t0, self.nbytes, wait_s)
 
     def close(self) -> None:
