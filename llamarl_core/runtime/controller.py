@@ -22,7 +22,7 @@ import torch.distributed as dist
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime import procs
-from llamarl_core.transport.control import ControlPlane
+from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
 POLL_S = 0.25
@@ -40,14 +40,14 @@ class RunResult:
 
 
 def start_store(host: str, port: int) -> dist.TCPStore:
-    """The controller's store; a busy configured port is never fatal."""
+    """The controller's store, listening on `host` only; a busy configured port is never fatal."""
     try:
-        return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+        return bind_store(host, port)
     except (RuntimeError, OSError) as e:
         if port == 0:
             raise
         print(f"controller: port {port} on {host} unavailable ({e}); using a free port")
-        return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+        return bind_store(host, 0)
 
 
 def _raise_interrupt(signum, frame):
@@ -67,8 +67,8 @@ class Controller:
             signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
         c = self.cfg.controller
         store = start_store(c.host, c.port)
-        self.control = ControlPlane(store)
-        write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        self.control = ControlPlane(serve_run(store, files["run_id"]))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             for role in self.plan.roles:
