@@ -9,7 +9,7 @@
              controller goes away
 
 Pids are only checked on the node that owns them (a pid means nothing on another host); a
-node whose whole process tree vanished is found by its ranks' silent heartbeats.
+node whose whole process tree vanished is found by its loop's silent beat (`node/<K>/hb`).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from llamarl_core.transport import shm
 from llamarl_core.transport.control import ControlPlane, bind_store, connect_run, serve_run
 
 NODE_EXIT_WAIT_S = 10.0     # how long node 0 keeps the store up for other nodes to stop cleanly
+NODE_LOST_AFTER_S = 3.0     # a node loop silent this long is gone (it beats every POLL_S)
 
 
 @dataclass
@@ -125,26 +126,29 @@ class NodeController(Controller):
         """A rank whose node vanished shows up first as its peers' broken connections: name it."""
         lost = self._lost_remote_rank()
         if lost is not None:
-            (role, rank), silent_s = lost
+            (role, rank), why = lost
             node = self.node_of[(role, rank)]
             message = (f"role {role} rank {rank} on node {node} ({node_host(self.cfg, node)}) was lost: "
-                       f"no heartbeat for {silent_s:.1f} s and no exit code (then: {message})")
+                       f"{why} (then: {message})")
         return super()._failure(message, role, rank)
 
     def _lost_remote_rank(self):
-        c = self.cfg.controller
-        lost_after_s = max(3 * c.heartbeat_interval_s, 2.0)
-        deadline = time.time() + lost_after_s + 2 * c.heartbeat_interval_s
+        """Wait (a few seconds at most) until every other node's rank has an exit code, its node
+        reported its process dead (`lost/`), or its node stopped beating (`node/<K>/hb`, set by the
+        node's own loop: rank heartbeats report progress, and a busy rank is not a lost one)."""
+        deadline = time.time() + NODE_LOST_AFTER_S + 2.0
         while True:
             pending = False
             for role, rank in self.ranks:
                 if (role, rank) in self.local or self.control.get_str(f"exit/{role}/{rank}"):
                     continue
-                beat = self.control.last_heartbeat(role, rank)
-                if beat is None:
-                    continue  # never started: the startup timeout names it
-                if time.time() - beat > lost_after_s:
-                    return (role, rank), time.time() - beat
+                node = self.node_of[(role, rank)]
+                if self.control.get_str(f"lost/{role}/{rank}"):
+                    return (role, rank), f"its process died (reported by node {node})"
+                beat = self.control.get_str(f"node/{node}/hb")
+                if beat and time.time() - float(beat) > NODE_LOST_AFTER_S:
+                    return (role, rank), (f"node {node} stopped answering {time.time() - float(beat):.1f} s "
+                                          f"ago and the rank left no exit code")
                 pending = True
             if not pending or time.time() > deadline:
                 return None
@@ -156,7 +160,7 @@ class NodeController(Controller):
         for node in range(1, self.plan_dict["nodes"]):
             while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
                 beat = self.control.get_str(f"node/{node}/hb")
-                if not beat or time.time() - float(beat) > 3.0:
+                if not beat or time.time() - float(beat) > NODE_LOST_AFTER_S:
                     break  # that node is gone (or never came)
                 time.sleep(POLL_S)
 
@@ -220,6 +224,7 @@ class NodeAgent:
                     message, role, rank = problem
                     if not self.control.get_str(f"error/{role}/{rank}"):
                         self.control.store.set(f"error/{role}/{rank}", message)
+                    self.control.store.set(f"lost/{role}/{rank}", message)
                     self.control.abort(message)
                     return RunResult(False, run_dir, message, (role, rank))
             time.sleep(POLL_S)

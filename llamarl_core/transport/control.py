@@ -18,6 +18,8 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
     exit/<role>/<rank>        the exit code a rank reported just before leaving
     stats/<role>/<rank>       JSON counters of a generator or reward rank (busy/idle, tokens)
     metrics/latest            JSON of the trainer's last metrics line
+    node/<K>/hb, node/<K>/exit  `llamarl node K`'s own beat (unix seconds) and its "stopped" mark
+    lost/<role>/<rank>        set by the rank's node when it saw the rank's process die
 """
 from __future__ import annotations
 
