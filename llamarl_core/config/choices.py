@@ -19,3 +19,4 @@ QUANTIZATIONS = ("none", *QUANT_BYTES)                   # resources.generator.q
 DEVICE_TYPES = ("cpu", *DEVICES)                         # resources.device
 STRATEGIES = ("ddp", "fsdp2")                            # resources.trainer.strategy
 WEIGHT_TRANSPORTS = ("auto", "collective", "shm")        # controller.weight_transport
+BATCHING = ("continuous", "static")                      # generation.batching

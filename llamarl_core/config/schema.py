@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
-                                         QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS)
+                                         QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS, BATCHING)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -154,8 +154,10 @@ class GenerationConfig:
     top_k: int = 0
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
+    batching: str = "continuous"         # continuous (refill a finished row's slot) | static
 
     def __post_init__(self):
+        _check_choice("generation.batching", self.batching, BATCHING)
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
         if self.temperature <= 0:
@@ -256,6 +258,15 @@ class EvalConfig:
 
 
 @dataclass
+class LoggingConfig:
+    tensorboard: bool = True             # event files under <run_dir>/tb/ (needs `tensorboard`)
+    samples_per_eval: int = 4            # (prompt, completion, reward) rows per held-out eval
+
+    def __post_init__(self):
+        _check_positive("logging.samples_per_eval", self.samples_per_eval, 0)
+
+
+@dataclass
 class LlamaRLConfig:
     recipe: str = "cpu_tiny"             # the recipe's name, filled in by the CLI
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -267,3 +278,4 @@ class LlamaRLConfig:
     run: RunConfig = field(default_factory=RunConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)

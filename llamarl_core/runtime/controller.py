@@ -15,7 +15,6 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -27,6 +26,7 @@ from llamarl_core.runtime.run_dir import write_run_files
 
 POLL_S = 0.25
 DONE_GRACE_S = 30.0
+STORE_ERRORS = (RuntimeError, OSError)  # torch's DistStoreError is a RuntimeError
 
 
 @dataclass
@@ -40,7 +40,8 @@ class RunResult:
 
 
 def start_store(host: str, port: int) -> dist.TCPStore:
-    """The controller's store, listening on `host` only; a busy configured port is never fatal."""
+    """The controller's store, listening on `host` only (TCPStore alone binds every
+    interface, whatever host it is given); a busy configured port is never fatal."""
     try:
         return bind_store(host, port)
     except (RuntimeError, OSError) as e:
@@ -70,6 +71,7 @@ class Controller:
         files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
         self.control = ControlPlane(serve_run(store, files["run_id"]))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        result = RunResult(False, self.run_dir, "the controller stopped before supervising")
         try:
             for role in self.plan.roles:
                 env["OMP_NUM_THREADS"] = str(role.threads)
@@ -81,16 +83,35 @@ class Controller:
                     self.role_of_proc.append(role.name)
             result = self._supervise()
         except KeyboardInterrupt:
-            self.control.abort("interrupted (Ctrl-C or SIGTERM)")
+            self._abort_quietly("interrupted (Ctrl-C or SIGTERM)")
             result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)")
         finally:
-            procs.stop_all(self.procs, self._worker_pids(), grace_s=5.0 if self._state() != "done" else 10.0)
+            procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
+            # Workers that died or were orphaned before registering a pid are found by the
+            # plan path on their command line: every process of this run ends here.
+            procs.kill_mentioning(f"plan={os.path.join(self.run_dir, 'plan.json')}")
             self._sweep_shm()
-        result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        try:
+            result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        except STORE_ERRORS:
+            pass  # the failure is already in result.message
         return result
+
+    def _abort_quietly(self, reason: str) -> None:
+        try:
+            self.control.abort(reason)
+        except STORE_ERRORS:
+            pass
 
     # ---- supervision --------------------------------------------------------------------
     def _supervise(self) -> RunResult:
+        try:
+            return self._watch()
+        except STORE_ERRORS as e:  # the store lives in this process: say so, not "aborted"
+            return RunResult(False, self.run_dir, f"controller: its store stopped answering "
+                                                  f"({type(e).__name__}: {e})")
+
+    def _watch(self) -> RunResult:
         c = self.cfg.controller
         t_start, done_at = time.time(), None
         while True:
@@ -113,7 +134,7 @@ class Controller:
         for name, p in zip(self.role_of_proc, self.procs):
             code = p.poll()
             if code is not None and code != 0 and self._state() != "done":
-                who = self._first_error() or self._dead_rank(name) or (name, 0)
+                who = self._killed_rank() or self._first_error() or self._dead_rank(name) or (name, 0)
                 return (f"role {who[0]} rank {who[1]} failed (its torchrun exited with code {code})", *who)
         for role, rank in self.ranks:
             if self.control.get_str(f"exit/{role}/{rank}") == "0":
@@ -152,6 +173,15 @@ class Controller:
         pid = self.control.get_str(f"pid/{role}/{rank}")
         return pid if pid and not procs.pid_alive(int(pid)) else ""
 
+    def _killed_rank(self) -> tuple[str, int] | None:
+        """A rank whose process is gone without an error report or a clean exit (SIGKILL, the
+        OOM killer): the cause, where its peers' errors ("connection closed") are effects."""
+        for role, rank in self.ranks:
+            if (self.control.get_str(f"exit/{role}/{rank}") != "0" and self._dead_pid(role, rank)
+                    and not self.control.get_str(f"error/{role}/{rank}")):
+                return role, rank
+        return None
+
     def _dead_rank(self, role: str) -> tuple[str, int] | None:
         for r, rank in self.ranks:
             clean = self.control.get_str(f"exit/{r}/{rank}") == "0"
@@ -160,17 +190,14 @@ class Controller:
         return None
 
     def _state(self) -> str:
-        try:
-            return self.control.state()
-        except Exception:
-            return "aborted"
+        return self.control.state()
 
     def _worker_pids(self) -> list[int]:
         pids = []
         for role, rank in self.ranks:
             try:
                 pid = self.control.get_str(f"pid/{role}/{rank}")
-            except Exception:
+            except STORE_ERRORS:
                 continue
             if pid:
                 pids.append(int(pid))

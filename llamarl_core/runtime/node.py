@@ -26,7 +26,8 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.nodes import node_commands, node_host, ranks_on_node
 from llamarl_core.runtime import procs
-from llamarl_core.runtime.controller import DONE_GRACE_S, POLL_S, Controller, RunResult, _raise_interrupt
+from llamarl_core.runtime.controller import (DONE_GRACE_S, POLL_S, STORE_ERRORS, Controller, RunResult,
+                                             _raise_interrupt)
 from llamarl_core.transport import shm
 from llamarl_core.transport.control import ControlPlane, bind_store, connect_run, serve_run
 
@@ -102,17 +103,23 @@ class NodeController(Controller):
         run_id = self.plan_dict["run_id"]
         self.control = ControlPlane(serve_run(store, run_id))
         shm.sweep(run_id)
+        result = RunResult(False, self.run_dir, "node 0 stopped before supervising")
         try:
             self.procs, self.role_of_proc = launch_share(self.plan_dict, 0)
             result = self._supervise()
         except KeyboardInterrupt:
-            self.control.abort("interrupted (Ctrl-C or SIGTERM) on node 0")
+            self._abort_quietly("interrupted (Ctrl-C or SIGTERM) on node 0")
             result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM) on node 0")
         finally:
-            procs.stop_all(self.procs, self._worker_pids(), grace_s=5.0 if self._state() != "done" else 10.0)
-            self._wait_for_nodes(DONE_GRACE_S if self._state() == "done" else NODE_EXIT_WAIT_S)
+            # Only this node's pids: a pid means nothing on another host. (No kill-by-plan-path
+            # sweep either: on a loopback rehearsal it would reach node 1's processes.)
+            procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
+            self._wait_for_nodes(DONE_GRACE_S if result.ok else NODE_EXIT_WAIT_S)
             shm.sweep(run_id)
-        result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        try:
+            result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        except STORE_ERRORS:
+            pass
         return result
 
     # Pids are checked where they live; other nodes report their own.
@@ -157,12 +164,15 @@ class NodeController(Controller):
     def _wait_for_nodes(self, limit_s: float) -> None:
         """Keep the store up until every live node has stopped its processes (or `limit_s`)."""
         deadline = time.time() + limit_s
-        for node in range(1, self.plan_dict["nodes"]):
-            while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
-                beat = self.control.get_str(f"node/{node}/hb")
-                if not beat or time.time() - float(beat) > NODE_LOST_AFTER_S:
-                    break  # that node is gone (or never came)
-                time.sleep(POLL_S)
+        try:
+            for node in range(1, self.plan_dict["nodes"]):
+                while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
+                    beat = self.control.get_str(f"node/{node}/hb")
+                    if not beat or time.time() - float(beat) > NODE_LOST_AFTER_S:
+                        break  # that node is gone (or never came)
+                    time.sleep(POLL_S)
+        except STORE_ERRORS:
+            pass
 
 
 class NodeAgent:
