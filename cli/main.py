@@ -12,9 +12,7 @@ VERBS = {
     "report": ("llamarl_cli.report_cmd", "plots and a markdown summary of run directories"),
 }
 
-USAGE = "usage: llamarl {plan,train,node,eval,bench,report} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]
-
-" + \
+USAGE = "usage: llamarl {plan,train,node,eval,bench,report} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
     "\n".join(f"  {v:<6} {h}" for v, (_, h) in VERBS.items())
 
 
