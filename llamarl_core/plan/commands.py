@@ -1,10 +1,10 @@
-"""The torchrun command line(s) `llamarl train` execs for one role: one per node.
+"""The torchrun command line(s) for one role: one per node (`llamarl node` execs its node's).
 
 Each role is its own torchrun world. Single-node roles use `--standalone` (torchrun picks a
 free rendezvous port itself, so a busy port is never fatal); multi-node roles use static
-rendezvous (torchrun's default backend) on the role's first node, so every worker's RANK follows
-from `--node-rank` (c10d would number ranks in join order and ignore it). Workers find the controller's TCPStore through
-plan.json, so the command lines do not depend on the store's port.
+rendezvous (torchrun's default backend) on the role's first node, so every worker's RANK
+follows from `--node-rank` (c10d would number ranks in join order and ignore it). Workers
+find the controller's TCPStore through plan.json, so the lines do not depend on its port.
 """
 from __future__ import annotations
 

@@ -119,7 +119,11 @@ class Controller:
                 self.view.update(self.control, self.plan)
             state = self._state()
             if state == "aborted":
-                return self._failure(self.control.abort_reason() or "a role aborted the run")
+                reason = self.control.abort_reason() or "a role aborted the run"
+                killed = self._killed_rank()  # the cause; its peers' broken receives are effects
+                if killed:
+                    return self._failure(f"role {killed[0]} rank {killed[1]} died (then: {reason})", *killed)
+                return self._failure(reason)
             if state == "done":
                 done_at = done_at or time.time()
                 if all(p.poll() is not None for p in self.procs) or time.time() - done_at > DONE_GRACE_S:

@@ -247,7 +247,8 @@ class NodeAgent:
             pid = self.control.get_str(f"pid/{role}/{rank}")
             if pid and not procs.pid_alive(int(pid)):
                 err = self.control.get_str(f"error/{role}/{rank}")
-                return f"role {role} rank {rank} (pid {pid}) {where} died" + (f": {err}" if err else ""), role, rank
+                message = f"role {role} rank {rank} (pid {pid}) {where} died" + (f": {err}" if err else "")
+                return message, role, rank
         for name, p in zip(names, self.procs):
             code = p.poll()
             if code is not None and code != 0:

@@ -66,8 +66,8 @@ class Heartbeat(threading.Thread):
     is gone, this process ends. The value is `progress_s()`, not the clock: a main loop that
     hangs stops the beat even though this thread lives on."""
 
-    def __init__(self, host: str, port: int, run_id: str, role: str, rank: int, interval_s: float,
-                 timeout_s: float):
+    def __init__(self, host: str, port: int, role: str, rank: int, interval_s: float, timeout_s: float,
+                 run_id: str = ""):
         super().__init__(daemon=True, name="heartbeat")
         self.control = ControlPlane(connect_run(host, port, run_id, timeout_s))
         self.role, self.rank, self.interval_s = role, rank, interval_s
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{role} rank {rank}: {e}", flush=True)
         os._exit(2)
     control.store.set(f"pid/{role}/{rank}", str(os.getpid()))
-    heartbeat = Heartbeat(host, port, plan["run_id"], role, rank, c.heartbeat_interval_s, c.startup_timeout_s)
+    heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s, plan["run_id"])
     heartbeat.start()
     timeline = Timeline(run_dir, role, rank, control)
     print(f"{role} rank {rank} (global {global_rank}/{plan['world_size']}) pid {os.getpid()} "
