@@ -65,7 +65,7 @@ def _run_node(plan, cfg, node_rank: int) -> int:
         addr = plan["controller"]
         console.print(f"node 0: controller on {addr['host']}:{addr['port']}, run {plan['run_id']}, "
                       f"{plan['nodes']} node(s); run directory {plan['run_dir']}")
-        with LiveView(console) as view:
+        with LiveView(console, cfg) as view:
             result = NodeController(plan, cfg, view).run()
         return report(result, console)
     try:

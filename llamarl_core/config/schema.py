@@ -181,6 +181,8 @@ class DataConfig:
     digits: int = 2                      # built-in task difficulty
     num_operands: int = 2
     solution_style: str = "columns"      # built-in task's worked solution: columns | short
+    seed: int = 0                        # picks the problems and the train/test split; run.seed
+                                         # varies the run (init, prompt order, sampling), not these
 
     def __post_init__(self):
         _check_choice("data.template", self.template, ("plain", "chat"))

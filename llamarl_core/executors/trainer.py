@@ -1,6 +1,6 @@
 """The trainer loop: AIPO steps on rollouts as they come, a new version out after every step.
 
-    warm start (optional SFT) → held-out eval → publish v0 → feed.start()
+    warm start (optional SFT) → checkpoints/warmstart → held-out eval → publish v0 → feed.start()
     for step v = 0 .. max_steps-1:
         feed.collect: this rank's rows of step v
         AIPO: loss = -stopgrad(min(π/μ, ρ)) · A · log π   (data parallel over trainer ranks)
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from typing import Callable
 
@@ -26,13 +25,13 @@ import torch.distributed as dist
 from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.feeds import OwnChunks, RewardFeed
 from llamarl_core.executors.heldout import heldout_eval, write_samples
-from llamarl_core.executors.learner import Learner, WarmStart
+from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.metrics_log import MetricsLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.setup import (build_model, encode_prompts, load_split, model_from_state, reward_name,
-                                         sft_sequences)
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split, model_from_state, reward_name
+from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
@@ -94,22 +93,18 @@ class TrainerExecutor:
             ctx.control.mark_done()
 
     def warm_start(self) -> None:
-        w = self.cfg.warmstart
-        if w.steps == 0:
+        """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
+        if self.cfg.warmstart.steps == 0:
             return
-        ws = WarmStart(self.model, self.cfg, self.tokenizer.pad_id)
-        seqs = sft_sequences(self.cfg, self.train_prompts, self.tokenizer)
-        # Every rank draws the same global batch and trains on its slice, so the warm start
-        # (and the accuracy RL starts from) is the same however many trainer ranks there are.
-        rng = random.Random(f"warmstart:{self.cfg.run.seed}")
-        progress = self._progress("warmstart")
-        with self.ctx.timeline.span("warmstart", steps=w.steps):
-            for i in range(w.steps):
-                batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
-                loss = ws.step(batch[self.rank::self.world])
-                progress(i + 1, w.steps)
-                if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
-                    print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
+        with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
+            warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
+                            self.world, log=lambda m: print(m, flush=True),
+                            on_step=self._progress("warmstart"))
+        self.checkpoint(WARMSTART_CHECKPOINT)
+        if self.rank == 0:
+            path = os.path.join(self.ctx.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
+            print(f"warm start saved to {path} (RL from it: model.checkpoint={path} warmstart.steps=0)",
+                  flush=True)
 
     def sync(self) -> None:
         """Hand version `self.version` to whoever generates next."""

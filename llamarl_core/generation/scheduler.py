@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .forward import SlotCache, decode, prefill
+from .forward import decode, prefill
 from .params import Finished, SamplingParams
 from .sampling import sample_next
 from .stops import first_stop, truncate_at_stop_string
@@ -110,7 +110,7 @@ class Batch:
         tok, logp = self._sample(logits)
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
-        for r, (s, j) in enumerate(zip(slots, idx)):
+        for s, j in zip(slots, idx):
             self.sample[s], self.made[s], self.first_version[s] = j, 1, self.version
             self.host_tokens[s] = []
         self._finish(slots, tok)
@@ -123,8 +123,10 @@ class Batch:
         if (self.static or not self.waiting) and len(live) <= B // 2:
             self._compact(live)
             B = self.used
-        span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
-        logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
+        positions = sorted(self._position(s) for s in range(B) if self.sample[s] >= 0)
+        span = positions[-1] + 1
+        logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B],
+                        span, self._split(positions, span, B))
         tok, logp = self._sample(logits)
         made = torch.tensor(self.made[:B], device=tok.device).clamp_(max=self.tokens.shape[1] - 1)
         rows = torch.arange(B, device=tok.device)
@@ -137,6 +139,15 @@ class Batch:
                 self.made[s] += 1
         self._finish(list(range(B)), tok)
 
+    def _split(self, positions: list[int], span: int, B: int):
+        """(short, long_rows) when a quarter of the rows or fewer reach well past the rest
+        (`forward._attend_split`), else None: the attention then reads ~the K/V rows need."""
+        short = positions[(3 * len(positions)) // 4] + 1
+        if span - short < 16:
+            return None
+        long_rows = [s for s in range(B) if self.sample[s] >= 0 and self._position(s) >= short]
+        return short, torch.tensor(long_rows, device=self.engine.device)
+
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         tok, logp = sample_next(logits, self.params, self.generator)
         if self.engine.token_sync is not None:  # TP ranks of a replica take rank 0's tokens
@@ -145,15 +156,15 @@ class Batch:
 
     def _finish(self, slots: list[int], tok: torch.Tensor) -> None:
         """Hand over every sequence in `slots` (tok [len(slots)] just sampled) that ended."""
-        stopped = torch.isin(tok, self.stop_ids_t).tolist()
-        texts = self.params.stop_strings and tok.tolist()
+        stopped = torch.isin(tok, self.stop_ids_t).tolist()  # the step's one host read
+        host = tok.tolist() if self.params.stop_strings else None
         for r, s in enumerate(slots):
             j = self.sample[s]
             if j < 0:
                 continue
             reason = "stop" if stopped[r] else None
-            if texts:
-                self.host_tokens[s].append(texts[r])
+            if host is not None:
+                self.host_tokens[s].append(host[r])
                 if reason is None and first_stop(self.engine.tokenizer.decode(
                         self.host_tokens[s][-self.tail:]), self.params.stop_strings):
                     reason = "stop"

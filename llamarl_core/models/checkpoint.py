@@ -87,7 +87,8 @@ def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor, Path]]
 
 
 def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-    """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory."""
+    """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory. A
+    model-only directory (no tokenizer file) loads too; its tokenizer errors on first use."""
     path = Path(path)
     args = args_from_hf_config(read_config(path), source=str(path / "config.json"))
     with torch.device("meta"):
@@ -116,7 +117,7 @@ def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torc
     if missing:
         hf_missing = [ours_to_hf(name) for name in missing]
         raise KeyError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {hf_missing[:5]}")
-    return model, load_tokenizer(path)
+    return model, load_tokenizer(path, required=False)
 
 
 def save_pretrained(model: Llama, tokenizer, path, max_shard_bytes: int = 5 * 2**30) -> None:

@@ -159,7 +159,7 @@ def _mismatch_body(rank, world_size, store):
         except ValueError as e:
             errors[transport] = str(e)
     # A receiver built right but handed wrongly shaped params fails locally, before any traffic.
-    kw = dict(transport="collective", group=group, src_rank=0, store=store, run_id="t-mis")
+    kw = dict(transport="collective", group=group, src_rank=0, store=store, run_id="t-mis", bucket_mb=256.0)
     if rank == 0:
         WeightSyncSender(SHAPES, **kw).send(_state(1), 1)
     else:
@@ -210,7 +210,7 @@ def _timeout_body(rank, world_size, store):
     messages = {}
     for transport in ("shm", "collective"):  # collective last: a timed-out collective spoils its group
         group = dist.new_group([0, 1])
-        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-timeout")
+        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-timeout", bucket_mb=256.0)
         if rank not in (0, 1):
             continue
         if rank == 0:
