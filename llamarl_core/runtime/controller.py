@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import procs
+from llamarl_core.runtime import procs, resume
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -70,6 +70,7 @@ class Controller:
         store = start_store(c.host, c.port)
         files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
         self.control = ControlPlane(serve_run(store, files["run_id"]))
+        resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         result = RunResult(False, self.run_dir, "the controller stopped before supervising")
         try:
@@ -120,9 +121,10 @@ class Controller:
             state = self._state()
             if state == "aborted":
                 reason = self.control.abort_reason() or "a role aborted the run"
-                killed = self._killed_rank()  # the cause; its peers' broken receives are effects
-                if killed:
-                    return self._failure(f"role {killed[0]} rank {killed[1]} died (then: {reason})", *killed)
+                killed = self._killed_rank()
+                if killed:  # its peers' connection errors often report first: name the cause
+                    role, rank = killed
+                    return self._failure(f"role {role} rank {rank} died; then {reason}", role, rank)
                 return self._failure(reason)
             if state == "done":
                 done_at = done_at or time.time()
