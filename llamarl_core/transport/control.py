@@ -7,6 +7,7 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     weights/published         policy version the trainer has published (absent before v0)
     weights/held/<grank>      version a generator rank holds
     dropped/<replica>         stale rollout chunks dropped from a generator replica (int)
+    data/next_chunk/<replica> the chunk a generator replica starts at (resume: first untrained)
     hb/<role>/<rank>          when the rank's main loop last made progress, unix seconds
     pid/<role>/<rank>         the worker's pid (the controller reaps leftovers by pid)
     status/<role>/<rank>      JSON: what the rank is doing now, for the live view
@@ -14,6 +15,8 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     exit/<role>/<rank>        the exit code a rank reported just before leaving
     stats/<role>/<rank>       JSON counters of a generator or reward rank (busy/idle, tokens)
     metrics/latest            JSON of the trainer's last metrics line
+    tp/<replica>/step/<n>     JSON: step n of a tensor-parallel generator replica, announced by
+                              its TP rank 0 and followed by the others ({"do": "sync" | ...})
 """
 from __future__ import annotations
 
@@ -81,6 +84,12 @@ class ControlPlane:
     def dropped(self, replica: int) -> int:
         return self.get_int(f"dropped/{replica}")
 
+    def set_next_chunk(self, replica: int, chunk: int) -> None:
+        self.store.set(f"data/next_chunk/{replica}", str(chunk))
+
+    def next_chunk(self, replica: int) -> int:
+        return int(self.get_str(f"data/next_chunk/{replica}", "0"))
+
     # ---- liveness -----------------------------------------------------------------------
     def heartbeat(self, role: str, rank: int, progress_s: float | None = None) -> None:
         """`progress_s`: when the rank's main loop last made progress (default: now)."""
@@ -101,3 +110,11 @@ class ControlPlane:
 
     def status(self, role: str, rank: int) -> dict:
         return self.get_json(f"status/{role}/{rank}", {}) or {}
+
+    # ---- tensor-parallel generator replicas ---------------------------------------------
+    def announce_replica_step(self, replica: int, n: int, step: dict) -> None:
+        self.set_json(f"tp/{replica}/step/{n}", step)
+
+    def replica_step(self, replica: int, n: int) -> dict | None:
+        """Step n of the replica, or None while its TP rank 0 has not announced it."""
+        return self.get_json(f"tp/{replica}/step/{n}")

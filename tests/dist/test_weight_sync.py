@@ -155,7 +155,7 @@ def _mismatch_body(rank, world_size, store):
     for transport in ("collective", "shm"):
         cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
         try:
-            cls(shapes, transport=transport, group=group, src_rank=0, store=store, run_id="t-mis")
+            cls(shapes, transport=transport, group=group, src_rank=0, store=store, run_id="t-mis", bucket_mb=256.0)
         except ValueError as e:
             errors[transport] = str(e)
     # A receiver built right but handed wrongly shaped params fails locally, before any traffic.
@@ -193,7 +193,7 @@ def _setup_error_body(rank, world_size, store):
 
     shm.create = full_shm  # only the trainer creates buffers
     try:
-        cls(SHAPES, transport="shm", group=group, src_rank=0, store=store, run_id="t-full")
+        cls(SHAPES, transport="shm", group=group, src_rank=0, store=store, run_id="t-full", bucket_mb=256.0)
     except OSError as e:
         return str(e)
     finally:
