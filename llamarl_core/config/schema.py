@@ -155,6 +155,8 @@ class GenerationConfig:
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
+    cuda_graphs: bool = False            # capture the decode step in CUDA graphs (GPU only;
+                                         # not built yet: the plan refuses true)
 
     def __post_init__(self):
         _check_choice("generation.batching", self.batching, BATCHING)

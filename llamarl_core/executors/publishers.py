@@ -16,7 +16,7 @@ from llamarl_core.transport.parallel import full_state
 
 class WeightSync:
     def __init__(self, ctx: WorkerContext, rank: int, model, raw):
-        self.ctx, self.rank, self.model = ctx, rank, model
+        self.ctx, self.rank, self.model, self.args = ctx, rank, model, raw.args
         self.sender = make_sender(ctx, dict(raw.named_parameters())) if rank == 0 else None
 
     def publish(self, version: int) -> dict:
@@ -28,7 +28,11 @@ class WeightSync:
             self.ctx.control.publish_version(version)
             stats = self.sender.send(state, version, timeout_s=cfg.controller.step_timeout_s)
         if cfg.run.weight_checksums:
-            checksums.record(self.ctx.run_dir, "trainer", self.rank, version, state)
+            if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
+                checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
+                                        self.args, self.ctx.generator_tp)
+            else:
+                checksums.record(self.ctx.run_dir, "trainer", self.rank, version, state)
         return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                 "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 

@@ -34,6 +34,7 @@ from omegaconf import OmegaConf
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.transport.control import ControlPlane, connect
+from llamarl_core.transport.tensor_parallel import new_replica_groups
 from llamarl_core.transport.timeline import Timeline
 
 
@@ -99,6 +100,9 @@ def build_groups(plan: dict) -> dict:
     groups = {name: dist.new_group(ranks) for name, ranks in roles.items()}
     if "generator" in roles and "trainer" in roles:
         groups["weights"] = dist.new_group([roles["trainer"][0]] + roles["generator"])
+    gen = next((r for r in plan["roles"] if r["name"] == "generator"), None)
+    if gen and gen["parallelism"]["tp"] > 1:  # this rank's replica group, None off the generator
+        groups["generator_tp"] = new_replica_groups(roles["generator"], gen["parallelism"]["tp"])
     return groups
 
 

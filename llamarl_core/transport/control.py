@@ -15,6 +15,8 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     exit/<role>/<rank>        the exit code a rank reported just before leaving
     stats/<role>/<rank>       JSON counters of a generator or reward rank (busy/idle, tokens)
     metrics/latest            JSON of the trainer's last metrics line
+    tp/<replica>/step/<n>     JSON: step n of a tensor-parallel generator replica, announced by
+                              its TP rank 0 and followed by the others ({"do": "sync" | ...})
 """
 from __future__ import annotations
 
@@ -108,3 +110,11 @@ class ControlPlane:
 
     def status(self, role: str, rank: int) -> dict:
         return self.get_json(f"status/{role}/{rank}", {}) or {}
+
+    # ---- tensor-parallel generator replicas ---------------------------------------------
+    def announce_replica_step(self, replica: int, n: int, step: dict) -> None:
+        self.set_json(f"tp/{replica}/step/{n}", step)
+
+    def replica_step(self, replica: int, n: int) -> dict | None:
+        """Step n of the replica, or None while its TP rank 0 has not announced it."""
+        return self.get_json(f"tp/{replica}/step/{n}")
