@@ -155,6 +155,8 @@ class GenerationConfig:
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
+    cuda_graphs: bool = False            # capture the decode step in CUDA graphs (GPU only;
+                                         # not built yet: the plan refuses true)
 
     def __post_init__(self):
         _check_choice("generation.batching", self.batching, BATCHING)
@@ -205,12 +207,16 @@ class RunConfig:
     max_steps: int = 100                 # trainer optimizer steps of RL
     max_time_s: float = 0.0              # stop RL after this wall time; 0 = no limit
     eval_every_steps: int = 10
-    checkpoint_every_steps: int = 0      # 0 = only at the end
+    checkpoint_every_steps: int = 25     # resumable checkpoints/step_<N>/; 0 = only the final HF export
+    keep_checkpoints: int = 2            # newest stable step_<N> checkpoints kept (plus checkpoints/final)
+    resume: str = ""                     # "" = fresh run | auto = newest stable checkpoint in run.dir | a step_<N> path
     weight_checksums: bool = False       # record a sha256 of the weights at every sync (tests)
 
     def __post_init__(self):
         _check_positive("run.max_steps", self.max_steps, 0)
         _check_positive("run.eval_every_steps", self.eval_every_steps, 0)
+        _check_positive("run.checkpoint_every_steps", self.checkpoint_every_steps, 0)
+        _check_positive("run.keep_checkpoints", self.keep_checkpoints, 1)
 
 
 @dataclass
@@ -219,17 +225,21 @@ class ControllerConfig:
     port: int = 0                        # 0 = a free port; a busy port falls back to a free one
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
     weight_transport: str = "auto"       # auto | collective | shm
-    weight_bucket_mb: float = 256.0      # weight-sync bucket size; sender and receiver both read it
+    weight_bucket_mb: float = 256.0      # weight sync: a trainer rank's extra memory per sync (2 pieces of half)
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
                                          # hung; must exceed one chunk's generation or one eval
     startup_timeout_s: float = 120.0
     step_timeout_s: float = 600.0        # the longest any role waits on another
+    max_restarts: int = 0                # restarts of a dead generator/reward group (only 0 yet: any death ends the run)
 
     def __post_init__(self):
         _check_choice("controller.weight_transport", self.weight_transport, WEIGHT_TRANSPORTS)
         if self.weight_bucket_mb <= 0:
             raise ConfigError(f"controller.weight_bucket_mb={self.weight_bucket_mb} must be > 0")
+        if self.max_restarts != 0:  # docs/ARCHITECTURE.md "Restart protocol": designed, not built
+            raise ConfigError(f"controller.max_restarts={self.max_restarts}: restarting a dead role "
+                              "group is not implemented yet; only 0 (a death ends the run) is supported")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
 

@@ -39,6 +39,9 @@ class MetricsLog:
             if role == "generator":
                 out["generator/tokens_per_s"] = round(sum(s["tokens_per_s"] for s in stats), 2)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
+                kls = [s["quant_kl"] for s in stats if "quant_kl" in s]
+                if kls:  # quantized generator: token-level KL(full || quantized), mean of replicas
+                    out["generator/quant_kl"] = round(sum(kls) / len(kls), 6)
                 syncs = [s["sync"] for s in stats if s.get("sync")]
                 if syncs:
                     out["sync/receive_seconds"] = round(max(x["seconds"] for x in syncs), 5)
@@ -58,3 +61,18 @@ class MetricsLog:
         self._file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+class TrainedExamplesLog:
+    """trained_examples.jsonl: {"step", "policy_version", "example_ids"} per trainer step, the
+    audit trail of which prompts each step trained (a resumed run must not lose or repeat any)."""
+
+    def __init__(self, run_dir: str):
+        self._file = open(os.path.join(run_dir, "trained_examples.jsonl"), "a", buffering=1)
+
+    def write(self, step: int, policy_version: int, example_ids: list[int]) -> None:
+        self._file.write(json.dumps({"step": step, "policy_version": policy_version,
+                                     "example_ids": example_ids}) + "\n")
+
+    def close(self) -> None:
+        self._file.close()

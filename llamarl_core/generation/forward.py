@@ -21,8 +21,6 @@ norms, embedding and RoPE tables are the model's own, so the arithmetic is the t
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
@@ -105,36 +103,9 @@ def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Ten
     return _head(model, proj, last)
 
 
-def _attend_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                  short: int, long_rows: torch.Tensor) -> torch.Tensor:
-    """`_attend` for decode when a few rows are much longer than the rest (continuous
-    batching staggers positions): every row attends over keys [0, short), only `long_rows`
-    over [short, S) (their K/V tails gathered), and the two partial softmaxes are merged
-    (log-sum-exp), so the K/V read is ~what the rows need instead of all rows x the longest.
-    q [B, KV, G, hd]; k/v [B, KV, S, hd]; mask [B, 1, 1, S]."""
-    scale = q.shape[-1] ** -0.5
-    qs = q * scale
-    scores = torch.matmul(qs, k[:, :, :short].transpose(-1, -2)).add_(mask[..., :short])
-    top = scores.amax(dim=-1, keepdim=True)  # [B, KV, G, 1]
-    weights = scores.sub_(top).exp_()
-    total = weights.sum(dim=-1, keepdim=True)
-    out = torch.matmul(weights, v[:, :, :short])  # [B, KV, G, hd], unnormalised
-    k_tail, v_tail = k[long_rows, :, short:], v[long_rows, :, short:]  # [n, KV, S-short, hd]
-    tail = torch.matmul(qs[long_rows], k_tail.transpose(-1, -2)).add_(mask[long_rows][..., short:])
-    top_tail = tail.amax(dim=-1, keepdim=True)
-    new_top = torch.maximum(top[long_rows], top_tail)
-    w_tail = tail.sub_(new_top).exp_()
-    rescale = (top[long_rows] - new_top).exp_()
-    out[long_rows] = out[long_rows] * rescale + torch.matmul(w_tail, v_tail)
-    total[long_rows] = total[long_rows] * rescale + w_tail.sum(dim=-1, keepdim=True)
-    return out.div_(total)
-
-
 def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch.Tensor,
-           span: int, split: Optional[tuple[int, torch.Tensor]] = None) -> torch.Tensor:
-    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions).
-    `split` = (short, long_rows): rows not in long_rows have positions < short (see
-    `_attend_split`); CPU float32 only (elsewhere the fused kernel reads the whole span)."""
+           span: int) -> torch.Tensor:
+    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions)."""
     B = tokens.shape[0]
     cos_t, sin_t = model.rope(tokens.device)
     h = model.tok_embeddings(tokens)[:, None]  # [B, 1, D]
@@ -151,11 +122,7 @@ def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch
         cache.k[i][rows, :, positions] = k[:, :, 0]
         cache.v[i][rows, :, positions] = v.view(B, KV, hd)
         keys, values = cache.k[i][:B, :, :span], cache.v[i][:B, :, :span]  # [B, KV, S, hd]
-        group = q.reshape(B, KV, H // KV, hd)
-        if split is not None and not group.is_cuda and group.dtype == torch.float32:
-            out = _attend_split(group, keys, values, mask, *split)
-        else:
-            out = _attend(group, keys, values, mask)  # [B, KV, G, hd]
+        out = _attend(q.reshape(B, KV, H // KV, hd), keys, values, mask)  # [B, KV, G, hd]
         h = h + proj[f"{i}.wo"](out.reshape(B, 1, H * hd))
         h = h.add_(_ffn(proj, i, h, layer))
     return _head(model, proj, h[:, 0])

@@ -123,10 +123,8 @@ class Batch:
         if (self.static or not self.waiting) and len(live) <= B // 2:
             self._compact(live)
             B = self.used
-        positions = sorted(self._position(s) for s in range(B) if self.sample[s] >= 0)
-        span = positions[-1] + 1
-        logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B],
-                        span, self._split(positions, span, B))
+        span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
+        logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
         tok, logp = self._sample(logits)
         made = torch.tensor(self.made[:B], device=tok.device).clamp_(max=self.tokens.shape[1] - 1)
         rows = torch.arange(B, device=tok.device)
@@ -138,15 +136,6 @@ class Batch:
             if self.sample[s] >= 0:
                 self.made[s] += 1
         self._finish(list(range(B)), tok)
-
-    def _split(self, positions: list[int], span: int, B: int):
-        """(short, long_rows) when a quarter of the rows or fewer reach well past the rest
-        (`forward._attend_split`), else None: the attention then reads ~the K/V rows need."""
-        short = positions[(3 * len(positions)) // 4] + 1
-        if span - short < 16:
-            return None
-        long_rows = [s for s in range(B) if self.sample[s] >= 0 and self._position(s) >= short]
-        return short, torch.tensor(long_rows, device=self.engine.device)
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         tok, logp = sample_next(logits, self.params, self.generator)

@@ -20,6 +20,7 @@ from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
 from llamarl_core.config.hardware import DeviceSpec, cpu_spec, get_device
 from llamarl_core.plan.model_source import check_tokenizer, resolve_model_args
+from llamarl_core.plan.nodes import address_warnings
 from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
 
@@ -147,7 +148,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     data_parallel = roles[0].parallelism["dp"] * roles[0].parallelism["fsdp"] if is_sync else \
         roles[1].parallelism["dp"] * roles[1].parallelism["fsdp"]
     validate_batch(cfg, data_parallel, gen_par["dp"] if not is_sync else roles[0].parallelism["dp"])
-    data_warnings = validate_data(cfg, require_path=require_data)
+    data_warnings = validate_data(cfg, require_path=require_data) + address_warnings(cfg)
 
     plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device, compute_devices,
                       compute_devices + res.reward.num_devices, nodes, model_name,
@@ -188,7 +189,7 @@ def _plan_threads(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) ->
 def _place_nodes(cfg: LlamaRLConfig, spec: DeviceSpec, roles: list[RolePlan], compute_devices: int) -> int:
     res = cfg.resources
     per_node = res.devices_per_node or spec.devices_per_node
-    if not spec.is_gpu:
+    if not spec.is_gpu and res.nodes == 1:
         for r in roles:
             r.nodes = [0]
         return 1

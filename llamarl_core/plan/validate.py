@@ -34,6 +34,7 @@ def _check_split(key: str, num_devices: int, sizes: dict, dp: int) -> int:
 def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     g, t = cfg.resources.generator, cfg.resources.trainer
     _check_tp("resources.generator.tp", g.tp, m)
+    _check_generator_built(cfg, m)
     _check_tp("resources.trainer.tp", t.tp, m)
     for key, pp in (("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
         if m.n_layers % pp:
@@ -52,13 +53,30 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
             raise ConfigError(f"sync mode: {total} actor devices not divisible by "
                               f"resources.generator.tp x pp = {g.tp * g.pp}")
     if cfg.resources.device == "cpu":
-        for key, v in (("resources.generator.tp", g.tp), ("resources.trainer.tp", t.tp),
-                       ("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
+        for key, v in (("resources.trainer.tp", t.tp), ("resources.trainer.pp", t.pp)):
             if v != 1:
                 raise ConfigError(f"{key}={v}: tensor/pipeline parallelism runs on GPUs only; "
                                   f"on resources.device=cpu use 1")
     if g.quantization == "fp8" and cfg.resources.device == "cpu":
         raise ConfigError("resources.generator.quantization=fp8 needs a GPU; on cpu use int8 or none")
+
+
+def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:
+    """Generator layouts the runtime builds: TP replicas (CPU gloo twin included), no PP."""
+    g = cfg.resources.generator
+    if g.pp != 1:
+        raise ConfigError(f"resources.generator.pp={g.pp}: not built by the runtime (only 1 is); "
+                          f"split a replica with resources.generator.tp")
+    if g.tp > 1 and cfg.algorithm.max_offpolicy_steps == 0:
+        raise ConfigError(f"resources.generator.tp={g.tp}: the sync actor "
+                          f"(algorithm.max_offpolicy_steps=0) generates unsharded; use 1")
+    if cfg.generation.cuda_graphs:
+        where = ("runs on GPUs only; on resources.device=cpu use false" if cfg.resources.device == "cpu"
+                 else "is not built by the runtime yet (the decode step runs eagerly); use false")
+        raise ConfigError(f"generation.cuda_graphs=true: decode-step CUDA graph capture {where}")
+    if m.ffn_dim % g.tp:
+        raise ConfigError(f"resources.generator.tp={g.tp} does not divide the model's "
+                          f"ffn_dim={m.ffn_dim} (MLP columns)")
 
 
 def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_replicas: int) -> None:

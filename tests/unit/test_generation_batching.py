@@ -103,9 +103,9 @@ def _decode_steps(monkeypatch) -> list[int]:
     rows = []
     original = scheduler.decode
 
-    def spy(model, proj, cache, tokens, *args):
+    def spy(model, proj, cache, tokens, positions, span):
         rows.append(tokens.shape[0])
-        return original(model, proj, cache, tokens, *args)
+        return original(model, proj, cache, tokens, positions, span)
     monkeypatch.setattr(scheduler, "decode", spy)
     return rows
 
@@ -169,16 +169,3 @@ def test_a_sync_into_the_original_parameter_names_lands_in_the_engines_fused_wei
     assert after == GenerationEngine(donor, TOK).generate([[1, 2, 3]], params)[0].token_ids
     assert {k: v.shape for k, v in model.state_dict().items()} == names
     assert all(torch.equal(v, donor.state_dict()[k]) for k, v in model.state_dict().items())
-
-
-def test_split_attention_for_a_few_long_rows_equals_attention_over_the_whole_span():
-    from llamarl_core.generation.forward import _attend, _attend_split
-    torch.manual_seed(0)
-    B, KV, G, S, hd = 6, 2, 3, 40, 8
-    q, k, v = torch.randn(B, KV, G, hd), torch.randn(B, KV, S, hd), torch.randn(B, KV, S, hd)
-    positions = torch.tensor([3, 39, 10, 25, 0, 12])  # rows 1 and 3 reach past short = 13
-    mask = torch.zeros(B, 1, 1, S).masked_fill_((torch.arange(S) > positions[:, None])[:, None, None],
-                                                float("-inf"))
-    whole = _attend(q, k, v, mask)
-    split = _attend_split(q, k, v, mask, short=13, long_rows=torch.tensor([1, 3]))
-    torch.testing.assert_close(split, whole, atol=1e-6, rtol=1e-5)
