@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from llamarl_core.algorithms import aipo_loss, compute_advantages
+from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import sampled_token_logprobs
@@ -91,10 +91,14 @@ class Learner:
                     sums[k] = max(sums.get(k, -math.inf), v)
                 else:
                     sums[k] = sums.get(k, 0.0) + v * weight
-        # Metrics are means over the rows that were trained (all rows unless skipped).
+        # Metrics are means over the rows that were trained (all rows unless skipped); with
+        # none (every group scored alike) they are importance_metrics' values for no tokens.
         sums = {k: v if k in MAX_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
-        if not self._ratios:  # every group scored alike: nothing to learn from this batch
+        if not micro_batches:
+            sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, a.clip_eps), "loss": 0.0}
             self._ratios.append(torch.ones(0))
+        # Staleness is a property of the batch, trained rows or not.
+        sums.update(staleness_mean=float(staleness.float().mean()), staleness_max=float(staleness.max()))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -69,6 +69,7 @@ def test_rows_with_zero_advantage_are_skipped_and_the_gradient_is_unchanged():
 def test_a_batch_where_every_group_scored_alike_trains_nothing():
     grads, metrics, _ = _step(True, torch.tensor([1.0, 1, 0, 0, 1, 1, 0, 0]))
     assert metrics["trained_rows_frac"] == 0.0 and metrics["grad_norm"] == 0.0
+    assert metrics["is_ratio_max"] == 1.0 and metrics["loss"] == 0.0 and metrics["staleness_max"] == 0.0
     assert all(g is None for g in grads)  # no backward ran: AdamW leaves every parameter as it is
 
 
