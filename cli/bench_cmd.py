@@ -139,11 +139,10 @@ def _sync_vs_async(recipe, overrides, args, argv) -> int:
     return EXIT_OK
 
 
-def write_with_plots(out: str, result: dict, console: Console) -> None:
-    """The JSON first (the runs are the expensive part), then the two PNGs beside it, which
-    need the optional plotting extra: without it, one line says so and the JSON stands."""
-    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
-
+def write_with_plots(out: str, result: dict, console: Console, draw=None) -> None:
+    """The JSON first (the runs are the expensive part), then the PNGs beside it, which need
+    the optional plotting extra: without it, one line says so and the JSON stands.
+    `draw(result, out) -> {name: png}` makes the pictures (default: sync-vs-async's two)."""
     _write(out, result, console)
     try:
         import matplotlib  # noqa: F401
@@ -151,16 +150,27 @@ def write_with_plots(out: str, result: dict, console: Console) -> None:
         print("llamarl bench: plots skipped: matplotlib is not installed "
               "(pip install 'llamarl[bench]')", file=sys.stderr)
         return
+    result["plots"] = (draw or _sync_vs_async_plots)(result, out)
+    _write(out, result, console)
+
+
+def _sync_vs_async_plots(result: dict, out: str) -> dict:
+    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
+
     timeline_png, accuracy_png = plot_paths(out)
     dirs = {m: result[m]["runs"][0]["run_dir"] for m in ("sync", "async")}
-    result["plots"] = {"timeline": plot_timeline(dirs, timeline_png),
-                       "accuracy": plot_accuracy(result, accuracy_png)}
-    _write(out, result, console)
+    return {"timeline": plot_timeline(dirs, timeline_png), "accuracy": plot_accuracy(result, accuracy_png)}
+
+
+def _quality_plots(result: dict, out: str) -> dict:
+    from llamarl_core.bench.quality_plots import plot_curves, plot_staleness, quality_plot_paths
+
+    curves_png, staleness_png = quality_plot_paths(out)
+    return {"curves": plot_curves(result, curves_png), "staleness": plot_staleness(result, staleness_png)}
 
 
 def _quality(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.quality import run_quality
-    from llamarl_core.bench.quality_plots import plot_curves, plot_staleness, quality_plot_paths
     from llamarl_core.bench.report import quality_table
     from llamarl_core.bench.sync_vs_async import BenchRunFailed
 
@@ -178,17 +188,7 @@ def _quality(recipe, overrides, args, argv) -> int:
         return EXIT_FAILED
     console.print(quality_table(result))
     if args.out:
-        _write(args.out, result, console)  # the JSON first: the runs are the expensive part
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("llamarl bench: plots skipped: matplotlib is not installed "
-                  "(pip install 'llamarl[bench]')", file=sys.stderr)
-            return EXIT_OK
-        curves_png, staleness_png = quality_plot_paths(args.out)
-        result["plots"] = {"curves": plot_curves(result, curves_png),
-                           "staleness": plot_staleness(result, staleness_png)}
-        _write(args.out, result, console)
+        write_with_plots(args.out, result, console, _quality_plots)
     return EXIT_OK
 
 
