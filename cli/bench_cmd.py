@@ -118,24 +118,32 @@ def _layouts(args, repeats: int) -> int:
 
 def _sync_vs_async(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.report import sync_vs_async_table
-    from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
+    from llamarl_core.bench.sync_vs_async import run_sync_vs_async
 
     repeats = 2 if args.repeats is None else args.repeats
     steps = 8 if args.steps is None else args.steps
     if steps < 1 or repeats < 1:
         raise UsageError(f"llamarl bench: --steps={steps} and --repeats={repeats} must be >= 1")
+    return _run_measured(lambda **kw: run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
+                                                        target_accuracy=args.target_accuracy, **kw),
+                         sync_vs_async_table, _sync_vs_async_plots, args, argv)
+
+
+def _run_measured(run, table, draw, args, argv) -> int:
+    """Run a measured bench (`run(work_dir=, log=, command=)`), print its table, write its
+    JSON and pictures; a run that failed is one line on stderr and exit 1."""
+    from llamarl_core.bench.sync_vs_async import BenchRunFailed
+
     console = Console()
     try:
-        result = run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
-                                   target_accuracy=args.target_accuracy, work_dir=args.work_dir,
-                                   log=console.print,
-                                   command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
+        result = run(work_dir=args.work_dir, log=console.print,
+                     command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
     except BenchRunFailed as e:
         print(f"llamarl bench: {e}", file=sys.stderr)
         return EXIT_FAILED
-    console.print(sync_vs_async_table(result))
+    console.print(table(result))
     if args.out:
-        write_with_plots(args.out, result, console)
+        write_with_plots(args.out, result, console, draw)
     return EXIT_OK
 
 
@@ -172,24 +180,13 @@ def _quality_plots(result: dict, out: str) -> dict:
 def _quality(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.quality import run_quality
     from llamarl_core.bench.report import quality_table
-    from llamarl_core.bench.sync_vs_async import BenchRunFailed
 
     from llamarl_core.bench.quality import DEFAULT_STEPS
     steps = DEFAULT_STEPS if args.steps is None else args.steps
     if steps < 1 or args.seeds < 1:
         raise UsageError(f"llamarl bench: --steps={steps} and --seeds={args.seeds} must be >= 1")
-    console = Console()
-    try:
-        result = run_quality(recipe, overrides, seeds=args.seeds, steps=steps, work_dir=args.work_dir,
-                             log=console.print,
-                             command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
-    except BenchRunFailed as e:
-        print(f"llamarl bench: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    console.print(quality_table(result))
-    if args.out:
-        write_with_plots(args.out, result, console, _quality_plots)
-    return EXIT_OK
+    return _run_measured(lambda **kw: run_quality(recipe, overrides, seeds=args.seeds, steps=steps, **kw),
+                         quality_table, _quality_plots, args, argv)
 
 
 def _simulate(recipe, overrides, out) -> int:
