@@ -1,9 +1,10 @@
 """This CPU's own constants for the simulator's CPU twin (sim/cpu.py), measured in a few seconds.
 
 Two processes of one torch thread each, as the recipes run their roles:
-  * matmul FLOP/s of rank 0 at the recipe's decode shape ([batch, dim] x [dim, ffn]) and
-    training shape ([micro-batch tokens, dim] x [dim, ffn]) while rank 1 runs the same matmul
-    (both cores busy, as in a run), and at the training shape with rank 1 idle (`alone_speedup`);
+  * matmul FLOP/s of rank 0 at the recipe's decode shape ([batch, dim] x [dim, ffn], through the
+    engine's own projection kernel) and training shape ([micro-batch tokens, dim] x [dim, ffn],
+    `F.linear`) while rank 1 runs the same matmul (both cores busy, as in a run), and at the
+    training shape with rank 1 idle (`alone_speedup`);
   * memcpy bytes/s of a tensor the size of the model's weights (rank 0, rank 1 idle);
   * gloo bytes/s of one point-to-point send of that many bytes, rank 0 -> rank 1.
 Each rate is the best of a few timed repeats (noise on a shared machine only slows things).
@@ -28,17 +29,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _matmul_rate(m: int, k: int, n: int, seconds: float = MATMUL_SECONDS) -> float:
+def _matmul_rate(m: int, k: int, n: int, engine: bool = False, seconds: float = MATMUL_SECONDS) -> float:
+    """FLOP/s of y = x @ W^T, [m, k] x [k, n]: with `engine`, through the generation engine's own
+    projection (generation/fused.py `Proj`: the kernel it picks, e.g. oneDNN); else `F.linear`,
+    what a training step's forward runs."""
+    from llamarl_core.generation.fused import Proj
+
     x, w = torch.randn(m, k), torch.randn(n, k)
-    for _ in range(3):
-        x @ w.T
-    best, t_end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        t0, reps = time.perf_counter(), 0
-        while time.perf_counter() - t0 < seconds / 4:
-            x @ w.T
-            reps += 1
-        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - t0))
+    run = Proj(w.t().contiguous().t(), transposed=True) if engine else (lambda a: a @ w.T)
+    with torch.inference_mode():
+        for _ in range(3):
+            run(x)
+        best, t_end = 0.0, time.perf_counter() + seconds
+        while time.perf_counter() < t_end:
+            t0, reps = time.perf_counter(), 0
+            while time.perf_counter() - t0 < seconds / 4:
+                run(x)
+                reps += 1
+            best = max(best, 2 * m * k * n * reps / (time.perf_counter() - t0))
     return best
 
 
@@ -61,10 +69,9 @@ def _worker(rank: int, port: int, shapes: dict, nbytes: int, out: str) -> None:
     result = {}
     for name, (m, k, n) in shapes.items():  # both busy: the rate each role sees in a run
         dist.barrier()
-        result[f"{name}_busy"] = _matmul_rate(m, k, n)
+        result[f"{name}_busy"] = _matmul_rate(m, k, n, engine=name == "decode")
     dist.barrier()
-    if rank == 0:  # alone: rank 1 waits in the barrier below (gloo waits without spinning? no:
-        # it sleeps in a socket read), so rank 0 has the host's other core to itself
+    if rank == 0:  # alone: rank 1 sleeps in the barrier below (a socket read), rank 0 has the host
         result["train_alone"] = _matmul_rate(*shapes["train"])
         result["memcpy"] = _copy_rate(nbytes)
     dist.barrier()
