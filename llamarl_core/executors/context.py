@@ -25,6 +25,7 @@ class WorkerContext:
     timeline: Timeline
     groups: dict = field(default_factory=dict)  # "trainer" | "actor" | "weights" → ProcessGroup
     run_id: str = ""
+    device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
 
     def should_stop(self) -> bool:
         return self.control.finished()

@@ -36,6 +36,10 @@ def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torc
     return tokens, behavior, mask
 
 
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 def _maybe_no_sync(model, last: bool):
     return contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
 
@@ -60,6 +64,9 @@ class Learner:
         self.steps_done += 1
         advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
         tokens, behavior, mask = completion_targets(batch)
+        device = _device(self.model)  # rollouts arrive in host memory
+        tokens, behavior, mask, advantages, staleness = (
+            x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
         n = tokens.shape[0]
         total_tokens = max(1.0, float(mask.sum()))
         sums: dict[str, float] = {}
@@ -129,6 +136,8 @@ class WarmStart:
         for r, (t, p) in enumerate(seqs):
             tokens[r, :len(t)] = torch.tensor(t)
             loss_mask[r, p - 1:len(t) - 1] = 1.0
+        device = _device(self.model)
+        tokens, loss_mask = tokens.to(device), loss_mask.to(device)
         logits = self.model(tokens)[:, :-1]                                        # [B, L-1, V]
         nll = -token_logprobs(logits, tokens[:, 1:])                               # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()

@@ -33,7 +33,8 @@ from llamarl_core.rewards import get_reward
 from llamarl_core.transport import checksums
 from llamarl_core.transport.channels import TAG_TO_TRAINER_BASE, AsyncReceiver
 from llamarl_core.executors.context import Stopped, WorkerContext
-from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
+from llamarl_core.transport.parallel import full_state, unwrap
+from llamarl_core.executors.trainer_model import build_trainer_model
 from llamarl_core.executors.weights import make_sender
 
 
@@ -41,13 +42,12 @@ class TrainerExecutor:
     def __init__(self, ctx: WorkerContext):
         cfg, t = ctx.cfg, ctx.cfg.resources.trainer
         self.ctx, self.cfg = ctx, cfg
-        self.raw, self.tokenizer = build_model(cfg, dtype=t.dtype)
+        self.model, self.raw, self.tokenizer = build_trainer_model(ctx)
         self.group = ctx.groups.get(ctx.trainer_role)
-        self.model = wrap_data_parallel(self.raw, self.group, t.strategy)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(ctx.trainer_role))
         ref = None
         if cfg.algorithm.kl_coef > 0:
-            ref = build_model(cfg, dtype=t.dtype)[0].requires_grad_(False)
+            ref = build_model(cfg, dtype=t.dtype)[0].requires_grad_(False).to(ctx.device)
         self.learner = Learner(self.model, cfg, ref)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")
@@ -172,7 +172,7 @@ class TrainerExecutor:
             return None
         if not sharded:
             return unwrap(self.model)
-        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype)[0]
+        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype)[0].to(self.ctx.device)
         model.load_state_dict(state, strict=False)
         return model
 

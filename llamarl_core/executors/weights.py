@@ -26,7 +26,8 @@ def _named_shapes(params: dict[str, torch.Tensor], dtype: torch.dtype) -> dict:
 
 def _kwargs(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> dict:
     r = ctx.cfg.resources
-    trainer_dtype, gen_dtype = DTYPES[r.trainer.dtype], DTYPES[r.generator.dtype]
+    # The trainer keeps fp32 master weights (its dtype is the compute dtype): those are sent.
+    trainer_dtype, gen_dtype = torch.float32, DTYPES[r.generator.dtype]
     return dict(named_shapes=_named_shapes(params, trainer_dtype), transport=transport(ctx),
                 group=ctx.groups["weights"], src_rank=ctx.ranks("trainer")[0], store=ctx.control.store,
                 run_id=ctx.run_id, wire_dtype=gen_dtype if gen_dtype != trainer_dtype else None)
