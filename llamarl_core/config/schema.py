@@ -166,8 +166,10 @@ class GenerationConfig:
     def __post_init__(self):
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
-        if self.temperature < 0:
-            raise ConfigError(f"generation.temperature={self.temperature} must be >= 0")
+        if self.temperature <= 0:
+            raise ConfigError(f"generation.temperature={self.temperature} must be > 0: RL needs the "
+                              f"behaviour policy's probabilities, and greedy decoding has none")
+        _check_positive("generation.top_k", self.top_k, 0)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
 
@@ -222,7 +224,8 @@ class ControllerConfig:
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
     weight_transport: str = "auto"       # auto | collective | shm
     heartbeat_interval_s: float = 1.0
-    heartbeat_timeout_s: float = 30.0    # a silent role ends the run after this
+    heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
+                                         # hung; must exceed one chunk's generation or one eval
     startup_timeout_s: float = 120.0
     step_timeout_s: float = 600.0        # the longest any role waits on another
 

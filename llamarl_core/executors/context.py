@@ -1,6 +1,7 @@
 """What a worker process knows about itself and the run, handed to its role's executor."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from llamarl_core.config.schema import LlamaRLConfig
@@ -26,8 +27,14 @@ class WorkerContext:
     groups: dict = field(default_factory=dict)  # "trainer" | "actor" | "weights" → ProcessGroup
     run_id: str = ""
     device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
+    last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread
+
+    def progress(self) -> None:
+        """The main loop is making progress: the heartbeat reports this time, not the clock."""
+        self.last_progress_s = time.time()
 
     def should_stop(self) -> bool:
+        self.progress()  # every wait loop polls this, so a rank that waits is still alive
         return self.control.finished()
 
     def ranks(self, role: str) -> list[int]:
@@ -36,14 +43,6 @@ class WorkerContext:
     @property
     def is_sync(self) -> bool:
         return self.cfg.algorithm.max_offpolicy_steps == 0
-
-    @property
-    def trainer_role(self) -> str:
-        return "actor" if self.is_sync else "trainer"
-
-    @property
-    def generator_role(self) -> str:
-        return "actor" if self.is_sync else "generator"
 
     def reward_rank_for(self, replica: int) -> int:
         rewards = self.ranks("reward")

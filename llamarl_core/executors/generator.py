@@ -55,7 +55,6 @@ class GeneratorExecutor:
         sender = AsyncSender("rollout-sender")
         chunk = 0
         t0 = time.time()
-        self._receive()  # version 0: the trainer's initial (warm-started) weights
         while not ctx.should_stop():
             if ctx.control.published_version() > self.held:
                 self._receive()
@@ -72,8 +71,8 @@ class GeneratorExecutor:
         raise Stopped()
 
     def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
-        """The last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
-        return sender.idle() and chunk - self.ctx.control.dropped(self.ctx.local_rank) <= self.held + k
+        """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
+        return self.held >= 0 and sender.idle() and chunk - self.ctx.control.dropped(self.ctx.local_rank) <= self.held + k
 
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
         """Until `_may_generate`, or new weights arrive, or the run ends."""

@@ -2,8 +2,8 @@
 
 Plain PyTorch on a model that may be wrapped for data parallelism by the runtime (DDP or
 FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
-exact tokens the generator sampled, with the generator's temperature, so that with equal
-weights π/μ = 1 (the generator's μ uses the same `token_logprobs`).
+exact tokens the generator sampled, under the generator's sampling distribution (temperature,
+top-k, top-p: `generation.sampling`), so that with equal weights π/μ = 1.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 from llamarl_core.algorithms import aipo_loss, compute_advantages
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
+from llamarl_core.generation.sampling import sampled_token_logprobs
 from llamarl_core.models import token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
@@ -50,7 +51,8 @@ class Learner:
         a = cfg.algorithm
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
                                            betas=(0.9, 0.95))
-        self.temperature = cfg.generation.temperature if cfg.generation.temperature > 0 else 1.0
+        g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
+        self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
@@ -92,10 +94,14 @@ class Learner:
                     completion_tokens=float(batch.completion_lens.sum()))
         return sums
 
+    def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log π [m, T] of `targets` under the sampling distribution the generator used."""
+        return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
+
     def _micro_loss(self, tokens, behavior, mask, advantages, staleness):
         a = self.cfg.algorithm
         logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
-        logprobs = token_logprobs(logits, tokens[:, 1:], self.temperature)         # [m, L'-1]
+        logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         entropy = ref = None
         if a.entropy_coef > 0:

@@ -9,6 +9,8 @@ The reward role holds no model; verifiers that hang or crash are killed and scor
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from llamarl_core.executors.routing import chunk_slices_for_trainers
@@ -17,6 +19,8 @@ from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
 from llamarl_core.executors.context import Stopped, WorkerContext
+
+POLL_S = 0.05
 
 
 def _tokenizer(cfg):
@@ -33,12 +37,20 @@ class RewardExecutor:
         self.references = [ex.reference for ex in load_split(cfg, "train")]
         r = cfg.resources.reward
         self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
-        self.num_replicas = len(ctx.ranks(ctx.generator_role))
-        self.trainer_ranks = ctx.ranks(ctx.trainer_role)
+        # Sync mode (k = 0) has no generator or trainer role: the colocated actor ranks are both.
+        self.num_replicas = len(ctx.ranks("generator") or ctx.ranks("actor"))
+        self.trainer_ranks = ctx.ranks("trainer") or ctx.ranks("actor")
         self.scored = 0
 
     def run(self) -> None:
         ctx, a = self.ctx, self.ctx.cfg.algorithm
+        # No chunk exists before version 0 is published; a receive posted now would wait
+        # through the trainer's warm start and first eval and could time out.
+        with ctx.timeline.span("wait"):
+            while ctx.control.published_version() < 0:
+                if ctx.should_stop():
+                    raise Stopped()
+                time.sleep(POLL_S)
         inbox, outbox = AsyncReceiver(None, TAG_TO_REWARD), AsyncSender("reward-sender")
         while True:
             with ctx.timeline.span("wait"):

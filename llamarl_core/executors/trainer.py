@@ -1,16 +1,16 @@
-"""The trainer role: AIPO steps on rollouts as they come, weights out after every step.
+"""The trainer loop: AIPO steps on rollouts as they come, a new version out after every step.
 
-    warm start (optional SFT) → held-out eval → publish v0 weights
+    warm start (optional SFT) → held-out eval → publish v0 → feed.start()
     for step v = 0 .. max_steps-1:
-        collect this rank's rows of step v from every generator replica that feeds it
-            (a chunk generated with version u < v - k is dropped and counted; wait for the next)
+        feed.collect: this rank's rows of step v
         AIPO: loss = -stopgrad(min(π/μ, ρ)) · A · log π   (data parallel over trainer ranks)
-        optimizer step → version v+1 → weight sync to generators (not after the last step)
+        optimizer step → version v+1 → publisher.publish (not after the last step)
         eval / checkpoint when due; one metrics.jsonl line
     final eval, final checkpoint, run/state = done
 
-The synchronous baseline (`ActorExecutor`) reuses all of it and only changes `collect`
-(generate its own chunk, have it scored, train on it) and `sync` (nothing to send).
+One loop for both modes; what differs is handed in (`async_trainer`, `sync_actor` below):
+how a step's rows are collected (executors/feeds.py) and how a version is published
+(executors/publishers.py).
 """
 from __future__ import annotations
 
@@ -18,33 +18,32 @@ import json
 import os
 import random
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
+from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.feeds import OwnChunks, RewardFeed
 from llamarl_core.executors.heldout import heldout_summary
 from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.metrics_log import MetricsLog
-from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
-from llamarl_core.executors.routing import replicas_for_trainer
+from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
-from llamarl_core.transport import checksums
-from llamarl_core.transport.channels import TAG_TO_TRAINER_BASE, AsyncReceiver
-from llamarl_core.executors.context import Stopped, WorkerContext
-from llamarl_core.transport.parallel import full_state, unwrap
 from llamarl_core.executors.trainer_model import build_trainer_model
-from llamarl_core.executors.weights import make_sender
+from llamarl_core.transport.parallel import full_state, unwrap
+from llamarl_core.wire.rollout import Rollout
 
 
 class TrainerExecutor:
-    def __init__(self, ctx: WorkerContext):
+    def __init__(self, ctx: WorkerContext, role: str, make_feed: Callable, make_publisher: Callable):
         cfg, t = ctx.cfg, ctx.cfg.resources.trainer
         self.ctx, self.cfg = ctx, cfg
-        self.model, self.raw, self.tokenizer = build_trainer_model(ctx)
-        self.group = ctx.groups.get(ctx.trainer_role)
-        self.rank, self.world = ctx.local_rank, len(ctx.ranks(ctx.trainer_role))
+        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, role)
+        self.group = ctx.groups.get(role)
+        self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
         ref = None
         if cfg.algorithm.kl_coef > 0:
             ref = build_model(cfg, dtype=t.dtype)[0].requires_grad_(False).to(ctx.device)
@@ -53,21 +52,12 @@ class TrainerExecutor:
         self.eval_examples = load_split(cfg, "test")
         self.reward_fn = get_reward(reward_name(cfg))
         self.version = 0
-        self.replicas = len(ctx.ranks(ctx.generator_role))
-        self.sender = None
-        if not ctx.is_sync and self.rank == 0:
-            self.sender = make_sender(ctx, dict(self.raw.named_parameters()))
-        sizes = {"generator": self.replicas, "reward": len(ctx.ranks("reward"))}
+        self.feed = make_feed(self)
+        self.publisher = make_publisher(self)
+        sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
         self.log = MetricsLog(ctx.run_dir, ctx.control, sizes) if self.rank == 0 else None
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
-        self.inboxes = self._inboxes()
-
-    def _inboxes(self) -> dict[int, AsyncReceiver]:
-        """One receiver per generator replica that feeds this rank (via its reward rank)."""
-        p = self.cfg.algorithm.prompts_per_step
-        return {i: AsyncReceiver(self.ctx.reward_rank_for(i), TAG_TO_TRAINER_BASE + i)
-                for i in replicas_for_trainer(self.rank, self.replicas, self.world, p)}
 
     # ---- phases -------------------------------------------------------------------------
     def run(self) -> None:
@@ -75,10 +65,12 @@ class TrainerExecutor:
         self.warm_start()
         self.evaluate()
         self.sync()
+        self.feed.start()
         t_rl = time.time()
         for step in range(cfg.run.max_steps):
             t0 = time.time()
-            batch, staleness, waited_s = self.collect(step)
+            ctx.progress()
+            batch, staleness, waited_s = self.feed.collect(step, self.version)
             with ctx.timeline.span("train", step=step):
                 metrics = self.learner.rl_step(batch, staleness)
             self.version += 1
@@ -111,37 +103,13 @@ class TrainerExecutor:
             for i in range(w.steps):
                 batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
                 loss = ws.step(batch[self.rank::self.world])
+                self.ctx.progress()
                 if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
                     print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
 
-    def collect(self, step: int) -> tuple[Rollout, torch.Tensor, float]:
-        """This rank's rows for step `step` from every replica that feeds it."""
-        k, chunks, t0 = self.cfg.algorithm.max_offpolicy_steps, [], time.time()
-        with self.ctx.timeline.span("wait", step=step):
-            for i, inbox in self.inboxes.items():
-                while True:
-                    r = inbox.get(self.ctx.should_stop)
-                    if r is None:
-                        raise Stopped()
-                    if r.policy_version >= self.version - k:
-                        chunks.append(r)
-                        break
-                    if i == min(self.inboxes):  # the first trainer rank a replica feeds counts it
-                        self.ctx.control.add_dropped(i)
-        return concat(chunks), staleness_per_row(chunks, self.version), time.time() - t0
-
     def sync(self) -> None:
-        """Push this version to the generators (trainer rank 0 is the source)."""
-        state = full_state(self.model, self.cfg.resources.trainer.strategy)
-        if self.sender is None:
-            return
-        with self.ctx.timeline.span("sync", version=self.version):
-            self.ctx.control.publish_version(self.version)
-            stats = self.sender.send(state, self.version, timeout_s=self.cfg.controller.step_timeout_s)
-        if self.cfg.run.weight_checksums:
-            checksums.record(self.ctx.run_dir, "trainer", self.rank, self.version, state)
-        self.last_sync = {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
-                          "sync/bytes": stats.bytes, "sync/transport": stats.transport}
+        """Hand version `self.version` to whoever generates next."""
+        self.last_sync = self.publisher.publish(self.version)
 
     def evaluate(self) -> None:
         model = self._full_model()  # collective under fsdp2: every trainer rank calls it
@@ -185,7 +153,7 @@ class TrainerExecutor:
         return bool(flag.item())
 
     def _dropped_total(self) -> int:
-        return sum(self.ctx.control.dropped(i) for i in range(self.replicas))
+        return sum(self.ctx.control.dropped(i) for i in range(self.feed.replicas))
 
     def _log(self, step: int, metrics: dict, batch: Rollout, waited_s: float, step_s: float) -> None:
         if self.log is None:
@@ -218,7 +186,22 @@ class TrainerExecutor:
             json.dump(summary, f, indent=2)
 
     def close(self) -> None:
-        if self.sender is not None:
-            self.sender.close()
+        self.feed.close()
+        self.publisher.close()
         if self.log is not None:
             self.log.close()
+
+
+def async_trainer(ctx: WorkerContext) -> TrainerExecutor:
+    """k >= 1: rows come from the reward role; weights go to the generator role."""
+    return TrainerExecutor(ctx, "trainer",
+                           make_feed=lambda t: RewardFeed(ctx, t.rank, t.world),
+                           make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
+
+
+def sync_actor(ctx: WorkerContext) -> TrainerExecutor:
+    """k = 0: the colocated actor ranks generate their own rows with the weights they train."""
+    return TrainerExecutor(ctx, "actor",
+                           make_feed=lambda t: OwnChunks(ctx, t.rank, t.world, t.raw, t.tokenizer,
+                                                         t.train_prompts),
+                           make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))

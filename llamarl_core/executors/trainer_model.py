@@ -26,11 +26,11 @@ def loads_sharded(ctx: WorkerContext, world: int) -> bool:
     return bool(ctx.cfg.model.checkpoint) and t.strategy == "fsdp2" and world > 1
 
 
-def build_trainer_model(ctx: WorkerContext):
+def build_trainer_model(ctx: WorkerContext, role: str):
     """(model as trained — maybe wrapped, raw module, tokenizer)."""
     cfg, t = ctx.cfg, ctx.cfg.resources.trainer
-    group = ctx.groups.get(ctx.trainer_role)
-    world = len(ctx.ranks(ctx.trainer_role)) or 1
+    group = ctx.groups.get(role)
+    world = len(ctx.ranks(role)) or 1
     _, dp = trainer_sharding(t, world)
     device = torch.device(ctx.device)
     sharded = loads_sharded(ctx, world)

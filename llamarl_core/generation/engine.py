@@ -22,7 +22,7 @@ notification; only quantized copies persist and are rebuilt by `refresh_weights(
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -36,7 +36,8 @@ from .weights import attached, transposed_snapshot
 
 class GenerationEngine:
     def __init__(self, model: Llama, tokenizer, max_batch_size: int = 64,
-                 max_seq_len: Optional[int] = None, quantization: str = "none"):
+                 max_seq_len: Optional[int] = None, quantization: str = "none",
+                 token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None):
         if quantization not in ("none", "int8", "fp8"):
             raise ValueError(f"quantization must be 'none', 'int8' or 'fp8', got {quantization!r}")
         if max_batch_size < 1:
@@ -45,6 +46,10 @@ class GenerationEngine:
         self.max_batch_size = max_batch_size
         self.max_seq_len = min(max_seq_len or model.args.max_seq_len, model.args.max_seq_len)
         self.quantization = quantization
+        # Tensor parallelism: every rank of a replica must take the same token at every step
+        # (their KV caches, stop decisions and step counts must agree). `token_sync` (built in
+        # transport/tensor_parallel.py) returns TP rank 0's sampled tokens on every rank.
+        self.token_sync = token_sync
         self._quantized: dict = {}
         self._cache: Optional[KVCache] = None
         self.refresh_weights()
@@ -141,6 +146,8 @@ class GenerationEngine:
         steps = N
         for step in range(N):
             next_tokens, next_logprobs = sample_next(logits, params, generator)  # [b], [b]
+            if self.token_sync is not None:
+                next_tokens = self.token_sync(next_tokens)
             tokens[rows, step] = next_tokens.masked_fill(done, pad)
             logprobs[rows, step] = next_logprobs.masked_fill(done, 0.0)
             done |= torch.isin(next_tokens, stop_ids_t)

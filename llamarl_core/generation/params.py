@@ -38,8 +38,9 @@ class SamplingParams:
 
 @dataclass
 class Completion:
-    """One sampled continuation. `logprobs[i]` is log softmax(logits / T)[token_ids[i]] over the
-    full vocabulary (top-p/top-k truncation is not reflected; greedy reports T = 1)."""
+    """One sampled continuation. `logprobs[i]` is the log-prob of `token_ids[i]` under the
+    distribution it was drawn from (`sampling.sampling_logprobs`: temperature, top-k, top-p,
+    renormalised); greedy completions report log softmax(logits) at T = 1."""
 
     token_ids: list[int]
     logprobs: list[float]

@@ -1,10 +1,19 @@
-"""Next-token sampling on device, without host synchronisation.
+"""The sampling distribution as one pure function, and next-token sampling on device.
+
+`sampling_logprobs(logits, temperature, top_k, top_p)` is the distribution the engine draws
+from: softmax(logits / T), then top-k, then top-p (nucleus) truncation, each renormalised,
+as log-probs with -inf outside the kept set. The engine's behaviour log-prob μ of a sampled
+token and the trainer's π of that token are both read off this function (the trainer through
+`sampled_token_logprobs`), so on-policy π/μ = 1 up to float noise even when `top_k`/`top_p`
+truncate; ignoring truncation would make AIPO correct against a policy nobody sampled from.
+
+Greedy decoding (T = 0) has no sampling distribution: `sampling_logprobs` refuses it, RL
+refuses `generation.temperature=0` (config), and greedy completions (eval) report
+log softmax(logits) at T = 1 for information only.
 
 Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p / E) with
 E ~ Exp(1) draws exactly from p, needs no `multinomial` (which syncs on CUDA) and is
-deterministic for a seeded `torch.Generator`. The reported log-prob is computed with the
-same expression as `token_logprobs` (`log_softmax(logits.float() / T)`), so the engine's μ and
-the trainer's π agree to float noise.
+deterministic for a seeded `torch.Generator`.
 """
 from __future__ import annotations
 
@@ -15,28 +24,65 @@ import torch
 from .params import SamplingParams
 
 
-def _truncate(logp: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Set log-probs outside the top-k / top-p nucleus to -inf. logp [B, V]."""
+def _kept(logp: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Boolean mask [..., V] of the tokens top-k then top-p keep from log-probs `logp`."""
+    keep = torch.ones_like(logp, dtype=torch.bool)
     if top_k and top_k < logp.shape[-1]:
-        kth = logp.topk(top_k, dim=-1).values[:, -1:]  # [B, 1]
-        logp = logp.masked_fill(logp < kth, float("-inf"))
+        kth = logp.topk(top_k, dim=-1).values[..., -1:]  # [..., 1]
+        keep = logp >= kth  # ties with the k-th token are kept
+        logp = torch.log_softmax(logp.masked_fill(~keep, float("-inf")), dim=-1)  # renormalised
     if top_p < 1.0:
-        sorted_logp, order = logp.sort(dim=-1, descending=True)  # [B, V]
+        sorted_logp, order = logp.sort(dim=-1, descending=True)  # [..., V]
         sorted_p = sorted_logp.exp()
         mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # probability of strictly better tokens
-        sorted_logp = sorted_logp.masked_fill(mass_before > top_p, float("-inf"))
-        logp = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
-    return logp
+        keep = keep & torch.zeros_like(keep).scatter(-1, order, mass_before <= top_p)
+    return keep
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0,
+                      top_p: float = 1.0) -> torch.Tensor:
+    """logits [..., V] -> log-probs [..., V] of the truncated, renormalised sampling
+    distribution (temperature, then top-k, then top-p); -inf outside the kept tokens."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature} "
+                         f"(greedy decoding has none)")
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [..., V]
+    if not top_k and top_p >= 1.0:
+        return logp
+    return torch.log_softmax(logp.masked_fill(~_kept(logp, top_k, top_p), float("-inf")), dim=-1)
+
+
+def sampled_token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                           top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """logits [B, T, V], targets [B, T] -> log-probs [B, T] of `targets` under
+    `sampling_logprobs`, finite everywhere.
+
+    A target outside this model's kept set (a stale sample whose token fell out of the
+    current nucleus, or a tie flipped by float noise) truly has probability 0; it is scored
+    log p_T(token) - log(kept mass) instead, the same formula as inside the set, so the loss
+    and its gradient stay finite and the importance ratio is small rather than 0.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature}")
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, T, V]
+    target_logp = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
+    if not top_k and top_p >= 1.0:
+        return target_logp
+    with torch.no_grad():
+        keep = _kept(logp.detach(), top_k, top_p)  # [B, T, V] the set is not differentiated
+    kept_mass = torch.logsumexp(logp.masked_fill(~keep, float("-inf")), dim=-1)  # [B, T]
+    return target_logp - kept_mass
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams,
                 generator: Optional[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] -> (tokens [B] int64, log-probs [B] under softmax(logits / T))."""
-    logp = torch.log_softmax(logits.float() / params.logprob_temperature, dim=-1)  # [B, V]
+    """logits [B, V] -> (tokens [B] int64, log-probs [B] under the sampling distribution;
+    greedy: log softmax(logits) at T = 1)."""
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
+        logp = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
     else:
-        probs = _truncate(logp, params.top_k, params.top_p).exp()  # [B, V], zeros outside
-        race = torch.empty_like(probs).exponential_(1.0, generator=generator)
-        tokens = (probs / race).argmax(dim=-1)
+        logp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)  # [B, V]
+        race = torch.empty_like(logp).exponential_(1.0, generator=generator)
+        tokens = (logp.exp() / race).argmax(dim=-1)  # zeros outside the kept set never win
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)

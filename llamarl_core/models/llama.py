@@ -71,25 +71,28 @@ class KVCache:
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.head_dim = args.head_dim
         self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
         self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
 
     def forward(self, x, cos, sin, attn_mask, cache: Optional[KVCache], layer: int, start: int):
+        # Head counts come from the weights (-1), not args: under tensor parallelism this rank's
+        # wq/wk/wv hold only its share of the heads (transport/tensor_parallel.py).
         B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, hd]
-        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B, KV, T, hd]
-        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # [B, H, T, hd]
+        k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # [B, KV, T, hd]
+        v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, start, k, v)  # [B, KV, start+T, hd]
-        gqa = self.n_kv_heads != self.n_heads
+        n_heads, n_kv_heads = q.shape[1], k.shape[1]
+        gqa = n_kv_heads != n_heads
         if T == 1 and gqa:
             # Decode: the n_heads/n_kv_heads query heads of a group become that group's query
             # rows (they share the one mask row), so K/V are read once per group, not per head.
-            group = q.view(B, self.n_kv_heads, self.n_heads // self.n_kv_heads, self.head_dim)
+            group = q.view(B, n_kv_heads, n_heads // n_kv_heads, self.head_dim)
             out = F.scaled_dot_product_attention(group, k, v, attn_mask=attn_mask)
             return self.wo(out.reshape(B, 1, -1))
         if attn_mask is None:
@@ -192,5 +195,9 @@ class Llama(nn.Module):
 
     def new_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:
         w = self.tok_embeddings.weight
-        return KVCache(self.args.n_layers, batch_size, self.args.n_kv_heads, max_len,
+        return KVCache(self.args.n_layers, batch_size, self.local_kv_heads(), max_len,
                        self.args.head_dim, dtype or w.dtype, w.device)
+
+    def local_kv_heads(self) -> int:
+        """KV heads this module computes: all of them, or a tensor-parallel rank's share."""
+        return self.layers[0].attention.wk.weight.shape[0] // self.args.head_dim

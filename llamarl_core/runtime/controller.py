@@ -127,8 +127,8 @@ class Controller:
                 return (f"role {role} rank {rank} did not start within controller.startup_timeout_s="
                         f"{c.startup_timeout_s:g}", role, rank)
             if beat is not None and time.time() - beat > c.heartbeat_timeout_s:
-                return (f"role {role} rank {rank} stopped heartbeating ({time.time() - beat:.0f} s > "
-                        f"controller.heartbeat_timeout_s={c.heartbeat_timeout_s:g})", role, rank)
+                return (f"role {role} rank {rank} made no progress for {time.time() - beat:.0f} s > "
+                        f"controller.heartbeat_timeout_s={c.heartbeat_timeout_s:g} (hung?)", role, rank)
         return None
 
     def _failure(self, message: str, role: str | None = None, rank: int | None = None) -> RunResult:

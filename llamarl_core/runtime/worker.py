@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from datetime import timedelta
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -52,19 +53,24 @@ def redirect_output(run_dir: str, role: str, rank: int) -> str:
 
 
 class Heartbeat(threading.Thread):
-    """Beats on its own store connection; if the controller is gone, this process ends."""
+    """Reports the main loop's last progress on its own store connection; if the controller
+    is gone, this process ends. The value is `progress_s()`, not the clock: a main loop that
+    hangs stops the beat even though this thread lives on."""
 
     def __init__(self, host: str, port: int, role: str, rank: int, interval_s: float, timeout_s: float):
         super().__init__(daemon=True, name="heartbeat")
         self.control = ControlPlane(connect(host, port, timeout_s))
         self.role, self.rank, self.interval_s = role, rank, interval_s
+        # Until the role's loop runs (start-up: joining the group, building the model), the
+        # clock; then `main` points this at the loop's own progress.
+        self.progress_s: Callable[[], float] = time.time
         self.stopped = threading.Event()
 
     def run(self) -> None:
         failures = 0
         while not self.stopped.wait(self.interval_s):
             try:
-                self.control.heartbeat(self.role, self.rank)
+                self.control.heartbeat(self.role, self.rank, self.progress_s())
                 failures = 0
             except Exception:
                 failures += 1
@@ -95,11 +101,11 @@ def executor_for(role: str):
         from llamarl_core.executors.reward import RewardExecutor
         return RewardExecutor
     if role == "trainer":
-        from llamarl_core.executors.trainer import TrainerExecutor
-        return TrainerExecutor
-    if role == "actor":
-        from llamarl_core.executors.actor import ActorExecutor
-        return ActorExecutor
+        from llamarl_core.executors.trainer import async_trainer
+        return async_trainer
+    if role == "actor":  # sync mode (k = 0): the same trainer loop, generating its own rows
+        from llamarl_core.executors.trainer import sync_actor
+        return sync_actor
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
 
 
@@ -133,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                             role_ranks(plan),
                             control, timeline, build_groups(plan), plan.get("run_id", ""))
         executor = executor_for(role)(ctx)
+        heartbeat.progress_s = lambda: ctx.last_progress_s
+        ctx.progress()
         executor.run()
     except Stopped:
         pass

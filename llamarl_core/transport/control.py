@@ -4,10 +4,10 @@ Keys (all under the run's store; values are small — TCPStore drops values over
 
     run/state                 "running" | "done" | "aborted"
     run/abort_reason          why the run stopped early (names role and rank)
-    weights/published         policy version the trainer has published (int, via add)
+    weights/published         policy version the trainer has published (absent before v0)
     weights/held/<grank>      version a generator rank holds
     dropped/<replica>         stale rollout chunks dropped from a generator replica (int)
-    hb/<role>/<rank>          last heartbeat, unix seconds
+    hb/<role>/<rank>          when the rank's main loop last made progress, unix seconds
     pid/<role>/<rank>         the worker's pid (the controller reaps leftovers by pid)
     status/<role>/<rank>      JSON: what the rank is doing now, for the live view
     error/<role>/<rank>       the exception that ended a rank
@@ -66,11 +66,11 @@ class ControlPlane:
 
     # ---- weights and staleness ----------------------------------------------------------
     def publish_version(self, version: int) -> None:
-        current = self.get_int("weights/published")
-        self.store.add("weights/published", version - current)
+        self.store.set("weights/published", str(version))  # one writer: trainer rank 0
 
     def published_version(self) -> int:
-        return self.get_int("weights/published")
+        """The newest published version, -1 before the trainer published version 0."""
+        return int(self.get_str("weights/published", "-1"))
 
     def set_held(self, global_rank: int, version: int) -> None:
         self.store.set(f"weights/held/{global_rank}", str(version))
@@ -82,8 +82,9 @@ class ControlPlane:
         return self.get_int(f"dropped/{replica}")
 
     # ---- liveness -----------------------------------------------------------------------
-    def heartbeat(self, role: str, rank: int) -> None:
-        self.store.set(f"hb/{role}/{rank}", repr(time.time()))
+    def heartbeat(self, role: str, rank: int, progress_s: float | None = None) -> None:
+        """`progress_s`: when the rank's main loop last made progress (default: now)."""
+        self.store.set(f"hb/{role}/{rank}", repr(time.time() if progress_s is None else progress_s))
 
     def last_heartbeat(self, role: str, rank: int) -> float | None:
         raw = self.get_str(f"hb/{role}/{rank}")

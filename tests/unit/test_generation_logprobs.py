@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from llamarl_core.generation import GenerationEngine, SamplingParams
-from llamarl_core.models import ByteTokenizer, Llama, ModelArgs, token_logprobs
+from llamarl_core.generation.sampling import sampled_token_logprobs
+from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
 ARGS = ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
                  max_seq_len=128, rope_theta=10000.0)
@@ -16,27 +17,28 @@ def _model():
     return model
 
 
-def trainer_logprobs(model, prompts, completions, temperature):
+def trainer_logprobs(model, prompts, completions, temperature, top_k=0, top_p=1.0):
     """What the trainer computes: right-padded prompt+completion rows, positions from 0."""
     rows = [p + c.token_ids for p, c in zip(prompts, completions)]
     ids = torch.full((len(rows), max(map(len, rows))), ByteTokenizer.pad_id)
     for i, row in enumerate(rows):
         ids[i, :len(row)] = torch.tensor(row)
     with torch.no_grad():
-        logp = token_logprobs(model(ids)[:, :-1], ids[:, 1:], temperature)  # [B, L-1]
+        logp = sampled_token_logprobs(model(ids)[:, :-1], ids[:, 1:], temperature, top_k, top_p)  # [B, L-1]
     # Completion token j of row i sits at ids[i, len(p)+j], predicted from position len(p)+j-1.
     return [logp[i, len(p) - 1:len(p) - 1 + len(c.token_ids)] for i, (p, c) in
             enumerate(zip(prompts, completions))]
 
 
-@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.7, 0.9, 0), (1.3, 1.0, 20)])
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.7, 0.9, 0), (1.3, 1.0, 20), (0.7, 0.9, 20)])
 def test_engine_logprobs_equal_trainer_logprobs_for_prompts_of_different_lengths(temperature, top_p, top_k):
     model, tok = _model(), ByteTokenizer()
     prompts = [tok.encode(t, add_bos=True) for t in ("hi", "a much longer prompt here", "mid size")]
     params = SamplingParams(max_new_tokens=24, temperature=temperature, top_p=top_p, top_k=top_k)
     completions = GenerationEngine(model, tok).generate(prompts, params, seed=3)
     assert len({len(p) for p in prompts}) == 3
-    for completion, ref in zip(completions, trainer_logprobs(model, prompts, completions, temperature)):
+    for completion, ref in zip(completions, trainer_logprobs(model, prompts, completions, temperature,
+                                                                   top_k, top_p)):
         assert len(completion.logprobs) == len(completion.token_ids) > 0
         torch.testing.assert_close(torch.tensor(completion.logprobs), ref, atol=1e-5, rtol=0)
 

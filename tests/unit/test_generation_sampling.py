@@ -28,11 +28,11 @@ def test_top_k_two_keeps_the_two_most_likely_tokens():
     assert freq[2] == 0 and freq[3] == 0 and abs(freq[1] - 0.375) < 0.03
 
 
-def test_untruncated_sampling_matches_the_softmax_and_reports_full_vocab_logprobs():
+def test_truncated_sampling_reports_log_probs_of_the_renormalised_nucleus():
     freq, tokens, logprobs = _counts(SamplingParams(max_new_tokens=1, top_p=0.7))
     assert abs(freq - torch.tensor([0.625, 0.375, 0.0, 0.0])).max() < 0.03
-    # Reported log-prob is under the full (untruncated) softmax: log 0.5 for token 0.
-    assert torch.allclose(logprobs[tokens == 0], torch.tensor(math.log(0.5)), atol=1e-6)
+    # Reported log-prob is under the distribution sampled from: 0.5 / 0.8 for token 0.
+    assert torch.allclose(logprobs[tokens == 0], torch.tensor(math.log(0.625)), atol=1e-6)
     freq, _, _ = _counts(SamplingParams(max_new_tokens=1))
     assert abs(freq - torch.tensor([0.5, 0.3, 0.15, 0.05])).max() < 0.03
 

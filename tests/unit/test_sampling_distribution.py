@@ -1,0 +1,72 @@
+"""μ is the distribution actually sampled from (temperature, top-k, top-p), and the
+trainer's π is the same function of its own logits: on-policy ratios are exactly 1."""
+import math
+
+import pytest
+import torch
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.load import load_config
+from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.learner import Learner, completion_targets
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.generation.params import SamplingParams
+from llamarl_core.generation.sampling import sample_next, sampled_token_logprobs, sampling_logprobs
+
+
+def test_sampling_logprobs_truncate_top_k_then_top_p_and_renormalise_by_hand():
+    # probabilities 0.4, 0.3, 0.2, 0.1 at T = 1
+    logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log()
+    # top-k 3 keeps 0.4/0.3/0.2 -> 4/9, 3/9, 2/9; top-p 0.6: mass before is 0, 4/9, 7/9 -> drop the third
+    got = sampling_logprobs(logits, temperature=1.0, top_k=3, top_p=0.6).exp()
+    torch.testing.assert_close(got, torch.tensor([[4 / 7, 3 / 7, 0.0, 0.0]]))
+    # temperature 0.5 squares and renormalises: 16, 9, 4, 1 over 30; top-k 2 keeps 16/25, 9/25
+    got = sampling_logprobs(logits, temperature=0.5, top_k=2).exp()
+    torch.testing.assert_close(got, torch.tensor([[16 / 25, 9 / 25, 0.0, 0.0]]))
+
+
+def test_sampled_tokens_never_leave_the_kept_set_and_report_its_log_prob():
+    logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log().expand(4000, 4)
+    params = SamplingParams(max_new_tokens=1, temperature=1.0, top_k=3, top_p=0.6)
+    tokens, logp = sample_next(logits, params, torch.Generator().manual_seed(0))
+    assert set(tokens.tolist()) == {0, 1}
+    share = float((tokens == 0).double().mean())
+    assert abs(share - 4 / 7) < 0.03  # 4000 draws: sd ~ 0.008
+    expected = torch.where(tokens == 0, torch.tensor(4 / 7).log(), torch.tensor(3 / 7).log())
+    torch.testing.assert_close(logp, expected)
+
+
+def test_a_target_outside_the_kept_set_scores_finite_with_a_finite_gradient():
+    logits = torch.tensor([[[0.4, 0.3, 0.2, 0.1]]]).log().requires_grad_(True)
+    logp = sampled_token_logprobs(logits, torch.tensor([[3]]), 1.0, top_k=2)
+    assert math.isclose(float(logp.detach()), math.log(0.1 / 0.7), rel_tol=1e-5)
+    logp.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_on_policy_ratios_are_one_with_temperature_top_k_and_top_p():
+    cfg = load_config("cpu_tiny", ["generation.temperature=0.7", "generation.top_p=0.9",
+                                   "generation.top_k=20", "algorithm.max_offpolicy_steps=0",
+                                   "algorithm.prompts_per_step=4", "data.num_train_examples=16"])
+    model, tok = build_model(cfg)
+    torch.manual_seed(1)
+    model.reset_parameters(std=0.05)  # top-k/top-p truncation bites; logits small enough
+    # that the engine's KV-cached logits match the full forward to ~1e-6
+    prompts = encode_prompts(cfg, load_split(cfg, "train"), tok)
+    batch = ChunkGenerator(cfg, model, tok, prompts, replica=0, num_replicas=1).generate(0, 0)
+    tokens, behavior, mask = completion_targets(batch)
+    with torch.no_grad():
+        pi = Learner(model, cfg).policy_logprobs(model(tokens)[:, :-1], tokens[:, 1:])
+        untruncated = torch.log_softmax(model(tokens)[:, :-1] / 0.7, -1).gather(
+            -1, tokens[:, 1:, None]).squeeze(-1)
+    counted = mask.bool()
+    assert int(counted.sum()) > 100
+    ratio = (pi - behavior)[counted].exp()
+    torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+    # the check has teeth: ignoring truncation would put ratios well below 1
+    assert float((untruncated - behavior)[counted].exp().min()) < 0.9
+
+
+def test_greedy_rl_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="generation.temperature=0.0 must be > 0"):
+        load_config("cpu_tiny", ["generation.temperature=0"])
