@@ -10,6 +10,7 @@ from rich.console import Console
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, load_config, make_parser, parse, print_resolved, run_guarded
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
+from llamarl_core.runtime.devices import check_host
 from llamarl_core.runtime.live_view import LiveView
 from llamarl_core.runtime.run_dir import resolve_run_dir
 
@@ -25,7 +26,7 @@ def main(argv) -> int:
             print_resolved(recipe, overrides)
             return EXIT_OK
         cfg = load_config(recipe, overrides)
-        make_plan(cfg, require_data=True)  # validate before creating anything
+        check_host(make_plan(cfg, require_data=True).to_dict(), cfg.recipe)  # before creating anything
         run_dir = resolve_run_dir(cfg)
         plan = make_plan(cfg, run_dir=run_dir, require_data=True)
         console = Console()

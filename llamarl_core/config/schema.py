@@ -14,7 +14,7 @@ from llamarl_core.config.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "int8", "fp8")
-DEVICE_TYPES = ("cpu", "h100-80gb", "h200-141gb")
+DEVICE_TYPES = ("cpu", "cuda", "h100-80gb", "h200-141gb")  # cuda: any NVIDIA GPU, read from it
 
 
 def _check_choice(key: str, value, choices) -> None:
@@ -97,12 +97,14 @@ class RewardResources:
 
 @dataclass
 class ResourcesConfig:
-    device: str = "cpu"                  # cpu | h100-80gb | h200-141gb
+    device: str = "cpu"                  # cpu | cuda (any NVIDIA GPU) | h100-80gb | h200-141gb
     nodes: int = 1
     devices_per_node: int = 0            # 0 = the device type's default (8 GPUs; CPU cores)
     cpu_cores: int = 0                   # 0 = os.cpu_count(); CPU thread budget
     host_memory_gib: float = 0.0         # 0 = read from the host (CPU capacity)
     hostnames: str = "node-{index}"      # multi-node torchrun rendezvous hosts
+    share_devices: bool = False          # async generator and trainer (1 rank each) on one GPU:
+                                         # weights by CUDA IPC, the rest over gloo (NCCL refuses)
     generator: GeneratorResources = field(default_factory=GeneratorResources)
     trainer: TrainerResources = field(default_factory=TrainerResources)
     reward: RewardResources = field(default_factory=RewardResources)
@@ -222,7 +224,7 @@ class ControllerConfig:
     host: str = "127.0.0.1"              # loopback unless told otherwise
     port: int = 0                        # 0 = a free port; a busy port falls back to a free one
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
-    weight_transport: str = "auto"       # auto | collective | shm
+    weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (one shared GPU)
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
                                          # hung; must exceed one chunk's generation or one eval
@@ -231,7 +233,7 @@ class ControllerConfig:
 
     def __post_init__(self):
         _check_choice("controller.weight_transport", self.weight_transport,
-                      ("auto", "collective", "shm"))
+                      ("auto", "collective", "shm", "cuda_ipc"))
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
 

@@ -2,7 +2,8 @@
 
 Both ends describe the trainer's parameters (names, shapes, dtype) the same way, from the
 config alone; the generator's dtype, if different, is the wire dtype (conversion on the way).
-`auto` picks shared memory on a single CPU host and the collective everywhere else.
+`auto` picks shared memory on a single CPU host, CUDA IPC when generator and trainer share
+one GPU, and the collective everywhere else.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def transport(ctx: WorkerContext) -> str:
     t = ctx.cfg.controller.weight_transport
     if t != "auto":
         return t
+    if ctx.cfg.resources.share_devices:
+        return "cuda_ipc"  # one GPU: NCCL cannot join two ranks on it
     return "shm" if ctx.cfg.resources.device == "cpu" and ctx.plan.get("nodes", 1) == 1 else "collective"
 
 

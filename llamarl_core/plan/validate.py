@@ -51,14 +51,34 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
         if total % (g.tp * g.pp):
             raise ConfigError(f"sync mode: {total} actor devices not divisible by "
                               f"resources.generator.tp x pp = {g.tp * g.pp}")
-    if cfg.resources.device == "cpu":
-        for key, v in (("resources.generator.tp", g.tp), ("resources.trainer.tp", t.tp),
-                       ("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
-            if v != 1:
-                raise ConfigError(f"{key}={v}: tensor/pipeline parallelism runs on GPUs only; "
-                                  f"on resources.device=cpu use 1")
+    # The plan is the truth: layouts the runtime does not build are refused, not planned.
+    for key, v, instead in (("resources.trainer.tp", t.tp, "shard with resources.trainer.fsdp (FSDP2)"),
+                            ("resources.trainer.pp", t.pp, "shard with resources.trainer.fsdp (FSDP2)"),
+                            ("resources.generator.pp", g.pp, "split a replica with resources.generator.tp")):
+        if v != 1:
+            raise ConfigError(f"{key}={v}: not built by the runtime (only 1 is); {instead}")
+    if cfg.resources.device == "cpu" and g.tp != 1:
+        raise ConfigError(f"resources.generator.tp={g.tp}: tensor parallelism runs on GPUs only; "
+                          f"on resources.device=cpu use 1")
+    _check_shared(cfg)
     if g.quantization == "fp8" and cfg.resources.device == "cpu":
         raise ConfigError("resources.generator.quantization=fp8 needs a GPU; on cpu use int8 or none")
+
+
+def _check_shared(cfg: LlamaRLConfig) -> None:
+    r = cfg.resources
+    if not r.share_devices:
+        return
+    if r.device == "cpu":
+        raise ConfigError("resources.share_devices=true shares a GPU; on resources.device=cpu "
+                          "processes already share the host")
+    if cfg.algorithm.max_offpolicy_steps == 0:
+        raise ConfigError("resources.share_devices=true is for async runs; the sync actor "
+                          "(algorithm.max_offpolicy_steps=0) already colocates both phases")
+    if (r.generator.num_devices, r.trainer.num_devices) != (1, 1):
+        raise ConfigError(f"resources.share_devices=true needs resources.generator.num_devices=1 and "
+                          f"resources.trainer.num_devices=1 (got {r.generator.num_devices} and "
+                          f"{r.trainer.num_devices}): one GPU, one process of each")
 
 
 def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_replicas: int) -> None:
