@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-ADVANTAGE_MODES = ("mean", "loo", "std")
+from llamarl_core.config.choices import ADVANTAGE_MODES
 STD_EPS = 1e-6
 
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.algorithms.metrics import importance_metrics
-
-LOSS_KINDS = ("aipo", "pg", "ppo", "clamp")
-AGGREGATIONS = ("token_mean", "sequence_mean")
+from llamarl_core.config.choices import AGGREGATIONS, LOSS_KINDS
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
 
 

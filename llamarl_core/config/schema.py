@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
+                                         QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS)
 from llamarl_core.config.errors import ConfigError
-
-DTYPES = ("float32", "bfloat16", "float16")
-QUANTIZATIONS = ("none", "int8", "fp8")
-DEVICE_TYPES = ("cpu", "cuda", "h100-80gb", "h200-141gb")  # cuda: any NVIDIA GPU, read from it
 
 
 def _check_choice(key: str, value, choices) -> None:
@@ -31,10 +29,6 @@ def _check_positive(key: str, value, minimum: int = 1) -> None:
 class ModelConfig:
     preset: str = "tiny-2m"              # a name in llamarl_core.models.args.PRESETS
     checkpoint: Optional[str] = None     # HF-format directory; overrides preset sizes when set
-    dtype: str = "float32"               # trainer master-weight dtype
-
-    def __post_init__(self):
-        _check_choice("model.dtype", self.dtype, DTYPES)
 
 
 @dataclass
@@ -64,8 +58,7 @@ class TrainerResources:
     tp: int = 1
     pp: int = 1
     dp: int = 0                          # replicas of the sharded model; 0 = derived
-    dtype: str = "float32"               # compute dtype (bf16 = mixed precision, fp32 master)
-    quantization: str = "none"           # training runs unquantized; kept for symmetry
+    dtype: str = "float32"               # the trained weights' dtype (training is never quantized)
     strategy: str = "ddp"                # ddp | fsdp2 (data parallel implementation)
     activation_checkpointing: bool = False
     micro_batch_size: int = 16           # sequences per forward/backward on one rank
@@ -78,8 +71,7 @@ class TrainerResources:
         _check_positive("resources.trainer.dp", self.dp, 0)
         _check_positive("resources.trainer.threads", self.threads, 0)
         _check_choice("resources.trainer.dtype", self.dtype, DTYPES)
-        _check_choice("resources.trainer.quantization", self.quantization, ("none",))
-        _check_choice("resources.trainer.strategy", self.strategy, ("ddp", "fsdp2"))
+        _check_choice("resources.trainer.strategy", self.strategy, STRATEGIES)
 
 
 @dataclass
@@ -129,13 +121,13 @@ class AlgorithmConfig:
     kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one
     entropy_coef: float = 0.0
     advantage: str = "mean"              # mean | loo | std
-    aggregation: str = "token_mean"      # token_mean | seq_mean
+    aggregation: str = "token_mean"      # token_mean | sequence_mean
     max_offpolicy_steps: int = 1         # k: 0 = synchronous, colocated; >= 1 = async
 
     def __post_init__(self):
-        _check_choice("algorithm.name", self.name, ("aipo", "pg", "ppo", "clamp"))
-        _check_choice("algorithm.advantage", self.advantage, ("mean", "loo", "std"))
-        _check_choice("algorithm.aggregation", self.aggregation, ("token_mean", "seq_mean"))
+        _check_choice("algorithm.name", self.name, LOSS_KINDS)
+        _check_choice("algorithm.advantage", self.advantage, ADVANTAGE_MODES)
+        _check_choice("algorithm.aggregation", self.aggregation, AGGREGATIONS)
         _check_positive("algorithm.group_size", self.group_size)
         _check_positive("algorithm.prompts_per_step", self.prompts_per_step)
         _check_positive("algorithm.max_offpolicy_steps", self.max_offpolicy_steps, 0)
@@ -195,12 +187,13 @@ class DataConfig:
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
         _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
         _check_choice("data.solution_style", self.solution_style, ("columns", "short"))
+        _check_positive("data.num_train_examples", self.num_train_examples)
+        _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
 
     def arith_knobs(self) -> dict:
         """The built-in task's difficulty keywords for `arith_examples` / `resolve_dataset`."""
         return {"digits": self.digits, "num_operands": self.num_operands,
                 "solution_style": self.solution_style}
-        _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
 
 
 @dataclass
@@ -211,7 +204,6 @@ class RunConfig:
     max_time_s: float = 0.0              # stop RL after this wall time; 0 = no limit
     eval_every_steps: int = 10
     checkpoint_every_steps: int = 0      # 0 = only at the end
-    log_every_steps: int = 1
     weight_checksums: bool = False       # record a sha256 of the weights at every sync (tests)
 
     def __post_init__(self):
@@ -225,6 +217,7 @@ class ControllerConfig:
     port: int = 0                        # 0 = a free port; a busy port falls back to a free one
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
     weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (one shared GPU)
+    weight_bucket_mb: float = 256.0      # weight-sync bucket size; sender and receiver both read it
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
                                          # hung; must exceed one chunk's generation or one eval
@@ -232,8 +225,9 @@ class ControllerConfig:
     step_timeout_s: float = 600.0        # the longest any role waits on another
 
     def __post_init__(self):
-        _check_choice("controller.weight_transport", self.weight_transport,
-                      ("auto", "collective", "shm", "cuda_ipc"))
+        _check_choice("controller.weight_transport", self.weight_transport, WEIGHT_TRANSPORTS)
+        if self.weight_bucket_mb <= 0:
+            raise ConfigError(f"controller.weight_bucket_mb={self.weight_bucket_mb} must be > 0")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
 

@@ -28,7 +28,7 @@ class GeneratorExecutor:
     def __init__(self, ctx: WorkerContext):
         cfg, g = ctx.cfg, ctx.cfg.resources.generator
         self.ctx = ctx
-        self.model, self.tokenizer = build_model(cfg, dtype=g.dtype)
+        self.model, self.tokenizer = build_model(cfg, dtype=g.dtype, device=ctx.device)
         self.model.requires_grad_(False)
         prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         replicas = len(ctx.ranks("generator"))

@@ -9,7 +9,7 @@ Both return the metrics of the publish (empty when nothing moved).
 from __future__ import annotations
 
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.setup import DTYPES
+from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.executors.weights import make_sender
 from llamarl_core.transport import checksums
 from llamarl_core.transport.parallel import full_state
@@ -29,7 +29,7 @@ class WeightSync:
             self.ctx.control.publish_version(version)
             stats = self.sender.send(state, version, timeout_s=cfg.controller.step_timeout_s)
         if cfg.run.weight_checksums:  # hash what the generators hold: the state in their dtype
-            held = DTYPES[cfg.resources.generator.dtype]
+            held = TORCH_DTYPES[cfg.resources.generator.dtype]
             checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
                              {n: t.to(held) for n, t in state.items()})
         return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),

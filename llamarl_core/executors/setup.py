@@ -14,17 +14,20 @@ from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import Example, default_reward, render_target, resolve_dataset
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, get_preset, load_pretrained
+from llamarl_core.models.dtypes import TORCH_DTYPES
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+def build_model(cfg: LlamaRLConfig, dtype: str, device: str = "cpu"):
+    """(model, tokenizer): the checkpoint if given, else a seeded random init of the preset.
 
-def build_model(cfg: LlamaRLConfig, dtype: str | None = None):
-    """(model, tokenizer): the checkpoint if given, else a seeded random init of the preset."""
-    torch_dtype = DTYPES[dtype or cfg.model.dtype]
+    `dtype` is the role's own (`resources.generator.dtype` or `resources.trainer.dtype`);
+    `device` the rank's (a checkpoint is materialised there directly). The preset init runs
+    on the CPU, so every device starts from the same seeded weights."""
+    torch_dtype = TORCH_DTYPES[dtype]
     if cfg.model.checkpoint:
-        return load_pretrained(cfg.model.checkpoint, dtype=torch_dtype)
+        return load_pretrained(cfg.model.checkpoint, dtype=torch_dtype, device=device)
     torch.manual_seed(cfg.run.seed)
-    model = Llama(get_preset(cfg.model.preset)).to(torch_dtype)
+    model = Llama(get_preset(cfg.model.preset)).to(device=device, dtype=torch_dtype)
     return model, ByteTokenizer()
 
 

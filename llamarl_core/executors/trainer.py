@@ -46,7 +46,7 @@ class TrainerExecutor:
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
         ref = None
         if cfg.algorithm.kl_coef > 0:
-            ref = build_model(cfg, dtype=t.dtype)[0].requires_grad_(False).to(ctx.device)
+            ref = build_model(cfg, dtype=t.dtype, device=ctx.device)[0].requires_grad_(False)
         self.learner = Learner(self.model, cfg, ref)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")
@@ -140,7 +140,7 @@ class TrainerExecutor:
             return None
         if not sharded:
             return unwrap(self.model)
-        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype)[0].to(self.ctx.device)
+        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype, device=self.ctx.device)[0]
         model.load_state_dict(state, strict=False)
         return model
 

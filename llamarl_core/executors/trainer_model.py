@@ -13,7 +13,8 @@ import torch
 
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.setup import DTYPES, build_model
+from llamarl_core.executors.setup import build_model
+from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models import build_empty, load_tokenizer
 from llamarl_core.transport.parallel import wrap_data_parallel
 from llamarl_core.transport.sharded_load import load_sharded, materialize
@@ -38,10 +39,9 @@ def build_trainer_model(ctx: WorkerContext, role: str):
         raw, _ = build_empty(cfg.model.checkpoint, device="meta")
         tokenizer = load_tokenizer(cfg.model.checkpoint)
     else:
-        raw, tokenizer = build_model(cfg, dtype=MASTER_DTYPE)
-        raw = raw.to(device)
+        raw, tokenizer = build_model(cfg, dtype=MASTER_DTYPE, device=str(device))
     model = wrap_data_parallel(raw, group, t.strategy, device.type, dp=dp,
-                               compute_dtype=DTYPES[t.dtype],
+                               compute_dtype=TORCH_DTYPES[t.dtype],
                                activation_checkpointing=t.activation_checkpointing)
     if sharded:
         materialize(raw, device)

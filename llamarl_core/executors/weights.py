@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from llamarl_core.executors.setup import DTYPES
+from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.executors.context import WorkerContext
 from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
 
@@ -30,8 +30,9 @@ def _named_shapes(params: dict[str, torch.Tensor], dtype: torch.dtype) -> dict:
 def _kwargs(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> dict:
     r = ctx.cfg.resources
     # The trainer keeps fp32 master weights (its dtype is the compute dtype): those are sent.
-    trainer_dtype, gen_dtype = torch.float32, DTYPES[r.generator.dtype]
+    trainer_dtype, gen_dtype = torch.float32, TORCH_DTYPES[r.generator.dtype]
     return dict(named_shapes=_named_shapes(params, trainer_dtype), transport=transport(ctx),
+                bucket_mb=ctx.cfg.controller.weight_bucket_mb,
                 group=ctx.groups["weights"], src_rank=ctx.ranks("trainer")[0], store=ctx.control.store,
                 run_id=ctx.run_id, wire_dtype=gen_dtype if gen_dtype != trainer_dtype else None)
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from llamarl_core.config.choices import DTYPE_BYTES, QUANT_BYTES
 from llamarl_core.models.args import ModelArgs
 
 GIB = 2**30
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-QUANT_BYTES = {"int8": 1, "fp8": 1}
 USABLE_FRACTION = 0.9
 MASTER_BYTES = 4  # trainer parameters are fp32 (executors/trainer_model.py MASTER_DTYPE)
 # Activation bytes per token per layer per unit of d, for 16-bit training with fused

@@ -28,12 +28,11 @@ from __future__ import annotations
 from llamarl_core.sim.constants import DEFAULT_CONSTANTS, SimConstants
 from llamarl_core.sim.simulator import SimInputs, simulate
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.choices import DTYPE_BYTES, QUANT_BYTES
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.config.hardware import DeviceSpec
 from llamarl_core.config.layout import trainer_sharding
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-QUANT_BYTES = {"fp8": 1, "int8": 1}
 
 
 def sim_inputs_from_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec,

@@ -48,7 +48,7 @@ def test_on_policy_ratios_are_one_with_temperature_top_k_and_top_p():
     cfg = load_config("cpu_tiny", ["generation.temperature=0.7", "generation.top_p=0.9",
                                    "generation.top_k=20", "algorithm.max_offpolicy_steps=0",
                                    "algorithm.prompts_per_step=4", "data.num_train_examples=16"])
-    model, tok = build_model(cfg)
+    model, tok = build_model(cfg, cfg.resources.trainer.dtype)
     torch.manual_seed(1)
     model.reset_parameters(std=0.05)  # top-k/top-p truncation bites; logits small enough
     # that the engine's KV-cached logits match the full forward to ~1e-6
