@@ -22,7 +22,7 @@ class WeightSync:
 
     def publish(self, version: int) -> dict:
         cfg = self.ctx.cfg
-        state = full_state(self.model, cfg.resources.trainer.strategy)
+        state = full_state(self.model, cfg.resources.trainer.strategy, keep=self.rank == 0)
         if self.sender is None:
             return {}
         with self.ctx.timeline.span("sync", version=version):

@@ -135,7 +135,7 @@ class TrainerExecutor:
         over the trainer ranks) into a fresh unsharded copy.
         """
         sharded = self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1
-        state = full_state(self.model, "fsdp2") if sharded else None
+        state = full_state(self.model, "fsdp2", keep=self.rank == 0) if sharded else None
         if self.rank != 0:
             return None
         if not sharded:

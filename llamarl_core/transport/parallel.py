@@ -103,12 +103,18 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
-def full_state(model: torch.nn.Module, strategy: str) -> dict[str, torch.Tensor]:
-    """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it)."""
+def full_state(model: torch.nn.Module, strategy: str, keep: bool = True) -> dict[str, torch.Tensor]:
+    """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it);
+    ranks that pass keep=False take part in each gather but drop the result at once, so only
+    the rank that uses the weights ever holds a full copy."""
     if strategy == "fsdp2" and hasattr(model, "reshard"):
         # DTensor.full_tensor() all-gathers over the trainer's mesh only. (DCP's
         # get_model_state_dict(cpu_offload=True) keeps tensors on *global* rank 0, which is
         # not the trainer's rank 0 here.)
-        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
-                for n, p in model.named_parameters()}
+        state = {}
+        for n, p in model.named_parameters():
+            full = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+            if keep:
+                state[n] = full
+        return state
     return {n: p.detach() for n, p in unwrap(model).named_parameters()}
