@@ -82,7 +82,6 @@ def _weight_sync(args) -> int:
 
 
 def _sync_vs_async(recipe, overrides, args, argv) -> int:
-    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
     from llamarl_core.bench.report import sync_vs_async_table
     from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
 
@@ -100,12 +99,27 @@ def _sync_vs_async(recipe, overrides, args, argv) -> int:
         return EXIT_FAILED
     console.print(sync_vs_async_table(result))
     if args.out:
-        timeline_png, accuracy_png = plot_paths(args.out)
-        dirs = {m: result[m]["runs"][0]["run_dir"] for m in ("sync", "async")}
-        result["plots"] = {"timeline": plot_timeline(dirs, timeline_png),
-                           "accuracy": plot_accuracy(result, accuracy_png)}
-        _write(args.out, result, console)
+        write_with_plots(args.out, result, console)
     return EXIT_OK
+
+
+def write_with_plots(out: str, result: dict, console: Console) -> None:
+    """The JSON first (the runs are the expensive part), then the two PNGs beside it, which
+    need the optional plotting extra: without it, one line says so and the JSON stands."""
+    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
+
+    _write(out, result, console)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("llamarl bench: plots skipped: matplotlib is not installed "
+              "(pip install 'llamarl[bench]')", file=sys.stderr)
+        return
+    timeline_png, accuracy_png = plot_paths(out)
+    dirs = {m: result[m]["runs"][0]["run_dir"] for m in ("sync", "async")}
+    result["plots"] = {"timeline": plot_timeline(dirs, timeline_png),
+                       "accuracy": plot_accuracy(result, accuracy_png)}
+    _write(out, result, console)
 
 
 def _simulate(recipe, overrides, out) -> int:

@@ -55,10 +55,11 @@ def print_resolved(recipe: str, overrides) -> None:
 
 
 def run_guarded(fn: Callable[[], int]) -> int:
-    """Turn the user's mistakes into one line on stderr and exit code 2."""
+    """Turn the user's mistakes into one line on stderr and exit code 2. Only those: a missing
+    file the user named is a ConfigError where it is read; any other error is a failure."""
     try:
         return fn()
-    except (ConfigError, UsageError, FileNotFoundError) as e:
+    except (ConfigError, UsageError) as e:
         print(f"llamarl: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

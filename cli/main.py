@@ -8,9 +8,10 @@ VERBS = {
     "train": ("llamarl_cli.train_cmd", "run RL training: one torchrun group per role under one controller"),
     "eval": ("llamarl_cli.eval_cmd", "evaluate a checkpoint (accuracy, pass@k, maj@k)"),
     "bench": ("llamarl_cli.bench_cmd", "benchmarks: --sync-vs-async [--simulate], --weight-sync"),
+    "report": ("llamarl_cli.report_cmd", "plots and a markdown summary of run directories"),
 }
 
-USAGE = "usage: llamarl {plan,train,eval,bench} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
+USAGE = "usage: llamarl {plan,train,eval,bench,report} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
     "\n".join(f"  {v:<6} {h}" for v, (_, h) in VERBS.items())
 
 

@@ -1,6 +1,7 @@
 """Rich rendering of a launch plan for people (`llamarl plan`, `llamarl train`)."""
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -8,17 +9,26 @@ from llamarl_core.plan.memory import USABLE_FRACTION
 from llamarl_core.plan.plan import LaunchPlan
 
 
+def _table(title: str, columns, left=()) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True,
+              show_edge=False)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right", no_wrap=True, min_width=len(col))
+    return t
+
+
 def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
     console = console or Console()
     title = (f"llamarl plan · recipe {plan.recipe} · {plan.mode} · {plan.model_preset} "
              f"({plan.num_params / 1e9:.3g}B params) · {plan.total_devices} × {plan.device} "
              f"on {plan.nodes} node(s)")
-    layout = Table(title=title)
-    for col in ("role", "ranks", "nodes", "tp", "dp", "fsdp", "pp", "dtype", "quant", "threads"):
-        layout.add_column(col, justify="left" if col in ("role", "dtype", "quant") else "right")
-    memory = Table(title="memory per device, GiB (formulas: docs/PLAN_MEMORY.md)")
-    for col in ("role", "weights", "grads", "optimizer", "activ.", "kv cache", "total", "capacity", "fits"):
-        memory.add_column(col, justify="left" if col == "role" else "right")
+    # Tables fit an 80-column terminal with every header whole: no vertical rules, one space
+    # of padding, and columns that never wrap or shorten their header.
+    layout = _table(title, ("role", "ranks", "nodes", "tp", "dp", "fsdp", "pp", "dtype", "quant", "threads"),
+                    left=("role", "dtype", "quant"))
+    memory = _table("memory per device, GiB (formulas: docs/PLAN_MEMORY.md)",
+                    ("role", "weights", "grads", "optimizer", "activ.", "kv cache", "total", "capacity",
+                     "fits"), left=("role",))
     for r in plan.roles:
         p, m = r.parallelism, r.memory
         nodes = f"{r.nodes[0]}" if len(r.nodes) == 1 else f"{r.nodes[0]}–{r.nodes[-1]}"

@@ -33,7 +33,7 @@ def main(argv) -> int:
         from llamarl_cli.render import print_plan
         print_plan(plan, console)
         console.print(f"run directory: {run_dir}")
-        with LiveView(console) as view:
+        with LiveView(console, cfg) as view:
             result = Controller(cfg, plan, run_dir, view).run()
         return report(result, console)
 

@@ -87,6 +87,8 @@ def aipo_loss(
         if entropy_coef:
             per_token = per_token - entropy_coef * entropy  # [B, T]
         metrics["entropy"] = _masked_mean(entropy.detach().to(logprobs.dtype), mask)
+    else:  # E_{a~mu}[-log pi(a)]: the policy's entropy, estimated on the sampled tokens for free
+        metrics["entropy"] = _masked_mean(-logprobs.detach(), mask)
     loss = aggregate(per_token, mask, aggregation)  # []
     metrics.update(importance_metrics(ratio.detach(), mask, rho, clip_eps, staleness))
     metrics["loss"] = float(loss.detach())

@@ -258,6 +258,15 @@ class EvalConfig:
 
 
 @dataclass
+class LoggingConfig:
+    tensorboard: bool = True             # event files under <run_dir>/tb/ (needs `tensorboard`)
+    samples_per_eval: int = 4            # (prompt, completion, reward) rows per held-out eval
+
+    def __post_init__(self):
+        _check_positive("logging.samples_per_eval", self.samples_per_eval, 0)
+
+
+@dataclass
 class LlamaRLConfig:
     recipe: str = "cpu_tiny"             # the recipe's name, filled in by the CLI
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -269,3 +278,4 @@ class LlamaRLConfig:
     run: RunConfig = field(default_factory=RunConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -40,7 +40,7 @@ def encode_prompt(example: Example, template: str, tokenizer) -> list[int]:
 def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[str, str], float], *,
              template: str = "plain", n_samples: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 32, stop_strings=(), seed: int = 0, batch_size: int = 64,
-             progress: bool = False, reward_pool=None, rank: int = 0, world_size: int = 1,
+             progress: "bool | Callable[[int, int], None]" = False, reward_pool=None, rank: int = 0, world_size: int = 1,
              top_p: float = 1.0) -> EvalResult:
     """Accuracy, pass@k and maj@k of `engine` on this rank's share of `examples`.
 
@@ -60,7 +60,7 @@ def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[st
 def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, template: str = "plain",
                          n_samples: int = 1, temperature: float = 0.0, max_new_tokens: int = 32,
                          stop_strings=(), seed: int = 0, batch_size: int = 64,
-                         progress: bool = False, rank: int = 0, world_size: int = 1,
+                         progress: "bool | Callable[[int, int], None]" = False, rank: int = 0, world_size: int = 1,
                          top_p: float = 1.0) -> list[dict]:
     """Unscored predictions (completions, finish reasons, token counts) for this rank."""
     _check_args(n_samples, temperature, batch_size, rank, world_size)
@@ -166,12 +166,21 @@ def _check_args(n_samples: int, temperature: float, batch_size: int, rank: int, 
 
 
 class _progress_bar:
-    """A rich progress bar over examples, or a no-op; used as `with ... as advance`."""
+    """A rich progress bar over examples, a no-op, or a callback `(done, total)` (the trainer
+    publishes its held-out eval's progress to the live view that way); `with ... as advance`."""
 
-    def __init__(self, enabled: bool, total: int):
+    def __init__(self, enabled, total: int):
         self.enabled, self.total, self._progress = enabled, total, None
 
     def __enter__(self):
+        if callable(self.enabled):
+            done = [0]
+            self.enabled(0, self.total)
+
+            def advance(n: int) -> None:
+                done[0] += n
+                self.enabled(done[0], self.total)
+            return advance
         if not self.enabled:
             return lambda n: None
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,

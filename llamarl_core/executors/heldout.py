@@ -2,19 +2,46 @@
 
 The engine and batching match `llamarl eval`'s (`eval/parallel.py`): batches of
 `resources.generator.max_batch_size` examples in data order, so evaluating the saved
-checkpoint reproduces the accuracy training logged for it.
+checkpoint reproduces the accuracy training logged for it. A few (prompt, completion, reward)
+rows of every eval go to `samples.jsonl` and the log, so a person sees what the model writes.
 """
 from __future__ import annotations
+
+import json
+import os
+from typing import Callable
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.generation import GenerationEngine
 
 
-def heldout_summary(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn) -> dict:
+def heldout_eval(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[dict, list[dict]]:
+    """(summary, the first `logging.samples_per_eval` predictions as sample rows)."""
     from llamarl_core.eval import evaluate
     gen, batch = cfg.generation, cfg.resources.generator.max_batch_size
     engine = GenerationEngine(model, tokenizer, max_batch_size=batch)
     result = evaluate(engine, tokenizer, examples, reward_fn, template=cfg.data.template, n_samples=1,
                       temperature=0.0, max_new_tokens=gen.max_new_tokens,
-                      stop_strings=tuple(gen.stop_strings), seed=cfg.run.seed, batch_size=batch)
-    return result.summary
+                      stop_strings=tuple(gen.stop_strings), seed=cfg.run.seed, batch_size=batch,
+                      progress=progress or False)
+    samples = [{"id": p["id"], "prompt": p["prompt"], "completion": p["greedy_completion"],
+                "reference": p["reference"], "reward": p["greedy_reward"]}
+               for p in result.predictions[:cfg.logging.samples_per_eval]]
+    return result.summary, samples
+
+
+def heldout_summary(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn) -> dict:
+    return heldout_eval(model, tokenizer, cfg, examples, reward_fn)[0]
+
+
+def write_samples(run_dir: str, step: int, version: int, wall_s: float, accuracy: float,
+                  samples: list[dict]) -> None:
+    """Append this eval's rows to samples.jsonl and print them (one line each, cut at 160 chars)."""
+    with open(os.path.join(run_dir, "samples.jsonl"), "a") as f:
+        for s in samples:
+            f.write(json.dumps({"step": step, "policy_version": version, "wall_s": round(wall_s, 3),
+                                "accuracy": accuracy, **s}) + "\n")
+    for s in samples:
+        text = f"  sample v{version} reward {s['reward']:.2f} | {s['prompt']!r} → {s['completion']!r}"
+        print(text[:160], flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 
 import torch
 
@@ -54,6 +55,7 @@ class Learner:
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0
+        self.histograms: dict[str, torch.Tensor] = {}
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
         """AIPO step on this rank's rows (whole groups); returns float metrics."""
@@ -64,6 +66,7 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.steps_done += 1
+        t0, self._ratios = time.perf_counter(), []
         advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
         tokens, behavior, mask = completion_targets(batch)
         device = _device(self.model)  # rollouts arrive in host memory
@@ -91,7 +94,10 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         sums.update(grad_norm=float(grad_norm), lr=lr, reward_mean=float(batch.rewards.mean()),
                     advantage_abs_mean=float(advantages.abs().mean()),
-                    completion_tokens=float(batch.completion_lens.sum()))
+                    completion_tokens=float(batch.completion_lens.sum()),
+                    tokens_per_s=float(batch.completion_lens.sum()) / (time.perf_counter() - t0))
+        # For TensorBoard's histograms: every counted token's π/μ and every row's staleness.
+        self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
 
     def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -102,6 +108,7 @@ class Learner:
         a = self.cfg.algorithm
         logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
         logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
+        self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         entropy = ref = None
         if a.entropy_coef > 0:

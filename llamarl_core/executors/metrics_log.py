@@ -1,7 +1,8 @@
 """metrics.jsonl (one line per trainer step) and the live-view copy in the store.
 
 Keys are `role/quantity` with units in the name. The trainer's rank 0 writes; it reads the
-other roles' counters (busy/idle seconds, tokens, syncs) from the store's stats keys.
+other roles' counters (busy/idle seconds, tokens, syncs) from the store's stats keys. Each line
+also goes to TensorBoard (`tensorboard_log.py`) unless `logging.tensorboard=false`.
 """
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ import json
 import os
 import time
 
+import torch
+
+from llamarl_core.executors.tensorboard_log import TensorBoardLog
 from llamarl_core.transport.control import ControlPlane
 
 
 class MetricsLog:
-    def __init__(self, run_dir: str, control: ControlPlane, role_sizes: dict[str, int]):
+    def __init__(self, run_dir: str, control: ControlPlane, role_sizes: dict[str, int],
+                 tensorboard: bool = True, first_step: int = 1):
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)
         self.control, self.role_sizes = control, role_sizes
         self.t_start = time.time()
+        self.tb = TensorBoardLog.open(run_dir, tensorboard, purge_step=first_step if first_step > 1 else None)
 
     def role_stats(self) -> dict:
         out: dict = {}
@@ -26,8 +32,10 @@ class MetricsLog:
             stats = [s for s in stats if s]
             if not stats:
                 continue
-            out[f"{role}/busy_s"] = round(sum(s["busy_s"] for s in stats) / len(stats), 3)
-            out[f"{role}/idle_s"] = round(sum(s["idle_s"] for s in stats) / len(stats), 3)
+            busy = sum(s["busy_s"] for s in stats) / len(stats)
+            idle = sum(s["idle_s"] for s in stats) / len(stats)
+            out[f"{role}/busy_s"], out[f"{role}/idle_s"] = round(busy, 3), round(idle, 3)
+            out[f"{role}/busy_frac"] = round(busy / (busy + idle), 4) if busy + idle > 0 else 0.0
             if role == "generator":
                 out["generator/tokens_per_s"] = round(sum(s["tokens_per_s"] for s in stats), 2)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
@@ -36,11 +44,17 @@ class MetricsLog:
                     out["sync/receive_seconds"] = round(max(x["seconds"] for x in syncs), 5)
         return out
 
-    def write(self, line: dict) -> dict:
+    def write(self, line: dict, histograms: dict[str, torch.Tensor] | None = None) -> dict:
         line = {"wall_s": round(time.time() - self.t_start, 3), **line, **self.role_stats()}
+        if line.get("trainer/wall_s"):
+            line["trainer/busy_frac"] = round(line.get("trainer/busy_s", 0.0) / line["trainer/wall_s"], 4)
         self._file.write(json.dumps(line) + "\n")
         self.control.set_json("metrics/latest", line)
+        if self.tb is not None:
+            self.tb.write(line, histograms)
         return line
 
     def close(self) -> None:
         self._file.close()
+        if self.tb is not None:
+            self.tb.close()

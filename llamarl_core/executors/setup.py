@@ -31,6 +31,15 @@ def build_model(cfg: LlamaRLConfig, dtype: str, device: str = "cpu"):
     return model, ByteTokenizer()
 
 
+def model_from_state(cfg: LlamaRLConfig, state: dict[str, torch.Tensor], dtype: str,
+                     device: str = "cpu") -> torch.nn.Module:
+    """A fresh plain model holding exactly `state`. Strict: a name that does not match would
+    otherwise leave random weights in an eval or a checkpoint without a word."""
+    model = build_model(cfg, dtype, device=device)[0]
+    model.load_state_dict(state, strict=True)
+    return model
+
+
 def reward_name(cfg: LlamaRLConfig) -> str:
     return cfg.data.reward if cfg.data.reward != "auto" else default_reward(cfg.data.name)
 

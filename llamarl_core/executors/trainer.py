@@ -25,11 +25,14 @@ import torch.distributed as dist
 
 from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.feeds import OwnChunks, RewardFeed
-from llamarl_core.executors.heldout import heldout_summary
+from llamarl_core.executors.heldout import heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.metrics_log import MetricsLog
+from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name, sft_sequences
+from llamarl_core.executors.rollout_stats import rollout_stats
+from llamarl_core.executors.setup import (build_model, encode_prompts, load_split, model_from_state, reward_name,
+                                         sft_sequences)
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.trainer_model import build_trainer_model
@@ -55,7 +58,7 @@ class TrainerExecutor:
         self.feed = make_feed(self)
         self.publisher = make_publisher(self)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
-        self.log = MetricsLog(ctx.run_dir, ctx.control, sizes) if self.rank == 0 else None
+        self.log = MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard) if self.rank == 0 else None
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
 
@@ -99,11 +102,12 @@ class TrainerExecutor:
         # Every rank draws the same global batch and trains on its slice, so the warm start
         # (and the accuracy RL starts from) is the same however many trainer ranks there are.
         rng = random.Random(f"warmstart:{self.cfg.run.seed}")
+        progress = self._progress("warmstart")
         with self.ctx.timeline.span("warmstart", steps=w.steps):
             for i in range(w.steps):
                 batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
                 loss = ws.step(batch[self.rank::self.world])
-                self.ctx.progress()
+                progress(i + 1, w.steps)
                 if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
                     print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
 
@@ -116,10 +120,22 @@ class TrainerExecutor:
         if model is None or not self.eval_examples:
             return
         with self.ctx.timeline.span("eval", version=self.version):
-            summary = heldout_summary(model, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn)
+            summary, samples = heldout_eval(model, self.tokenizer, self.cfg, self.eval_examples,
+                                            self.reward_fn, self._progress("eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
+        write_samples(self.ctx.run_dir, self.version, self.version, time.time() - self.log.t_start,
+                      self.accuracy[self.version], samples)
+
+    def _progress(self, phase: str) -> Callable[[int, int], None]:
+        """Progress of a long phase: liveness for the heartbeat, a bar for the live view."""
+        bar = StoreProgress(self.ctx.control, phase)
+
+        def report(done: int, total: int) -> None:
+            self.ctx.progress()
+            bar(done, total)
+        return report
 
     def checkpoint(self, name: str) -> None:
         model = self._full_model()
@@ -140,9 +156,7 @@ class TrainerExecutor:
             return None
         if not sharded:
             return unwrap(self.model)
-        model = build_model(self.cfg, dtype=self.cfg.resources.trainer.dtype, device=self.ctx.device)[0]
-        model.load_state_dict(state, strict=False)
-        return model
+        return model_from_state(self.cfg, state, self.cfg.resources.trainer.dtype, device=self.ctx.device)
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:
@@ -167,9 +181,11 @@ class TrainerExecutor:
                 "step_s": round(step_s, 4), "trainer/wait_s": round(waited_s, 4),
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
+        eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
+        line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, eos_ids))
         if self.version in self.accuracy:
             line["eval/accuracy"] = self.accuracy[self.version]
-        line = self.log.write(line)
+        line = self.log.write(line, self.learner.histograms)
         print(json.dumps(line), flush=True)
 
     def _write_summary(self, rl_wall_s: float) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from llamarl_core.runtime.run_dir import write_run_files
 
 POLL_S = 0.25
 DONE_GRACE_S = 30.0
+STORE_ERRORS = (RuntimeError, OSError)  # torch's DistStoreError is a RuntimeError
 
 
 @dataclass
@@ -39,15 +41,30 @@ class RunResult:
     metrics: dict = field(default_factory=dict)  # last metrics line
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+_LISTENERS: list[socket.socket] = []  # the stores serve on these fds: keep them open
+
+
 def start_store(host: str, port: int) -> dist.TCPStore:
-    """The controller's store; a busy configured port is never fatal."""
+    """The controller's store, listening on `host` only (TCPStore alone binds every
+    interface, whatever host it is given); a busy configured port is never fatal."""
     try:
-        return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
-    except (RuntimeError, OSError) as e:
+        sock = _listen(host, port)
+    except OSError as e:
         if port == 0:
             raise
         print(f"controller: port {port} on {host} unavailable ({e}); using a free port")
-        return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+        sock = _listen(host, 0)
+    _LISTENERS.append(sock)
+    return dist.TCPStore(host, sock.getsockname()[1], is_master=True, wait_for_workers=False,
+                         timeout=timedelta(seconds=60), master_listen_fd=sock.fileno())
 
 
 def _raise_interrupt(signum, frame):
@@ -70,6 +87,7 @@ class Controller:
         self.control = ControlPlane(store)
         write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        result = RunResult(False, self.run_dir, "the controller stopped before supervising")
         try:
             for role in self.plan.roles:
                 env["OMP_NUM_THREADS"] = str(role.threads)
@@ -81,16 +99,35 @@ class Controller:
                     self.role_of_proc.append(role.name)
             result = self._supervise()
         except KeyboardInterrupt:
-            self.control.abort("interrupted (Ctrl-C or SIGTERM)")
+            self._abort_quietly("interrupted (Ctrl-C or SIGTERM)")
             result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)")
         finally:
-            procs.stop_all(self.procs, self._worker_pids(), grace_s=5.0 if self._state() != "done" else 10.0)
+            procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
+            # Workers that died or were orphaned before registering a pid are found by the
+            # plan path on their command line: every process of this run ends here.
+            procs.kill_mentioning(f"plan={os.path.join(self.run_dir, 'plan.json')}")
             self._sweep_shm()
-        result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        try:
+            result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        except STORE_ERRORS:
+            pass  # the failure is already in result.message
         return result
+
+    def _abort_quietly(self, reason: str) -> None:
+        try:
+            self.control.abort(reason)
+        except STORE_ERRORS:
+            pass
 
     # ---- supervision --------------------------------------------------------------------
     def _supervise(self) -> RunResult:
+        try:
+            return self._watch()
+        except STORE_ERRORS as e:  # the store lives in this process: say so, not "aborted"
+            return RunResult(False, self.run_dir, f"controller: its store stopped answering "
+                                                  f"({type(e).__name__}: {e})")
+
+    def _watch(self) -> RunResult:
         c = self.cfg.controller
         t_start, done_at = time.time(), None
         while True:
@@ -160,17 +197,14 @@ class Controller:
         return None
 
     def _state(self) -> str:
-        try:
-            return self.control.state()
-        except Exception:
-            return "aborted"
+        return self.control.state()
 
     def _worker_pids(self) -> list[int]:
         pids = []
         for role, rank in self.ranks:
             try:
                 pid = self.control.get_str(f"pid/{role}/{rank}")
-            except Exception:
+            except STORE_ERRORS:
                 continue
             if pid:
                 pids.append(int(pid))

@@ -1,20 +1,115 @@
-"""What the controller shows while a run goes: step, reward, accuracy, staleness, sync time,
-and each rank's state. A rich Live table on a terminal; one plain line per step otherwise."""
+"""What the controller shows while a run goes, from the store's `metrics/latest`,
+`progress/<phase>` and `status/<role>/<rank>` keys.
+
+On a terminal: one rich panel, at most 80 columns wide, redrawn 4 times a second: step of
+max steps with a bar and ETA, reward, held-out accuracy, staleness, IS ratio, sync time,
+each role's busy share as a bar, progress bars for the warm start and a held-out eval while
+they run, and the ranks' states. Not a terminal (CI, a log file): one plain line per step.
+"""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
+
+BAR_WIDTH = 24
+PANEL_WIDTH = 80
+PHASES = (("warmstart", "warm start"), ("eval", "held-out eval"))
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """A text bar: `fraction` of `width` cells filled (clamped to [0, 1])."""
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def eta_s(m: dict, max_steps: int, max_time_s: float, rl_elapsed_s: float | None) -> float | None:
+    """Seconds left: remaining steps at the mean step time so far, capped by the RL time limit."""
+    step = m.get("step", 0)
+    if not step or not max_steps:
+        return None
+    per_step = rl_elapsed_s / step if rl_elapsed_s else m.get("step_s", 0.0)
+    left = max(0, max_steps - step) * per_step
+    if max_time_s and rl_elapsed_s is not None:
+        left = min(left, max(0.0, max_time_s - rl_elapsed_s))
+    return left
+
+
+def _num(value, spec: str = ".3f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "–"
+
+
+def busy_fractions(m: dict) -> dict[str, float]:
+    return {role: m[f"{role}/busy_frac"] for role in ("trainer", "generator", "reward")
+            if isinstance(m.get(f"{role}/busy_frac"), (int, float))}
+
+
+def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: int,
+           max_time_s: float = 0.0, accuracy=None, rl_elapsed_s: float | None = None) -> Panel:
+    step = m.get("step", 0)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, min_width=max(len("generator busy"), len("held-out eval")))
+    grid.add_column(overflow="fold")
+    frac = step / max_steps if max_steps else 0.0
+    grid.add_row("step", f"{step}/{max_steps} {bar(frac)} ETA {duration(eta_s(m, max_steps, max_time_s, rl_elapsed_s))}")
+    grid.add_row("reward", f"{_num(m.get('reward_mean'))}   held-out accuracy {_num(accuracy)}")
+    grid.add_row("staleness", f"mean {_num(m.get('trainer/staleness_mean'), '.2f')} "
+                              f"max {_num(m.get('trainer/staleness_max'), '.0f')}   IS ratio max "
+                              f"{_num(m.get('trainer/is_ratio_max'), '.2f')}")
+    sync_ms = m.get("sync/seconds", 0.0) * 1e3 if "sync/seconds" in m else None
+    grid.add_row("sync", f"{_num(sync_ms, '.1f')} ms  {_num(m.get('sync/gbps'), '.2f')} GB/s   step "
+                         f"{_num(m.get('step_s'), '.2f')} s")
+    for role, f in busy_fractions(m).items():
+        grid.add_row(f"{role} busy", f"{bar(f)} {f:4.0%}")
+    for key, label in PHASES:
+        p = progress.get(key)
+        if p and p.get("total") and p.get("done", 0) < p["total"]:
+            grid.add_row(label, f"{bar(p['done'] / p['total'])} {p['done']}/{p['total']}")
+    restarts = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("restarts/") and v}
+    if restarts:
+        grid.add_row("restarts", "  ".join(f"{r} {n}" for r, n in sorted(restarts.items())))
+    grid.add_row("ranks", _rank_states(statuses))
+    return Panel(grid, title=title, width=PANEL_WIDTH, title_align="left")
+
+
+def _rank_states(statuses: dict) -> Text:
+    """Per role, how many ranks are in each state ("trainer 1 train · generator 2 generate")."""
+    per_role: dict[str, Counter] = {}
+    for (role, _), s in sorted(statuses.items()):
+        per_role.setdefault(role, Counter())[s.get("state", "starting")] += 1
+    parts = [f"{role} " + ", ".join(f"{n} {state}" for state, n in c.items()) for role, c in per_role.items()]
+    return Text(" · ".join(parts), overflow="fold")
+
+
+def plain_line(m: dict) -> str:
+    acc = f" acc {m['eval/accuracy']:.3f}" if "eval/accuracy" in m else ""
+    return (f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward_mean', 0):.3f}"
+            f"{acc}  staleness {m.get('trainer/staleness_mean', 0):.2f}  "
+            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('step_s', 0):.2f} s")
 
 
 class LiveView:
-    def __init__(self, console: Console | None = None):
+    def __init__(self, console: Console | None = None, cfg=None):
         self.console = console or Console()
         self.live: Live | None = None
         self.last_step = 0
         self.last_accuracy = None
+        self.max_steps = cfg.run.max_steps if cfg is not None else 0
+        self.max_time_s = cfg.run.max_time_s if cfg is not None else 0.0
+        self.title = f"llamarl · {cfg.recipe}" if cfg is not None else "llamarl"
+        self.rl_started_at: float | None = None
 
     def __enter__(self):
         if self.console.is_terminal:
@@ -29,38 +124,19 @@ class LiveView:
     def update(self, control, plan) -> None:
         try:
             m = control.get_json("metrics/latest", {}) or {}
+            progress = {key: control.get_json(f"progress/{key}", None) for key, _ in PHASES}
             statuses = {(r.name, i): control.status(r.name, i) for r in plan.roles for i in range(r.num_devices)}
-        except Exception:
+        except Exception:  # the store may be gone at shutdown; the view never breaks a run
             return
         if "eval/accuracy" in m:
             self.last_accuracy = m["eval/accuracy"]
+        if m.get("step") and self.rl_started_at is None:
+            self.rl_started_at = time.time() - m.get("step_s", 0.0)
         if self.live is not None:
-            self.live.update(self._table(m, statuses))
+            elapsed = time.time() - self.rl_started_at if self.rl_started_at else None
+            self.live.update(render(m, progress, statuses, title=self.title, max_steps=self.max_steps,
+                                    max_time_s=self.max_time_s, accuracy=self.last_accuracy,
+                                    rl_elapsed_s=elapsed))
         elif m.get("step", 0) > self.last_step:
             self.last_step = m["step"]
-            acc = f" acc {m['eval/accuracy']:.3f}" if "eval/accuracy" in m else ""
-            self.console.print(
-                f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward_mean', 0):.3f}"
-                f"{acc}  staleness {m.get('trainer/staleness_mean', 0):.2f}  "
-                f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('step_s', 0):.2f} s",
-                highlight=False)
-
-    def _table(self, m: dict, statuses: dict) -> Table:
-        t = Table(title=f"llamarl · step {m.get('step', 0)} · policy v{m.get('policy_version', 0)}")
-        t.add_column("metric")
-        t.add_column("value", justify="right")
-        acc = self.last_accuracy
-        for name, value in (("reward mean", m.get("reward_mean")),
-                            ("held-out accuracy", acc),
-                            ("staleness mean / max", f"{m.get('trainer/staleness_mean', 0):.2f} / "
-                                                     f"{m.get('trainer/staleness_max', 0):.0f}"),
-                            ("importance ratio max", m.get("trainer/is_ratio_max")),
-                            ("sync ms / GB/s", f"{m.get('sync/seconds', 0) * 1e3:.1f} / {m.get('sync/gbps', 0):.2f}"),
-                            ("generator tokens/s", m.get("generator/tokens_per_s")),
-                            ("step s", m.get("step_s"))):
-            t.add_row(name, f"{value:.3f}" if isinstance(value, float) else str(value if value is not None else "–"))
-        now = time.time()
-        for (role, rank), s in statuses.items():
-            state = s.get("state", "starting")
-            t.add_row(f"[bold]{role}[/] {rank}", f"{state} {now - s.get('since', now):.0f}s")
-        return t
+            self.console.print(plain_line(m), highlight=False)

@@ -1,6 +1,7 @@
 """Process plumbing for the controller: start role groups, find and end every process."""
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
@@ -9,12 +10,31 @@ import time
 from collections import deque
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+try:  # resolved once here: a child between fork and exec must not dlopen
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Ask Linux to send `sig` to this process when its parent dies; False where prctl is
+    unavailable. (Check `os.getppid() == 1` after it: the parent may have died before.)
+
+    A torchrun agent starts its workers in sessions of their own, so a killed agent (SIGKILL,
+    the OOM killer) would otherwise leave them running with parent pid 1.
+    """
+    return _prctl is not None and _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
 def start_role(command: str, log_path: str, env: dict) -> subprocess.Popen:
-    """Exec one torchrun command line (exactly as the plan printed it) in its own session."""
+    """Exec one torchrun command line (exactly as the plan printed it) in its own session;
+    the agent gets SIGTERM (and stops its workers) if the controller dies."""
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(shlex.split(command), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                preexec_fn=lambda: die_with_parent(signal.SIGTERM))
     finally:
         log.close()
 
@@ -59,6 +79,30 @@ def stop_all(procs: list[subprocess.Popen], worker_pids: list[int], grace_s: flo
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+
+def pids_mentioning(text: str) -> list[int]:
+    """Processes (other than this one) whose command line contains `text`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def kill_mentioning(text: str) -> list[int]:
+    """SIGKILL every process whose command line contains `text`; the pids it signalled."""
+    pids = pids_mentioning(text)
+    for pid in pids:
+        signal_quietly(pid, signal.SIGKILL)
+    return pids
 
 
 def tail(path: str, lines: int = 15) -> str:

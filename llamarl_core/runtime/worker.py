@@ -9,9 +9,18 @@ the store so the controller can name it.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
+
+from llamarl_core.runtime.procs import die_with_parent
+
+# First, before importing torch (seconds): if the torchrun agent dies, so does this worker.
+if __name__ == "__main__":
+    die_with_parent()
+    if os.getppid() == 1:
+        sys.exit("llamarl worker: the torchrun agent that started this worker is already gone")
+
+import json
 import threading
 import time
 import traceback

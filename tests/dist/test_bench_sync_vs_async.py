@@ -23,7 +23,6 @@ def test_bench_runs_both_modes_and_writes_json_and_two_pngs(tmp_path, capsys):
         assert len(m["runs"]) == 1 and m["runs"][0]["accuracy_curve"][0]["version"] == 0
     assert set(d["sync"]["role_busy_fraction"]) == {"actor", "reward"}
     assert set(d["async"]["role_busy_fraction"]) == {"generator", "reward", "trainer"}
-    assert d["speedup"] == d["sync"]["step_s_median"] / d["async"]["step_s_median"]
     assert d["ideal_speedup"] > 0 and d["config"]["algorithm"]["max_offpolicy_steps"] == 1
     for key in ("timeline", "accuracy"):
         with open(d["plots"][key], "rb") as f:

@@ -104,3 +104,15 @@ def test_speedup_and_ideal_speedup_follow_their_definitions():
     assert c["ideal_speedup"] == pytest.approx(2.4)
     assert c["speedup_over_ideal"] == pytest.approx((5 / 3) / 2.4)
     assert c["ideal_detail"]["async_slowest_phase"] == "train"
+
+
+def test_overlap_counts_time_when_both_states_run_on_any_ranks():
+    from llamarl_core.bench.run_stats import overlap_s
+    spans = [{"role": "generator", "rank": 0, "state": "generate", "t0": 0.0, "t1": 4.0},
+             {"role": "generator", "rank": 1, "state": "generate", "t0": 3.0, "t1": 6.0},   # union 0..6
+             {"role": "trainer", "rank": 0, "state": "train", "t0": 2.0, "t1": 3.0},        # 1 s inside
+             {"role": "trainer", "rank": 0, "state": "train", "t0": 5.0, "t1": 9.0},        # 1 s inside
+             {"role": "trainer", "rank": 0, "state": "wait", "t0": 0.0, "t1": 9.0}]
+    assert overlap_s(spans, "generate", "train", 0.0, 10.0) == 2.0
+    assert overlap_s(spans, "generate", "train", 0.0, 5.5) == 1.5   # window clips the second
+    assert overlap_s(spans, "generate", "score", 0.0, 10.0) == 0.0

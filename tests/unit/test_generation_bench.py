@@ -19,9 +19,11 @@ def test_bench_generation_writes_ratio_timings_and_machine_info(tmp_path):
     assert bench.main(argv) == 0
     report = json.loads(out.read_text())
     [case] = report["cases"]
-    assert case["preset"] == "tiny-2m" and case["ratio_vs_hf"] > 0
+    assert case["preset"] == "tiny-2m"
     assert len(case["raw_seconds"]["ours"]) == len(case["raw_seconds"]["hf"]) == 1
     assert case["greedy_rows_identical"] == 1.0  # same weights, greedy: identical tokens
     assert {"torch", "machine", "command"} <= set(report)
     [quant] = report["quantization"]
-    assert quant["kl_int8"] >= 0 and quant["kl_fp8_emulated"] >= 0
+    # Quantization changes the model a little, and int8's 255 levels per channel less than
+    # fp8 e4m3's 3 mantissa bits (relative step ~1/127 of the row max vs ~1/16 of the value).
+    assert 0 < quant["kl_int8"] < quant["kl_fp8_emulated"] < 1e-2

@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"executors"},                                # role loops and the worker context
     {"runtime"},                                  # controller, worker entry, procs, live view
     {"bench"},                                    # benchmarks over runs
+    {"report"},                                   # pictures and summaries of run directories
 ]
 LAYER_OF = {p: i for i, layer in enumerate(LAYERS) for p in layer}
 

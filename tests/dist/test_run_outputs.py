@@ -1,0 +1,62 @@
+"""What a finished run leaves for people: TensorBoard events equal to metrics.jsonl, samples
+from every held-out eval, and `llamarl report` pictures."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from test_runtime import train  # the short run every runtime test uses
+
+pytest.importorskip("tensorboard")  # optional third-party package
+pytest.importorskip("matplotlib")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+from llamarl_core.executors.tensorboard_log import tensorboard_tag  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("outputs") / "async_run"
+    out = train(run_dir, "run.eval_every_steps=2", "logging.samples_per_eval=3")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return run_dir
+
+
+def test_event_files_hold_every_scalar_of_metrics_jsonl(finished_run):
+    lines = [json.loads(x) for x in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    ea = EventAccumulator(str(finished_run / "tb"), size_guidance={"scalars": 0, "histograms": 0})
+    ea.Reload()
+    for key in ("reward_mean", "reward_std", "trainer/loss", "trainer/is_ratio_max", "trainer/mismatch_kl",
+                "trainer/entropy", "trainer/tokens_per_s", "generator/truncated_frac", "sync/seconds",
+                "step_s", "trainer/busy_frac"):
+        expected = [(m["step"], m[key]) for m in lines if key in m]
+        assert expected, key
+        got = [(e.step, e.value) for e in ea.Scalars(tensorboard_tag(key))]
+        assert [s for s, _ in got] == [s for s, _ in expected], key
+        assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-5, abs=1e-6), key
+    assert [h.step for h in ea.Histograms("trainer/is_ratio")] == [m["step"] for m in lines]
+    assert [h.step for h in ea.Histograms("trainer/staleness")] == [m["step"] for m in lines]
+
+
+def test_every_heldout_eval_writes_its_samples(finished_run):
+    rows = [json.loads(x) for x in (finished_run / "samples.jsonl").read_text().splitlines()]
+    versions = sorted({r["policy_version"] for r in rows})
+    assert versions == [0, 2, 4]  # the initial eval, every 2 steps, and the last step's
+    assert all(sum(r["policy_version"] == v for r in rows) == 3 for v in versions)
+    assert all(set(r) >= {"prompt", "completion", "reward", "accuracy"} for r in rows)
+
+
+def test_report_on_a_finished_run_writes_its_pictures_and_summary(finished_run, tmp_path):
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "llamarl_cli.main", "report", str(finished_run), str(finished_run),
+           "--out", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for png in ("accuracy_reward.png", "gantt.png", "offpolicy.png", "sync.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, png
+    md = (out / "report.md").read_text()
+    assert md.count("| run | state |") == 1 and md.count(f"| {finished_run.name} | finished | 4/4 |") == 2
