@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
@@ -276,6 +278,7 @@ def check_train(device: str, size: dict, run_dir: str) -> dict:
     from llamarl_core.runtime.controller import Controller
     from llamarl_core.runtime.devices import check_host
 
+    os.makedirs(run_dir, exist_ok=True)  # `llamarl train` makes it (runtime/run_dir.py)
     overrides = size["train_overrides"] + [f"run.dir={run_dir}", "run.weight_checksums=true"]
     cfg = _load_config(size["train_recipe"], overrides)
     plan = make_plan(cfg, run_dir=run_dir)
