@@ -1,10 +1,11 @@
 """`llamarl bench`: the measured sync-vs-async comparison, weight-sync bandwidth, scale simulator.
 
     llamarl bench --sync-vs-async [recipe=R] [--steps N] [--repeats N] [--out FILE]
+    llamarl bench --quality [recipe=R] [--seeds N] [--steps N] [--out FILE]
     llamarl bench --sync-vs-async --simulate [recipe=R] [--out FILE]
     llamarl bench --weight-sync [--sizes-mb 10 64 256 1024] [--repeats N] [--out FILE]
 
-Each writes one JSON (and, for --sync-vs-async, two PNGs beside it) and prints a table.
+Each writes one JSON (and, for --sync-vs-async and --quality, two PNGs beside it) and prints a table.
 """
 from __future__ import annotations
 
@@ -27,8 +28,13 @@ def _parser():
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--sync-vs-async", action="store_true", help="measure (or --simulate) sync vs async")
     mode.add_argument("--weight-sync", action="store_true", help="weight-sync GB/s vs memcpy")
+    mode.add_argument("--quality", action="store_true",
+                      help="held-out accuracy per RL sample: sync k=0 vs async k=1/k=4 with AIPO, "
+                           "no correction and PPO clipping, from one shared warm start")
     p.add_argument("--simulate", action="store_true", help="with --sync-vs-async: the scale simulator")
-    p.add_argument("--steps", type=int, default=8, help="RL steps per run (default 8)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="RL steps per run (default 8; --quality: 30)")
+    p.add_argument("--seeds", type=int, default=3, help="--quality: seeds per configuration (default 3)")
     p.add_argument("--repeats", type=int, default=None,
                    help="sync/async pairs (default 2) or weight-sync repeats (default 5)")
     p.add_argument("--target-accuracy", type=float, default=0.5,
@@ -50,8 +56,10 @@ def main(argv) -> int:
             return EXIT_OK
         if args.weight_sync:
             return _weight_sync(args)
+        if args.quality:
+            return _quality(recipe, overrides, args, argv)
         if not args.sync_vs_async:
-            raise UsageError("llamarl bench: choose --sync-vs-async [--simulate] or --weight-sync")
+            raise UsageError("llamarl bench: choose --sync-vs-async [--simulate], --quality or --weight-sync")
         if args.simulate:
             recipe_given = any(w.startswith("recipe=") for w in args.words)
             return _simulate(recipe if recipe_given else None, overrides, args.out)
@@ -86,11 +94,12 @@ def _sync_vs_async(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
 
     repeats = 2 if args.repeats is None else args.repeats
-    if args.steps < 1 or repeats < 1:
-        raise UsageError(f"llamarl bench: --steps={args.steps} and --repeats={repeats} must be >= 1")
+    steps = 8 if args.steps is None else args.steps
+    if steps < 1 or repeats < 1:
+        raise UsageError(f"llamarl bench: --steps={steps} and --repeats={repeats} must be >= 1")
     console = Console()
     try:
-        result = run_sync_vs_async(recipe, overrides, steps=args.steps, repeats=repeats,
+        result = run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
                                    target_accuracy=args.target_accuracy, work_dir=args.work_dir,
                                    log=console.print,
                                    command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
@@ -120,6 +129,40 @@ def write_with_plots(out: str, result: dict, console: Console) -> None:
     result["plots"] = {"timeline": plot_timeline(dirs, timeline_png),
                        "accuracy": plot_accuracy(result, accuracy_png)}
     _write(out, result, console)
+
+
+def _quality(recipe, overrides, args, argv) -> int:
+    from llamarl_core.bench.quality import run_quality
+    from llamarl_core.bench.quality_plots import plot_curves, plot_staleness, quality_plot_paths
+    from llamarl_core.bench.report import quality_table
+    from llamarl_core.bench.sync_vs_async import BenchRunFailed
+
+    from llamarl_core.bench.quality import DEFAULT_STEPS
+    steps = DEFAULT_STEPS if args.steps is None else args.steps
+    if steps < 1 or args.seeds < 1:
+        raise UsageError(f"llamarl bench: --steps={steps} and --seeds={args.seeds} must be >= 1")
+    console = Console()
+    try:
+        result = run_quality(recipe, overrides, seeds=args.seeds, steps=steps, work_dir=args.work_dir,
+                             log=console.print,
+                             command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
+    except BenchRunFailed as e:
+        print(f"llamarl bench: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    console.print(quality_table(result))
+    if args.out:
+        _write(args.out, result, console)  # the JSON first: the runs are the expensive part
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("llamarl bench: plots skipped: matplotlib is not installed "
+                  "(pip install 'llamarl[bench]')", file=sys.stderr)
+            return EXIT_OK
+        curves_png, staleness_png = quality_plot_paths(args.out)
+        result["plots"] = {"curves": plot_curves(result, curves_png),
+                           "staleness": plot_staleness(result, staleness_png)}
+        _write(args.out, result, console)
+    return EXIT_OK
 
 
 def _simulate(recipe, overrides, out) -> int:

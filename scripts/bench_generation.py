@@ -5,6 +5,12 @@ which goes first each repeat, so machine noise (the box is shared) hits both; we
 medians. Also measures int8 weight-only generation speed and the token-level KL of int8 and
 fp8 (CPU-emulated) next-token distributions against full precision.
 
+Long tail (`long_tail` in the JSON): continuous vs static batching on the same weights and
+prompts, sampled at T = 1 with stop tokens planted by a fixed seed (a random model's
+next-token distribution is near uniform, so each token stops a row with probability
+~stops/vocab: geometric lengths capped at `--long-tail-new-tokens`, max/mean ~3). Tokens/s
+counts the tokens each mode actually generated.
+
     python scripts/bench_generation.py --out benchmarks/results/generation_cpu.json
     python scripts/bench_generation.py --quick --out /tmp/gen.json   # ~2 minutes
 """
@@ -37,6 +43,10 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per engine and case")
     parser.add_argument("--no-quant", action="store_true", help="skip the int8/fp8 measurements")
     parser.add_argument("--quick", action="store_true", help="tiny-2m,tiny-20m; 1 thread; 2 repeats")
+    parser.add_argument("--long-tail-preset", default="tiny-2m", help="model for the long-tail case ('' skips it)")
+    parser.add_argument("--long-tail-prompts", type=int, default=256)
+    parser.add_argument("--long-tail-new-tokens", type=int, default=96, help="the length cap")
+    parser.add_argument("--long-tail-stops", type=int, default=8, help="planted stop tokens (of 260)")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.threads, args.repeats = "tiny-2m,tiny-20m", "1", 2
@@ -66,7 +76,7 @@ def build(preset: str, tmp: str):
     import transformers
 
     torch.manual_seed(0)
-    model = Llama(get_preset(preset)).eval()
+    model = Llama(get_preset(preset)).eval().requires_grad_(False)  # as a generator holds it
     tokenizer = ByteTokenizer()
     save_pretrained(model, tokenizer, tmp)  # the HF side loads the very same weights
     hf = transformers.LlamaForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
@@ -124,6 +134,37 @@ def run_quant(model, tokenizer, prompts: torch.Tensor, args) -> dict:
             "kl_fp8_emulated": next_token_kl(model, quantize_model(model, "fp8"), seqs)}
 
 
+def run_long_tail(args) -> dict:
+    torch.manual_seed(0)
+    model, tokenizer = Llama(get_preset(args.long_tail_preset)).eval().requires_grad_(False), ByteTokenizer()
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 256, (args.long_tail_prompts, args.prompt_len), generator=gen).tolist()
+    stops = sorted(torch.randperm(256, generator=gen)[:args.long_tail_stops].tolist())
+    params = SamplingParams(max_new_tokens=args.long_tail_new_tokens, temperature=1.0,
+                            stop_token_ids=tuple(stops), ignore_eos=True)
+    engines = {mode: GenerationEngine(model, tokenizer, max_batch_size=args.batch_size, batching=mode)
+               for mode in ("continuous", "static")}
+    for engine in engines.values():
+        engine.generate(prompts[:args.batch_size], params, seed=1)  # warm-up
+    times, tokens, lengths = {m: [] for m in engines}, {m: [] for m in engines}, []
+    for repeat in range(args.repeats):
+        order = list(engines) if repeat % 2 == 0 else list(engines)[::-1]
+        for mode in order:
+            start = time.perf_counter()
+            out = engines[mode].generate(prompts, params, seed=repeat)
+            times[mode].append(time.perf_counter() - start)
+            tokens[mode].append(sum(len(c.token_ids) for c in out))
+            lengths += [len(c.token_ids) for c in out]
+    rate = {m: statistics.median(n / t for n, t in zip(tokens[m], times[m])) for m in engines}
+    mean = sum(lengths) / len(lengths)
+    return {"preset": args.long_tail_preset, "prompts": len(prompts), "max_batch_size": args.batch_size,
+            "max_new_tokens": args.long_tail_new_tokens, "stop_token_ids": stops,
+            "mean_new_tokens": mean, "max_to_mean_new_tokens": max(lengths) / mean,
+            "raw_seconds": times, "tokens": tokens,
+            "continuous_tokens_per_s": rate["continuous"], "static_tokens_per_s": rate["static"],
+            "ratio": rate["continuous"] / rate["static"]}
+
+
 def main(argv=None) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -152,6 +193,12 @@ def main(argv=None) -> int:
             torch.set_num_threads(1)
             report.setdefault("quantization", []).append({"preset": preset, "threads": 1,
                                                           **run_quant(model, tokenizer, prompts, args)})
+    if args.long_tail_preset:
+        torch.set_num_threads(1)
+        report["long_tail"] = lt = run_long_tail(args)
+        print(f"long tail ({lt['preset']}, max/mean {lt['max_to_mean_new_tokens']:.2f}): continuous "
+              f"{lt['continuous_tokens_per_s']:.0f} tok/s, static {lt['static_tokens_per_s']:.0f} tok/s, "
+              f"ratio {lt['ratio']:.2f}", flush=True)
     table = Table(title=f"generation, batch {args.batch_size}, prompt {args.prompt_len}, "
                         f"{args.new_tokens} new tokens, greedy fp32 (medians)")
     for col in ("model", "params", "threads", "ours tok/s", "HF tok/s", "ratio vs HF", "same tokens"):

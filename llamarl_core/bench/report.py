@@ -18,6 +18,22 @@ def _f(x, fmt="{:.2f}"):
     return "—" if x is None else fmt.format(x)
 
 
+def quality_table(result: dict) -> Table:
+    t = Table(title=f"quality, {result['recipe']}: {result['samples_per_run']} RL samples per run from "
+                    f"one warm start (held-out {result['warmstart_accuracy']:.3f})")
+    for col in ("config", "k", "correction", "final acc mean ± sd", "per seed", "staleness",
+                "IS mean / max", "ESS", "truncated"):
+        t.add_column(col, justify="left" if col in ("config", "correction", "staleness") else "right")
+    for c in result["configs"]:
+        t.add_row(c["name"], str(c["max_offpolicy_steps"]), c["correction"],
+                  f"{c['final_accuracy_mean']:.3f} ± {c['final_accuracy_sd']:.3f}",
+                  " ".join(f"{x:.3f}" for x in c["final_accuracy"]),
+                  " ".join(f"{k}:{v}" for k, v in c["staleness_histogram"].items()),
+                  f"{c['is_ratio_mean']:.3f} / {c['is_ratio_max']:.2f}", f"{c['ess_fraction']:.3f}",
+                  f"{c['truncated_fraction']:.4f}")
+    return t
+
+
 def sync_vs_async_table(result: dict) -> Table:
     s, a = result["sync"], result["async"]
     t = Table(title=f"sync vs async, {result['recipe']}: {result['steps']} RL steps x "

@@ -6,6 +6,10 @@ reward and trainer as separate role groups, overlapping). Same seed, same steps,
 per step. Runs alternate sync, async, sync, async... so machine noise (this machine is shared)
 hits both modes alike; per-step times are pooled across repeats.
 
+Both modes start RL from one shared warm-start checkpoint (made once, in this process, by
+`executors/warmstart.py`), so their accuracy curves start from the same model: each mode
+warm-starting on its own would train on different numbers of ranks and start apart.
+
 Reported per mode: RL step time (median, min, max), each role's busy/idle fraction of the RL
 window, weight-sync seconds per step, generated tokens/s, reward and held-out accuracy against
 wall time, time to a target accuracy. Then
@@ -34,6 +38,7 @@ from llamarl_core.bench.run_stats import PHASES, run_stats
 from omegaconf import OmegaConf
 
 from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
+from llamarl_core.executors.warmstart import run_warmstart
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
 from llamarl_core.runtime.run_dir import resolve_run_dir
@@ -45,9 +50,19 @@ class BenchRunFailed(RuntimeError):
     pass
 
 
-def mode_overrides(mode: str, async_k: int, steps: int, run_dir: str) -> list[str]:
+def mode_overrides(mode: str, async_k: int, steps: int, run_dir: str,
+                   checkpoint: str | None = None) -> list[str]:
     k = 0 if mode == "sync" else async_k
-    return [f"algorithm.max_offpolicy_steps={k}", f"run.max_steps={steps}", f"run.dir={run_dir}"]
+    start = [f"model.checkpoint={checkpoint}", "warmstart.steps=0"] if checkpoint else []
+    return [*start, f"algorithm.max_offpolicy_steps={k}", f"run.max_steps={steps}", f"run.dir={run_dir}"]
+
+
+def shared_warmstart(cfg, work_dir: str, log=print) -> dict | None:
+    """The warm start every run of a bench starts RL from (None: the recipe has none)."""
+    if cfg.warmstart.steps == 0:
+        return None
+    log(f"shared warm start ({cfg.warmstart.steps} steps) -> {work_dir}/warmstart")
+    return run_warmstart(cfg, os.path.join(work_dir, "warmstart"), log=log)
 
 
 def run_one(recipe: str, overrides: list[str], log=print) -> str:
@@ -135,12 +150,13 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     with open(frozen, "w") as f:
         f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
     t0 = time.perf_counter()
+    warm = shared_warmstart(base, work_dir, log)
     per_mode: dict = {m: [] for m in MODES}
     for i in range(repeats):
         for mode in MODES:
             log(f"repeat {i + 1}/{repeats}: {mode}")
             run_dir = os.path.join(work_dir, f"{mode}_{i}")
-            run_one(frozen, mode_overrides(mode, async_k, steps, run_dir), log)
+            run_one(frozen, mode_overrides(mode, async_k, steps, run_dir, warm and warm["dir"]), log)
             per_mode[mode].append(run_stats(run_dir, target_accuracy))
     sync, asyn = aggregate_mode(per_mode["sync"]), aggregate_mode(per_mode["async"])
     command = command or " ".join(shlex.quote(a) for a in sys.argv)
@@ -149,4 +165,5 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
             "async_max_offpolicy_steps": async_k, "seed": base.run.seed,
             "target_accuracy": target_accuracy, "config": asdict(base), "machine": machine(),
             "wall_s": time.perf_counter() - t0, "work_dir": work_dir, "frozen_recipe": frozen,
+            "warmstart": warm,
             "sync": sync, "async": asyn, **compare(sync, asyn)}

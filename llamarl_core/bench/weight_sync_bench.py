@@ -32,8 +32,11 @@ from pathlib import Path
 
 import torch
 
+from llamarl_core.config.schema import ControllerConfig
+
 BYTES_PER_MIB = 1 << 20
 TENSOR_MIB = 16
+BUCKET_MB = ControllerConfig.weight_bucket_mb  # what a run uses unless the recipe says otherwise
 VARIANTS = ("memcpy", "broadcast", "collective", "shm")
 
 
@@ -147,7 +150,8 @@ def _machine() -> dict:
             "torch_version": torch.__version__, "device": "cpu", "threads_per_process": 1}
 
 
-def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=None, bucket_mb: float = 256.0) -> dict:
+def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=None,
+                          bucket_mb: float = BUCKET_MB) -> dict:
     """Measure memcpy / collective / shm GB/s for each size; write JSON to ``out`` if given."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="weight-sync transports vs memcpy")
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--bucket-mb", type=float, default=256.0)
+    p.add_argument("--bucket-mb", type=float, default=BUCKET_MB)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     print_table(run_weight_sync_bench(args.sizes_mb, args.repeats, args.out, args.bucket_mb))

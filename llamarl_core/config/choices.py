@@ -19,3 +19,4 @@ QUANTIZATIONS = ("none", *QUANT_BYTES)                   # resources.generator.q
 DEVICE_TYPES = ("cpu", "cuda", *DEVICES)                 # resources.device (cuda: any NVIDIA GPU)
 STRATEGIES = ("ddp", "fsdp2")                            # resources.trainer.strategy
 WEIGHT_TRANSPORTS = ("auto", "collective", "shm", "cuda_ipc")  # controller.weight_transport
+BATCHING = ("continuous", "static")                      # generation.batching

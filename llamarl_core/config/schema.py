@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
-                                         QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS)
+                                         QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS, BATCHING)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -156,8 +156,10 @@ class GenerationConfig:
     top_k: int = 0
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
+    batching: str = "continuous"         # continuous (refill a finished row's slot) | static
 
     def __post_init__(self):
+        _check_choice("generation.batching", self.batching, BATCHING)
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
         if self.temperature <= 0:
@@ -181,6 +183,8 @@ class DataConfig:
     digits: int = 2                      # built-in task difficulty
     num_operands: int = 2
     solution_style: str = "columns"      # built-in task's worked solution: columns | short
+    seed: int = 0                        # picks the problems and the train/test split; run.seed
+                                         # varies the run (init, prompt order, sampling), not these
 
     def __post_init__(self):
         _check_choice("data.template", self.template, ("plain", "chat"))
@@ -203,12 +207,16 @@ class RunConfig:
     max_steps: int = 100                 # trainer optimizer steps of RL
     max_time_s: float = 0.0              # stop RL after this wall time; 0 = no limit
     eval_every_steps: int = 10
-    checkpoint_every_steps: int = 0      # 0 = only at the end
+    checkpoint_every_steps: int = 25     # resumable checkpoints/step_<N>/; 0 = only the final HF export
+    keep_checkpoints: int = 2            # newest stable step_<N> checkpoints kept (plus checkpoints/final)
+    resume: str = ""                     # "" = fresh run | auto = newest stable checkpoint in run.dir | a step_<N> path
     weight_checksums: bool = False       # record a sha256 of the weights at every sync (tests)
 
     def __post_init__(self):
         _check_positive("run.max_steps", self.max_steps, 0)
         _check_positive("run.eval_every_steps", self.eval_every_steps, 0)
+        _check_positive("run.checkpoint_every_steps", self.checkpoint_every_steps, 0)
+        _check_positive("run.keep_checkpoints", self.keep_checkpoints, 1)
 
 
 @dataclass
@@ -223,11 +231,15 @@ class ControllerConfig:
                                          # hung; must exceed one chunk's generation or one eval
     startup_timeout_s: float = 120.0
     step_timeout_s: float = 600.0        # the longest any role waits on another
+    max_restarts: int = 0                # restarts of a dead generator/reward group (only 0 yet: any death ends the run)
 
     def __post_init__(self):
         _check_choice("controller.weight_transport", self.weight_transport, WEIGHT_TRANSPORTS)
         if self.weight_bucket_mb <= 0:
             raise ConfigError(f"controller.weight_bucket_mb={self.weight_bucket_mb} must be > 0")
+        if self.max_restarts != 0:  # docs/ARCHITECTURE.md "Restart protocol": designed, not built
+            raise ConfigError(f"controller.max_restarts={self.max_restarts}: restarting a dead role "
+                              "group is not implemented yet; only 0 (a death ends the run) is supported")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
 

@@ -3,7 +3,7 @@
 What `llamarl eval` does, without the CLI, so tests and scripts call it directly:
 - data: `eval.data` (else `data.name`) at `eval.split`; the file is `data.path` for the
   train split, else `data.eval_path` or `data.path` (a folder means `<split>.jsonl`);
-  the built-in task is drawn with `run.seed` and the `data` difficulty knobs, as training does;
+  the built-in task is drawn with `data.seed` and the `data` difficulty knobs, as training does;
 - verifier: `data.reward`, or from the data set (arith, gsm8k, math500 → math; a file →
   by its examples' family), always through one `RewardPool` in this process;
 - policy: `model` generates with the checkpoint (`eval.checkpoint`, else `model.checkpoint`)
@@ -44,7 +44,7 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
         count = count or (cfg.data.num_eval_examples if split != "train" else None)
         kwargs = cfg.data.arith_knobs()
     try:
-        examples = resolve_dataset(name, path, split, num_examples=count, seed=cfg.run.seed,
+        examples = resolve_dataset(name, path, split, num_examples=count, seed=cfg.data.seed,
                                    on_error=cfg.data.on_error, **kwargs)
     except FileNotFoundError as e:
         raise ConfigError(f"data.path: {e}") from None

@@ -1,11 +1,14 @@
 """Generate one rollout chunk: this replica's share of a step's prompts, group_size each.
 
 Shared by the async generator role and the synchronous colocated actor, so both sample
-exactly the same prompts for chunk n with the same seeds.
+exactly the same prompts for chunk n with the same seeds. The engine's finished samples
+(tensors) are written straight into the chunk's rollout tensors; a prompt group is handed
+over (`on_group`) as soon as its last sample ends.
 """
 from __future__ import annotations
 
 import time
+from typing import Callable, Optional
 
 import torch
 
@@ -13,7 +16,7 @@ from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
-from llamarl_core.generation import GenerationEngine, SamplingParams
+from llamarl_core.generation import Finished, GenerationEngine, SamplingParams
 
 
 class ChunkGenerator:
@@ -24,7 +27,7 @@ class ChunkGenerator:
         self.replica, self.num_replicas = replica, num_replicas
         self.engine = GenerationEngine(model, tokenizer, max_batch_size=g.max_batch_size,
                                        max_seq_len=gen.max_prompt_tokens + gen.max_new_tokens + 1,
-                                       quantization=quantization)
+                                       quantization=quantization, batching=gen.batching)
         self.params = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
                                      top_p=gen.top_p, top_k=gen.top_k,
                                      stop_strings=tuple(gen.stop_strings))
@@ -35,24 +38,61 @@ class ChunkGenerator:
         return {"tokens": self.tokens_generated,
                 "tokens_per_s": self.tokens_generated / max(1e-9, time.time() - since)}
 
-    def generate(self, chunk: int, policy_version: int) -> Rollout:
-        a, gen = self.cfg.algorithm, self.cfg.generation
+    def generate(self, chunk: int, policy_version: int,
+                 on_group: Optional[Callable[[Rollout], None]] = None,
+                 between_steps: Optional[Callable[[], Optional[int]]] = None) -> Rollout:
+        """Chunk `chunk` as one Rollout; each prompt group also goes to `on_group` the moment
+        its last sample ends (continuous batching ends groups out of order)."""
+        a = self.cfg.algorithm
         indices = chunk_prompt_indices(len(self.prompts), chunk, a.prompts_per_step, self.cfg.run.seed)
         lo, hi = prompt_range(self.replica, self.num_replicas, a.prompts_per_step)
         example_ids = [i for i in indices[lo:hi] for _ in range(a.group_size)]
         prompt_ids = [self.prompts.prompt_ids[i] for i in example_ids]
         seed = (self.cfg.run.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
-        outs = self.engine.generate(prompt_ids, self.params, seed=seed)
-        n, length = len(outs), gen.max_prompt_tokens + gen.max_new_tokens
-        tokens = torch.full((n, length), self.tokenizer.pad_id, dtype=torch.long)
-        behavior = torch.zeros(n, gen.max_new_tokens)
-        prompt_lens, completion_lens = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
-        for r, (p, out) in enumerate(zip(prompt_ids, outs)):
-            c = len(out.token_ids)
-            tokens[r, :len(p)] = torch.tensor(p)
-            tokens[r, len(p):len(p) + c] = torch.tensor(out.token_ids, dtype=torch.long)
-            behavior[r, :c] = torch.tensor(out.logprobs)
-            prompt_lens[r], completion_lens[r] = len(p), c
-        self.tokens_generated += int(completion_lens.sum())
-        return Rollout(tokens, prompt_lens, completion_lens, behavior, torch.zeros(n),
-                       torch.tensor(example_ids, dtype=torch.long), policy_version, self.replica, chunk)
+        groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
+        self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
+                           between_steps=between_steps, policy_version=policy_version)
+        return groups.whole()
+
+
+class _Groups:
+    """Collects finished samples into prompt groups; builds each group's rows as tensors."""
+
+    def __init__(self, owner: ChunkGenerator, chunk: int, example_ids: list[int],
+                 prompt_ids: list[list[int]], policy_version: int, on_group):
+        gen, n = owner.cfg.generation, len(example_ids)
+        self.owner, self.chunk, self.on_group = owner, chunk, on_group
+        self.size = owner.cfg.algorithm.group_size
+        self.prompt_ids = prompt_ids
+        self.tokens = torch.full((n, gen.max_prompt_tokens + gen.max_new_tokens),
+                                 owner.tokenizer.pad_id, dtype=torch.long)
+        self.behavior = torch.zeros(n, gen.max_new_tokens)
+        self.prompt_lens = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
+        self.completion_lens = torch.zeros(n, dtype=torch.long)
+        self.versions = torch.full((n,), policy_version, dtype=torch.long)
+        self.example_ids = torch.tensor(example_ids, dtype=torch.long)
+        self.left = [self.size] * (n // self.size)  # samples still running per group
+        for r, p in enumerate(prompt_ids):
+            self.tokens[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+
+    def add(self, done: Finished) -> None:
+        r, c, p = done.index, done.token_ids.numel(), len(self.prompt_ids[done.index])
+        self.tokens[r, p:p + c] = done.token_ids
+        self.behavior[r, :c] = done.logprobs
+        self.completion_lens[r], self.versions[r] = c, done.policy_versions[0]
+        self.owner.tokens_generated += c
+        g = r // self.size
+        self.left[g] -= 1
+        if self.left[g] == 0 and self.on_group is not None:
+            self.on_group(self._rows(g * self.size, (g + 1) * self.size, group=g,
+                                     chunk_groups=len(self.left)))
+
+    def _rows(self, lo: int, hi: int, group: int = 0, chunk_groups: int = 0) -> Rollout:
+        versions = self.versions[lo:hi]
+        return Rollout(self.tokens[lo:hi], self.prompt_lens[lo:hi], self.completion_lens[lo:hi],
+                       self.behavior[lo:hi], torch.zeros(hi - lo), self.example_ids[lo:hi],
+                       int(versions.min()), self.owner.replica, self.chunk,
+                       policy_versions=versions, group=group, chunk_groups=chunk_groups)
+
+    def whole(self) -> Rollout:
+        return self._rows(0, self.tokens.shape[0])

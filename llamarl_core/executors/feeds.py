@@ -40,6 +40,7 @@ class RewardFeed:
         self.sources = replicas_for_trainer(rank, self.replicas, world, a.prompts_per_step)
         self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
         self.inboxes: dict[int, AsyncReceiver] = {}
+        self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
 
     def start(self) -> None:
         self.inboxes = {i: AsyncReceiver(self.ctx.reward_rank_for(i), TAG_TO_TRAINER_BASE + i)
@@ -54,6 +55,7 @@ class RewardFeed:
                     r = inbox.get(ctx.should_stop)
                     if r is None:
                         raise Stopped()
+                    self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
                     if r.policy_version >= version - k:
                         chunks.append(r)
                         break
@@ -72,6 +74,7 @@ class OwnChunks:
                                      ctx.cfg.resources.generator.quantization)
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
+        self.next_chunk: dict[int, int] = {}  # chunk n is step n: the data position
 
     def start(self) -> None:
         self.inbox = AsyncReceiver(self.ctx.reward_rank_for(self.rank), TAG_TO_TRAINER_BASE + self.rank)
@@ -85,6 +88,7 @@ class OwnChunks:
             scored = self.inbox.get(ctx.should_stop)
         if scored is None:
             raise Stopped()
+        self.next_chunk[self.rank] = step + 1
         ctx.control.set_stats("generator", self.rank,
                               {**self.chunks.stats(since=ctx.timeline.t_start), **ctx.timeline.totals()})
         return scored, staleness_per_row([scored], version), time.time() - t0

@@ -5,7 +5,9 @@ the trainer except to stay within `max_offpolicy_steps` (k).
       ┌─ trainer published a version we do not hold? → receive it (weight sync), continue
       ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
       ├─ chunk n would be more than k versions stale when trained? → wait for weights
-      └─ generate chunk n with version u → isend to reward rank (n mod ...) ; n += 1
+      └─ generate chunk n with version u, each prompt group isent to the reward rank the
+         moment its last sample ends; between decode steps, newly published weights are
+         received in place (rows record the versions they ran under) ; n += 1
 
 Credit rule: the trainer consumes replica i's chunks in order, one per step, skipping
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
@@ -53,7 +55,7 @@ class GeneratorExecutor:
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
         reward_rank = ctx.reward_rank_for(ctx.local_rank)
         sender = AsyncSender("rollout-sender")
-        chunk = 0
+        chunk = ctx.control.next_chunk(ctx.local_rank)  # > 0 on resume: the first untrained chunk
         t0 = time.time()
         while not ctx.should_stop():
             if ctx.control.published_version() > self.held:
@@ -64,11 +66,19 @@ class GeneratorExecutor:
                     self._wait_until_ready(sender, chunk, k)
                 continue
             with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                rollout = self.chunks.generate(chunk, self.held)
-            sender.send(rollout, reward_rank, TAG_TO_REWARD)
+                self.chunks.generate(chunk, self.held,
+                                     on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
+                                     between_steps=self._swap_if_published)
             chunk += 1
             self._publish_stats(t0)
         raise Stopped()
+
+    def _swap_if_published(self) -> int:
+        """Between decode steps: take newer weights in place (the trainer need not wait for
+        this chunk to end); the engine tags each running sample with the version returned."""
+        if not self.ctx.should_stop() and self.ctx.control.published_version() > self.held:
+            self._receive()
+        return self.held
 
     def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
         """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""

@@ -55,6 +55,7 @@ class Learner:
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0
+        self.length_sorted = True  # micro-batches of similar lengths (see _micro_batches)
         self.histograms: dict[str, torch.Tensor] = {}
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
@@ -75,14 +76,12 @@ class Learner:
         n = tokens.shape[0]
         total_tokens = max(1.0, float(mask.sum()))
         sums: dict[str, float] = {}
-        starts = list(range(0, n, micro))
-        for i, s in enumerate(starts):
-            e = min(n, s + micro)
-            with _maybe_no_sync(self.model, i == len(starts) - 1):
-                loss, metrics = self._micro_loss(tokens[s:e], behavior[s:e], mask[s:e],
-                                                 advantages[s:e], staleness[s:e])
-                weight = (float(mask[s:e].sum()) / total_tokens if a.aggregation == "token_mean"
-                          else (e - s) / n)
+        for i, (rows, width) in enumerate(self._micro_batches(batch, micro)):
+            t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
+            with _maybe_no_sync(self.model, i == -(-n // micro) - 1):
+                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows])
+                weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
+                          else len(rows) / n)
                 (loss * weight).backward()
             for k, v in metrics.items():
                 if k in MAX_METRICS:
@@ -99,6 +98,18 @@ class Learner:
         # For TensorBoard's histograms: every counted token's π/μ and every row's staleness.
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
+
+    def _micro_batches(self, batch: Rollout, micro: int):
+        """(row indices, token width) per micro-batch. Rows go in length order and each
+        micro-batch is cut to its own longest row, so short rows do not pay for padding up
+        to the chunk's longest one (the loss is the same: micro-batch means are weighted by
+        their token share). `length_sorted = False` is the old layout, for the benchmark."""
+        lengths = batch.prompt_lens + batch.completion_lens                       # [N]
+        n, width = len(lengths), int(lengths.max())
+        order = torch.argsort(lengths, stable=True) if self.length_sorted else torch.arange(n)
+        for s in range(0, n, micro):
+            rows = order[s:s + micro]
+            yield rows, (int(lengths[rows].max()) if self.length_sorted else width)
 
     def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""

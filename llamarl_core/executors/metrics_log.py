@@ -58,3 +58,18 @@ class MetricsLog:
         self._file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+class TrainedExamplesLog:
+    """trained_examples.jsonl: {"step", "policy_version", "example_ids"} per trainer step, the
+    audit trail of which prompts each step trained (a resumed run must not lose or repeat any)."""
+
+    def __init__(self, run_dir: str):
+        self._file = open(os.path.join(run_dir, "trained_examples.jsonl"), "a", buffering=1)
+
+    def write(self, step: int, policy_version: int, example_ids: list[int]) -> None:
+        self._file.write(json.dumps({"step": step, "policy_version": policy_version,
+                                     "example_ids": example_ids}) + "\n")
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,9 +1,10 @@
 """The reward role: score chunks as they arrive and forward them to the trainer rank(s).
 
     loop:
-      receive a chunk from any generator replica (the header names it)
+      receive a prompt group (or a whole chunk) from any generator replica (the header names it)
       decode completions → verifier pool (worker processes, wall-clock timeout per answer)
-      split rows by trainer data-parallel rank → send (tag = replica), in order, off-thread
+      once a chunk's groups are all scored: split rows by trainer data-parallel rank → send
+      (tag = replica), in order, off-thread
 
 The reward role holds no model; verifiers that hang or crash are killed and score 0.
 """
@@ -18,6 +19,7 @@ from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
+from llamarl_core.wire.rollout import assemble
 from llamarl_core.executors.context import Stopped, WorkerContext
 
 POLL_S = 0.05
@@ -41,6 +43,7 @@ class RewardExecutor:
         self.num_replicas = len(ctx.ranks("generator") or ctx.ranks("actor"))
         self.trainer_ranks = ctx.ranks("trainer") or ctx.ranks("actor")
         self.scored = 0
+        self.partial: dict[tuple[int, int], list] = {}  # (replica, chunk) -> scored groups
 
     def run(self) -> None:
         ctx, a = self.ctx, self.ctx.cfg.algorithm
@@ -59,11 +62,18 @@ class RewardExecutor:
                 raise Stopped()
             with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
                 rollout.rewards = torch.tensor(self.score(rollout), dtype=torch.float32)
+            self.scored += rollout.num_rows
+            key = (rollout.replica, rollout.chunk)
+            parts = self.partial.setdefault(key, [])
+            parts.append(rollout)
+            rollout = assemble(parts, a.group_size)
+            if rollout is None:
+                continue
+            del self.partial[key]
             for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
                                                        len(self.trainer_ranks), a.prompts_per_step,
                                                        a.group_size):
                 outbox.send(rollout.rows(lo, hi), self.trainer_ranks[j], TAG_TO_TRAINER_BASE + rollout.replica)
-            self.scored += rollout.num_rows
             ctx.control.set_stats("reward", ctx.local_rank, {
                 "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
 

@@ -48,12 +48,12 @@ def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:
     d = cfg.data
     if d.name == "arith":
         n = d.num_train_examples if split == "train" else d.num_eval_examples
-        return resolve_dataset("arith", None, split, num_examples=n, seed=cfg.run.seed,
+        return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed,
                                **d.arith_knobs())
     path = d.path if split == "train" else (d.eval_path or d.path)
     n = None if split == "train" else (d.num_eval_examples or None)
     examples = resolve_dataset(d.name if d.name != "generic" else path, path, split,
-                               num_examples=n, seed=cfg.run.seed, on_error=d.on_error)
+                               num_examples=n, seed=d.seed, on_error=d.on_error)
     if split != "train" and not d.eval_path:  # held-out = the tail of the same file
         examples = examples[-(d.num_eval_examples or len(examples)) :]
     return list(examples)

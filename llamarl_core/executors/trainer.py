@@ -1,6 +1,6 @@
 """The trainer loop: AIPO steps on rollouts as they come, a new version out after every step.
 
-    warm start (optional SFT) → held-out eval → publish v0 → feed.start()
+    warm start (optional SFT) → checkpoints/warmstart → held-out eval → publish v0 → feed.start()
     for step v = 0 .. max_steps-1:
         feed.collect: this rank's rows of step v
         AIPO: loss = -stopgrad(min(π/μ, ρ)) · A · log π   (data parallel over trainer ranks)
@@ -16,23 +16,23 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
+from llamarl_core.executors import checkpoints
 from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.feeds import OwnChunks, RewardFeed
 from llamarl_core.executors.heldout import heldout_eval, write_samples
-from llamarl_core.executors.learner import Learner, WarmStart
-from llamarl_core.executors.metrics_log import MetricsLog
+from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.setup import (build_model, encode_prompts, load_split, model_from_state, reward_name,
-                                         sft_sequences)
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split, model_from_state, reward_name
+from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.trainer_model import build_trainer_model
@@ -58,19 +58,24 @@ class TrainerExecutor:
         self.feed = make_feed(self)
         self.publisher = make_publisher(self)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
-        self.log = MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard) if self.rank == 0 else None
+        first_step = checkpoints.read_state(cfg.run.resume)["step"] + 1 if cfg.run.resume else 1
+        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard, first_step)
+                    if self.rank == 0 else None)
+        self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
 
     # ---- phases -------------------------------------------------------------------------
     def run(self) -> None:
         cfg, ctx = self.cfg, self.ctx
-        self.warm_start()
-        self.evaluate()
+        start = self.restore() if cfg.run.resume else 0
+        if not cfg.run.resume:
+            self.warm_start()
+            self.evaluate()
         self.sync()
         self.feed.start()
         t_rl = time.time()
-        for step in range(cfg.run.max_steps):
+        for step in range(start, cfg.run.max_steps):
             t0 = time.time()
             ctx.progress()
             batch, staleness, waited_s = self.feed.collect(step, self.version)
@@ -83,9 +88,10 @@ class TrainerExecutor:
             due = cfg.run.eval_every_steps and (step + 1) % cfg.run.eval_every_steps == 0
             if due or last:
                 self.evaluate()
-            if cfg.run.checkpoint_every_steps and (step + 1) % cfg.run.checkpoint_every_steps == 0:
-                self.checkpoint(f"step_{step + 1}")
+            self._log_examples(step, batch)
             self._log(step, metrics, batch, waited_s, time.time() - t0)
+            if cfg.run.checkpoint_every_steps and (step + 1) % cfg.run.checkpoint_every_steps == 0:
+                self.save_checkpoint(step + 1)
             if last:
                 break
         self.checkpoint("final")
@@ -94,22 +100,18 @@ class TrainerExecutor:
             ctx.control.mark_done()
 
     def warm_start(self) -> None:
-        w = self.cfg.warmstart
-        if w.steps == 0:
+        """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
+        if self.cfg.warmstart.steps == 0:
             return
-        ws = WarmStart(self.model, self.cfg, self.tokenizer.pad_id)
-        seqs = sft_sequences(self.cfg, self.train_prompts, self.tokenizer)
-        # Every rank draws the same global batch and trains on its slice, so the warm start
-        # (and the accuracy RL starts from) is the same however many trainer ranks there are.
-        rng = random.Random(f"warmstart:{self.cfg.run.seed}")
-        progress = self._progress("warmstart")
-        with self.ctx.timeline.span("warmstart", steps=w.steps):
-            for i in range(w.steps):
-                batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
-                loss = ws.step(batch[self.rank::self.world])
-                progress(i + 1, w.steps)
-                if self.rank == 0 and (i % 20 == 0 or i == w.steps - 1):
-                    print(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}", flush=True)
+        with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
+            warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
+                            self.world, log=lambda m: print(m, flush=True),
+                            on_step=self._progress("warmstart"))
+        self.checkpoint(WARMSTART_CHECKPOINT)
+        if self.rank == 0:
+            path = os.path.join(self.ctx.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
+            print(f"warm start saved to {path} (RL from it: model.checkpoint={path} warmstart.steps=0)",
+                  flush=True)
 
     def sync(self) -> None:
         """Hand version `self.version` to whoever generates next."""
@@ -143,6 +145,42 @@ class TrainerExecutor:
             return
         with self.ctx.timeline.span("checkpoint"):
             save_pretrained(model, self.tokenizer, os.path.join(self.ctx.run_dir, "checkpoints", name))
+
+    def save_checkpoint(self, step: int) -> None:
+        """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
+        views = self._gather(self.feed.next_chunk)
+        next_chunk = {i: max(v.get(i, 0) for v in views) for v in views for i in v}
+        state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
+                 "next_chunk": next_chunk, "dropped": {i: c - step for i, c in next_chunk.items()},
+                 "accuracy_by_version": self.accuracy}
+        path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")
+        with self.ctx.timeline.span("checkpoint", step=step):
+            checkpoints.save(path, self.model, self.learner.optimizer, self.group, self.rank, state,
+                             self.cfg.run.keep_checkpoints, self.ctx.run_dir)
+
+    def restore(self) -> int:
+        """Load run.resume (a stable step_<N>); returns N, the next step's index."""
+        path = self.cfg.run.resume
+        state = checkpoints.load(path, self.model, self.learner.optimizer, self.group, self.rank)
+        self.version, self.learner.steps_done = state["policy_version"], state["lr_steps"]
+        self.accuracy = {int(v): a for v, a in state["accuracy_by_version"].items()}
+        self.feed.next_chunk = {int(i): c for i, c in state["next_chunk"].items()}
+        print(f"resumed from {path}: step {state['step']}, policy version {self.version}", flush=True)
+        return state["step"]
+
+    def _gather(self, obj) -> list:
+        if self.group is None or self.world == 1:
+            return [obj]
+        out: list = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def _log_examples(self, step: int, batch: Rollout) -> None:
+        """trained_examples.jsonl: the prompt ids every trainer rank trained at this step."""
+        ids = batch.example_ids[::self.cfg.algorithm.group_size].tolist()
+        gathered = self._gather(ids)
+        if self.examples_log is not None:
+            self.examples_log.write(step + 1, self.version, [i for part in gathered for i in part])
 
     def _full_model(self):
         """On rank 0, a plain module holding the full weights (None elsewhere).
@@ -206,6 +244,7 @@ class TrainerExecutor:
         self.publisher.close()
         if self.log is not None:
             self.log.close()
+            self.examples_log.close()
 
 
 def async_trainer(ctx: WorkerContext) -> TrainerExecutor:

@@ -37,7 +37,7 @@ def build_trainer_model(ctx: WorkerContext, role: str):
     sharded = loads_sharded(ctx, world)
     if sharded:
         raw, _ = build_empty(cfg.model.checkpoint, device="meta")
-        tokenizer = load_tokenizer(cfg.model.checkpoint)
+        tokenizer = load_tokenizer(cfg.model.checkpoint, required=False)
     else:
         raw, tokenizer = build_model(cfg, dtype=MASTER_DTYPE, device=str(device))
     model = wrap_data_parallel(raw, group, t.strategy, device.type, dp=dp,

@@ -1,5 +1,5 @@
 """Native PyTorch generation: KV-cache engine, sampling, stop handling, quantization."""
 from .engine import GenerationEngine
-from .params import Completion, SamplingParams
+from .params import Completion, Finished, SamplingParams
 
-__all__ = ["GenerationEngine", "SamplingParams", "Completion"]
+__all__ = ["GenerationEngine", "SamplingParams", "Completion", "Finished"]

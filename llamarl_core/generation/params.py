@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -46,3 +48,17 @@ class Completion:
     logprobs: list[float]
     finish_reason: str  # "stop" (EOS, stop token or stop string) | "length"
     text: str
+
+
+@dataclass
+class Finished:
+    """One sequence as the engine hands it over, tensors on the engine's device.
+
+    `policy_versions` = (first, last): the policy versions it was decoded under (they differ
+    when weights were swapped between decode steps while it ran)."""
+
+    index: int                 # position in the prompt list
+    token_ids: torch.Tensor    # [n] int64
+    logprobs: torch.Tensor     # [n] float32, log-prob of each token as it was sampled
+    finish_reason: str         # "stop" | "length"
+    policy_versions: tuple[int, int] = (0, 0)

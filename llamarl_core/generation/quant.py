@@ -1,9 +1,9 @@
 """Weight-only quantization for generation: int8 (CPU) and fp8 e4m3 (CUDA).
 
 Both keep one scale per output channel: w ~= q * scale[:, None]. The quantized copies live
-in the engine, not the model, and are attached to the model's `nn.Linear`s only while the
-engine runs (`attached(...)`), so a trainer sharing the module never sees them and in-place
-weight swaps are picked up by `GenerationEngine.refresh_weights()`.
+in the engine (fused.py stacks QKV and gate/up before quantizing, which leaves every row's
+scale unchanged), never in the model, so a trainer sharing the module never sees them;
+in-place weight swaps are picked up by `GenerationEngine.refresh_weights()`.
 The transformer blocks' linears are quantized; embedding and output head stay full precision.
 
 Measured on 2 CPU cores (torch 2.13): a float32 GEMM at batch 64 is compute-bound, so int8

@@ -120,7 +120,8 @@ def checkpoint_tensors(path, args, shapes: dict[str, tuple]) -> Iterator[tuple[s
 
 
 def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-    """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory."""
+    """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory. A
+    model-only directory (no tokenizer file) loads too; its tokenizer errors on first use."""
     path = Path(path)
     model, args = build_empty(path)
     model = model.to(dtype=dtype).to_empty(device=device)
@@ -130,7 +131,7 @@ def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torc
     with torch.no_grad():
         for name, tensor in checkpoint_tensors(path, args, {n: p.shape for n, p in params.items()}):
             params[name].copy_(tensor.to(dtype))
-    return model, load_tokenizer(path)
+    return model, load_tokenizer(path, required=False)
 
 
 def save_pretrained(model: Llama, tokenizer, path, max_shard_bytes: int = 5 * 2**30) -> None:

@@ -60,14 +60,6 @@ class KVCache:
         return ck[:batch, :, :end], cv[:batch, :, :end]
 
 
-    def keep_rows(self, keep: torch.Tensor, filled: int) -> None:
-        """Move batch rows `keep` [n] to the front (first `filled` slots), dropping the rest."""
-        n = keep.shape[0]
-        for layer in range(len(self.k)):
-            for buf in (self.k[layer], self.v[layer]):
-                buf[:n, :, :filled] = buf[keep, :, :filled]  # advanced index copies first
-
-
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()

@@ -143,8 +143,24 @@ class HFTokenizer:
                 json.dumps({"eos_token_id": list(self.eos_ids)}, indent=2))
 
 
-def load_tokenizer(directory):
-    """ByteTokenizer if `byte_tokenizer.json` is present, else HFTokenizer from tokenizer.json."""
+class MissingTokenizer:
+    """Stands in for the tokenizer of a model-only checkpoint: the weights load, and only a
+    use of the tokenizer fails, naming the files it looked for."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def __getattr__(self, name):
+        raise FileNotFoundError(f"no tokenizer in {self.directory}: expected {BYTE_TOKENIZER_FILE} "
+                                f"or tokenizer.json (needed for tokenizer.{name})")
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def load_tokenizer(directory, required: bool = True):
+    """ByteTokenizer if `byte_tokenizer.json` is present, else HFTokenizer from tokenizer.json;
+    with neither, an error (`required`) or a `MissingTokenizer` that errors on first use."""
     directory = Path(directory)
     byte_file = directory / BYTE_TOKENIZER_FILE
     if byte_file.is_file():
@@ -154,4 +170,6 @@ def load_tokenizer(directory):
         return ByteTokenizer(chat_template=data.get("chat_template"))
     if (directory / "tokenizer.json").is_file():
         return HFTokenizer.from_dir(directory)
+    if not required:
+        return MissingTokenizer(directory)
     raise FileNotFoundError(f"no tokenizer in {directory}: expected {BYTE_TOKENIZER_FILE} or tokenizer.json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
@@ -18,7 +19,7 @@ from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
 from llamarl_core.config.hardware import DeviceSpec, cpu_spec, get_device
-from llamarl_core.plan.model_source import resolve_model_args
+from llamarl_core.plan.model_source import check_tokenizer, resolve_model_args
 from llamarl_core.plan.placement import accelerators, place_roles
 from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
@@ -39,6 +40,7 @@ class RolePlan:
     uses_accelerator: bool = True
     devices: list[int] = field(default_factory=list)  # local GPU indices on each of its nodes
     commands: list[str] = field(default_factory=list)
+    batching: Optional[str] = None      # generation.batching, for roles that generate
 
     @property
     def ranks(self) -> list[int]:
@@ -54,6 +56,7 @@ class RolePlan:
             "fits": mem.fits(self.memory, self.capacity_gib),
             "threads": self.threads, "uses_accelerator": self.uses_accelerator, "devices": self.devices,
             "commands": self.commands,
+            **({"batching": self.batching} if self.batching else {}),
         }
 
 
@@ -97,6 +100,8 @@ def _device_spec(cfg: LlamaRLConfig) -> DeviceSpec:
 def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool = True) -> LaunchPlan:
     """`require_data=False` (for `llamarl plan`) turns a dataset without a path into a warning."""
     model, model_name = resolve_model_args(cfg.model)
+    if require_data:
+        check_tokenizer(cfg.model)
     spec = _device_spec(cfg)
     res, alg, gen = cfg.resources, cfg.algorithm, cfg.generation
     is_sync = alg.max_offpolicy_steps == 0
@@ -121,10 +126,11 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
         fsdp, dp = trainer_sharding(t, compute_devices)
         par = {"tp": t.tp, "dp": dp, "fsdp": fsdp, "pp": t.pp, "generator_tp": g.tp}
         roles.append(RolePlan("actor", compute_devices, 0, [], par, t.dtype, g.quantization,
-                              mem.colocated_memory(trainer_mem(fsdp), gen_mem), 0.0, threads))
+                              mem.colocated_memory(trainer_mem(fsdp), gen_mem), 0.0, threads,
+                              batching=gen.batching))
     else:
         roles.append(RolePlan("generator", g.num_devices, 0, [], gen_par, g.dtype, g.quantization,
-                              gen_mem, 0.0, threads))
+                              gen_mem, 0.0, threads, batching=gen.batching))
         fsdp, tdp = trainer_sharding(t, t.num_devices)
         roles.append(RolePlan("trainer", t.num_devices, g.num_devices, [],
                               {"tp": t.tp, "dp": tdp, "fsdp": fsdp, "pp": t.pp}, t.dtype, "none",

@@ -14,8 +14,8 @@ from llamarl_core.bench.plots import COLORS, _pyplot
 from llamarl_core.report.run_data import RunData
 
 
-def _save(fig, plt, path: str) -> str:
-    fig.tight_layout()
+def _save(fig, plt, path: str, rect=(0, 0, 1, 1)) -> str:
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
@@ -80,10 +80,7 @@ def plot_gantt(runs: list[RunData], path: str, num_steps: int = 5) -> str:
     axes[-1, 0].set_xlabel("seconds")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     fig.legend(handles, list(COLORS), loc="lower center", ncol=len(COLORS), frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path, rect=(0, 0.07, 1, 1))  # room for the legend below
 
 
 def plot_offpolicy(runs: list[RunData], path: str) -> str:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import procs
+from llamarl_core.runtime import procs, resume
 from llamarl_core.transport.control import ControlPlane
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -86,6 +86,7 @@ class Controller:
         store = start_store(c.host, c.port)
         self.control = ControlPlane(store)
         write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         result = RunResult(False, self.run_dir, "the controller stopped before supervising")
         try:
@@ -135,7 +136,12 @@ class Controller:
                 self.view.update(self.control, self.plan)
             state = self._state()
             if state == "aborted":
-                return self._failure(self.control.abort_reason() or "a role aborted the run")
+                reason = self.control.abort_reason() or "a role aborted the run"
+                killed = self._killed_rank()
+                if killed:  # its peers' connection errors often report first: name the cause
+                    role, rank = killed
+                    return self._failure(f"role {role} rank {rank} died; then {reason}", role, rank)
+                return self._failure(reason)
             if state == "done":
                 done_at = done_at or time.time()
                 if all(p.poll() is not None for p in self.procs) or time.time() - done_at > DONE_GRACE_S:
@@ -150,7 +156,7 @@ class Controller:
         for name, p in zip(self.role_of_proc, self.procs):
             code = p.poll()
             if code is not None and code != 0 and self._state() != "done":
-                who = self._first_error() or self._dead_rank(name) or (name, 0)
+                who = self._killed_rank() or self._first_error() or self._dead_rank(name) or (name, 0)
                 return (f"role {who[0]} rank {who[1]} failed (its torchrun exited with code {code})", *who)
         for role, rank in self.ranks:
             if self.control.get_str(f"exit/{role}/{rank}") == "0":
@@ -188,6 +194,15 @@ class Controller:
         """The rank's pid if it registered one and that process is gone, else ''."""
         pid = self.control.get_str(f"pid/{role}/{rank}")
         return pid if pid and not procs.pid_alive(int(pid)) else ""
+
+    def _killed_rank(self) -> tuple[str, int] | None:
+        """A rank whose process is gone without an error report or a clean exit (SIGKILL, the
+        OOM killer): the cause, where its peers' errors ("connection closed") are effects."""
+        for role, rank in self.ranks:
+            if (self.control.get_str(f"exit/{role}/{rank}") != "0" and self._dead_pid(role, rank)
+                    and not self.control.get_str(f"error/{role}/{rank}")):
+                return role, rank
+        return None
 
     def _dead_rank(self, role: str) -> tuple[str, int] | None:
         for r, rank in self.ranks:

@@ -9,10 +9,20 @@ from omegaconf import OmegaConf
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import default_run_dir
+from llamarl_core.runtime import resume
 
 
 def resolve_run_dir(cfg: LlamaRLConfig) -> str:
-    """`run.dir` or runs/<recipe>; an existing non-empty directory gets a -2, -3… suffix."""
+    """`run.dir` or runs/<recipe>; an existing non-empty directory gets a -2, -3… suffix.
+
+    With `run.resume` the run's own directory is reused, and `run.resume` becomes the stable
+    checkpoint to load ('' when `auto` finds none).
+    """
+    if cfg.run.resume:
+        path = resume.run_dir_of(cfg)
+        os.makedirs(os.path.join(path, "logs"), exist_ok=True)
+        cfg.run.resume = resume.resolve(cfg, path)
+        return path
     base = os.path.abspath(default_run_dir(cfg))
     path, n = base, 1
     while os.path.isdir(path) and os.listdir(path):

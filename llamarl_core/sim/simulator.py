@@ -42,6 +42,9 @@ class SimInputs:
     prompt_tokens: int
     new_tokens: int  # mean generated tokens per sample
     max_offpolicy_steps: int = 1
+    # generation.batching: "continuous" streams (no tail); "static" waits for each batch's
+    # longest sample in async mode too
+    batching: str = "continuous"
 
     def __post_init__(self) -> None:
         for name in ("generator_devices", "generator_tp", "trainer_devices", "trainer_fsdp",
@@ -133,7 +136,8 @@ def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
         inp.model, inp.device, c, tp=inp.generator_tp, replicas=replicas,
         sequences=inp.sequences, prompt_tokens=inp.prompt_tokens,
         new_tokens=inp.new_tokens, bytes_per_param=inp.generator_bytes_per_param,
-        resident_bytes=gen_weights, wait_for_longest=inp.max_offpolicy_steps == 0)
+        resident_bytes=gen_weights,
+        wait_for_longest=inp.max_offpolicy_steps == 0 or inp.batching == "static")
     state = m.train_state_bytes_per_device(inp.model, c, inp.trainer_fsdp, inp.trainer_tp)
     if state + c.reserved_gib * GIB > inp.device.memory_gib * GIB:
         raise ValueError(f"trainer: {state / GIB:.1f} GiB of training state per device + "

@@ -7,6 +7,7 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     weights/published         policy version the trainer has published (absent before v0)
     weights/held/<grank>      version a generator rank holds
     dropped/<replica>         stale rollout chunks dropped from a generator replica (int)
+    data/next_chunk/<replica> the chunk a generator replica starts at (resume: first untrained)
     hb/<role>/<rank>          when the rank's main loop last made progress, unix seconds
     pid/<role>/<rank>         the worker's pid (the controller reaps leftovers by pid)
     status/<role>/<rank>      JSON: what the rank is doing now, for the live view
@@ -80,6 +81,12 @@ class ControlPlane:
 
     def dropped(self, replica: int) -> int:
         return self.get_int(f"dropped/{replica}")
+
+    def set_next_chunk(self, replica: int, chunk: int) -> None:
+        self.store.set(f"data/next_chunk/{replica}", str(chunk))
+
+    def next_chunk(self, replica: int) -> int:
+        return int(self.get_str(f"data/next_chunk/{replica}", "0"))
 
     # ---- liveness -----------------------------------------------------------------------
     def heartbeat(self, role: str, rank: int, progress_s: float | None = None) -> None:

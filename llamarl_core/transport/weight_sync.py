@@ -179,7 +179,7 @@ class WeightSyncSender(_Endpoint):
     role = "sender"
 
     def __init__(self, named_shapes: NamedShapes, *, transport: str, group, src_rank: int, store=None,
-                 run_id: str = "", bucket_mb: float = 256.0, wire_dtype: torch.dtype | None = None):
+                 run_id: str = "", bucket_mb: float, wire_dtype: torch.dtype | None = None):
         super().__init__(named_shapes, transport=transport, group=group, src_rank=src_rank, store=store,
                          run_id=run_id, bucket_mb=bucket_mb, wire_dtype=wire_dtype)
         if dist.get_rank() != src_rank:
@@ -287,7 +287,7 @@ class WeightSyncReceiver(_Endpoint):
     role = "receiver"
 
     def __init__(self, named_shapes: NamedShapes, *, transport: str, group, src_rank: int, store=None,
-                 run_id: str = "", bucket_mb: float = 256.0, wire_dtype: torch.dtype | None = None):
+                 run_id: str = "", bucket_mb: float, wire_dtype: torch.dtype | None = None):
         super().__init__(named_shapes, transport=transport, group=group, src_rank=src_rank, store=store,
                          run_id=run_id, bucket_mb=bucket_mb, wire_dtype=wire_dtype)
         if dist.get_rank() == src_rank:

@@ -3,14 +3,22 @@
 Rows are whole prompt groups, `group_size` consecutive rows per prompt. `tokens` holds each
 row's prompt followed by its completion, right-padded; the trainer recomputes log π on
 exactly these tokens. Packing to two flat tensors is how it crosses torch.distributed.
+
+A generator sends each prompt group as soon as its last sample ends (continuous batching):
+such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups
+in the whole chunk; 0 = this rollout is the whole chunk); the reward role reassembles the
+chunk (`assemble`). `policy_versions[r]` is the oldest policy version row r was decoded under
+(weights may be swapped between decode steps); `policy_version` is the oldest over all rows,
+the one the trainer's staleness rule checks.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
-HEADER_LEN = 8  # [num_rows, row_len, completion_len, policy_version, replica, chunk, 0, 0]
+HEADER_LEN = 8  # [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups]
 
 
 @dataclass
@@ -24,6 +32,13 @@ class Rollout:
     policy_version: int
     replica: int
     chunk: int
+    policy_versions: Optional[torch.Tensor] = None  # [N] int64; None: every row at policy_version
+    group: int = 0
+    chunk_groups: int = 0
+
+    def __post_init__(self):
+        if self.policy_versions is None:
+            self.policy_versions = torch.full((self.num_rows,), self.policy_version, dtype=torch.long)
 
     @property
     def num_rows(self) -> int:
@@ -31,18 +46,19 @@ class Rollout:
 
     def header(self) -> torch.Tensor:
         return torch.tensor([self.num_rows, self.tokens.shape[1], self.behavior_logprobs.shape[1],
-                             self.policy_version, self.replica, self.chunk, 0, 0], dtype=torch.int64)
+                             self.policy_version, self.replica, self.chunk, self.group,
+                             self.chunk_groups], dtype=torch.int64)
 
     def pack(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ints = torch.cat([self.tokens, self.prompt_lens[:, None], self.completion_lens[:, None],
-                          self.example_ids[:, None]], dim=1)                       # [N, L + 3]
+                          self.example_ids[:, None], self.policy_versions[:, None]], dim=1)  # [N, L + 4]
         floats = torch.cat([self.behavior_logprobs, self.rewards[:, None]], dim=1)  # [N, C + 1]
         return self.header(), ints.contiguous(), floats.contiguous()
 
     @staticmethod
     def empty_buffers(header: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, length, c = (int(x) for x in header[:3])
-        return torch.empty(n, length + 3, dtype=torch.int64), torch.empty(n, c + 1, dtype=torch.float32)
+        return torch.empty(n, length + 4, dtype=torch.int64), torch.empty(n, c + 1, dtype=torch.float32)
 
     @staticmethod
     def unpack(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
@@ -50,13 +66,16 @@ class Rollout:
         return Rollout(tokens=ints[:, :length], prompt_lens=ints[:, length],
                        completion_lens=ints[:, length + 1], example_ids=ints[:, length + 2],
                        behavior_logprobs=floats[:, :-1], rewards=floats[:, -1],
-                       policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]))
+                       policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]),
+                       policy_versions=ints[:, length + 3], group=int(header[6]),
+                       chunk_groups=int(header[7]))
 
     def rows(self, start: int, stop: int) -> "Rollout":
         return Rollout(self.tokens[start:stop], self.prompt_lens[start:stop],
                        self.completion_lens[start:stop], self.behavior_logprobs[start:stop],
                        self.rewards[start:stop], self.example_ids[start:stop],
-                       self.policy_version, self.replica, self.chunk)
+                       int(self.policy_versions[start:stop].min()), self.replica, self.chunk,
+                       self.policy_versions[start:stop])
 
 
 def concat(rollouts: list[Rollout]) -> Rollout:
@@ -72,9 +91,18 @@ def concat(rollouts: list[Rollout]) -> Rollout:
         rewards=torch.cat([r.rewards for r in rollouts]),
         example_ids=torch.cat([r.example_ids for r in rollouts]),
         policy_version=min(r.policy_version for r in rollouts),
-        replica=rollouts[0].replica, chunk=rollouts[0].chunk)
+        replica=rollouts[0].replica, chunk=rollouts[0].chunk,
+        policy_versions=torch.cat([r.policy_versions for r in rollouts]))
+
+
+def assemble(parts: list[Rollout], group_size: int) -> Optional[Rollout]:
+    """The whole chunk once `parts` (groups of one chunk, any order) cover it, else None."""
+    whole = parts[0].chunk_groups
+    if whole and sum(p.num_rows for p in parts) < whole * group_size:
+        return None
+    return concat(sorted(parts, key=lambda p: p.group))
 
 
 def staleness_per_row(rollouts: list[Rollout], trainer_version: int) -> torch.Tensor:
-    return torch.cat([torch.full((r.num_rows,), trainer_version - r.policy_version, dtype=torch.float32)
-                      for r in rollouts])
+    """Versions behind the trainer, per row: each row counts its oldest decoding version."""
+    return torch.cat([(trainer_version - r.policy_versions).float() for r in rollouts])

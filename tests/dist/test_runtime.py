@@ -142,3 +142,19 @@ def test_two_trainer_ranks_train_data_parallel(tmp_path, strategy):
     sent = {s["version"]: s["sha256"] for s in sums if s["role"] == "trainer"}
     got = {s["version"]: s["sha256"] for s in sums if s["role"] == "generator"}
     assert set(got) == {0, 1, 2} and all(got[v] == sent[v] for v in got)
+
+
+def test_rl_starts_from_a_saved_warm_start_with_exactly_its_weights(tmp_path):
+    first, second = tmp_path / "with_warmstart", tmp_path / "from_checkpoint"
+    out = train(first, "warmstart.steps=3", "run.max_steps=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    checkpoint = first / "checkpoints" / "warmstart"
+    assert (checkpoint / "config.json").exists()
+    out = train(second, f"model.checkpoint={checkpoint}", "run.max_steps=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    def version_0(run_dir):
+        sums = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]
+        return {s["sha256"] for s in sums if s["version"] == 0}
+    # version 0 of both runs (trainer and generator) is the warm-started model, bit for bit
+    assert len(version_0(first)) == 1 and version_0(first) == version_0(second)

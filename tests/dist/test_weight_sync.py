@@ -155,11 +155,11 @@ def _mismatch_body(rank, world_size, store):
     for transport in ("collective", "shm"):
         cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
         try:
-            cls(shapes, transport=transport, group=group, src_rank=0, store=store, run_id="t-mis")
+            cls(shapes, transport=transport, group=group, src_rank=0, store=store, run_id="t-mis", bucket_mb=256.0)
         except ValueError as e:
             errors[transport] = str(e)
     # A receiver built right but handed wrongly shaped params fails locally, before any traffic.
-    kw = dict(transport="collective", group=group, src_rank=0, store=store, run_id="t-mis")
+    kw = dict(transport="collective", group=group, src_rank=0, store=store, run_id="t-mis", bucket_mb=256.0)
     if rank == 0:
         WeightSyncSender(SHAPES, **kw).send(_state(1), 1)
     else:
@@ -193,7 +193,7 @@ def _setup_error_body(rank, world_size, store):
 
     shm.create = full_shm  # only the trainer creates buffers
     try:
-        cls(SHAPES, transport="shm", group=group, src_rank=0, store=store, run_id="t-full")
+        cls(SHAPES, transport="shm", group=group, src_rank=0, store=store, run_id="t-full", bucket_mb=256.0)
     except OSError as e:
         return str(e)
     finally:
@@ -210,7 +210,7 @@ def _timeout_body(rank, world_size, store):
     messages = {}
     for transport in ("shm", "collective"):  # collective last: a timed-out collective spoils its group
         group = dist.new_group([0, 1])
-        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-timeout")
+        kw = dict(transport=transport, group=group, src_rank=0, store=store, run_id="t-timeout", bucket_mb=256.0)
         if rank not in (0, 1):
             continue
         if rank == 0:

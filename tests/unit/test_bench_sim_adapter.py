@@ -69,3 +69,14 @@ def test_bench_bad_input_exits_2_with_one_line(capsys, argv, words):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     for w in words:
         assert w in err
+
+
+def test_static_batching_makes_the_async_generator_wait_for_each_batchs_longest_sample():
+    results = {}
+    for mode in ("continuous", "static"):
+        cfg = load_config("8b_gsm8k", [f"generation.batching={mode}"])
+        model, _ = resolve_model_args(cfg.model)
+        assert inputs_for("8b_gsm8k", f"generation.batching={mode}").batching == mode
+        results[mode] = simulate_config(cfg, model, get_device(cfg.resources.device))
+    assert results["static"]["async"]["step_s"] > results["continuous"]["async"]["step_s"]
+    assert results["static"]["sync"]["step_s"] == results["continuous"]["sync"]["step_s"]

@@ -43,3 +43,10 @@ def test_the_old_aggregation_name_is_refused_naming_the_key_and_the_choices():
 def test_a_negative_number_of_eval_examples_is_refused():
     with pytest.raises(ConfigError, match="data.num_eval_examples=-1"):
         load_config("cpu_tiny", ["data.num_eval_examples=-1"])
+
+
+@pytest.mark.parametrize("key", ["model.dtype=bfloat16", "resources.trainer.quantization=int8",
+                                 "run.log_every_steps=5"])
+def test_keys_no_code_read_are_gone_and_setting_one_is_refused_by_name(key):
+    with pytest.raises(ConfigError, match=key.split("=")[0].split(".")[-1]):
+        load_config("cpu_tiny", [key])

@@ -15,7 +15,8 @@ def test_bench_generation_writes_ratio_timings_and_machine_info(tmp_path):
     spec.loader.exec_module(bench)
     out = tmp_path / "gen.json"
     argv = ["--out", str(out), "--sizes", "tiny-2m", "--threads", "1", "--batch-size", "2",
-            "--prompt-len", "4", "--new-tokens", "3", "--repeats", "1"]
+            "--prompt-len", "4", "--new-tokens", "3", "--repeats", "1",
+            "--long-tail-prompts", "6", "--long-tail-new-tokens", "12", "--long-tail-stops", "40"]
     assert bench.main(argv) == 0
     report = json.loads(out.read_text())
     [case] = report["cases"]
@@ -27,3 +28,8 @@ def test_bench_generation_writes_ratio_timings_and_machine_info(tmp_path):
     # Quantization changes the model a little, and int8's 255 levels per channel less than
     # fp8 e4m3's 3 mantissa bits (relative step ~1/127 of the row max vs ~1/16 of the value).
     assert 0 < quant["kl_int8"] < quant["kl_fp8_emulated"] < 1e-2
+    tail = report["long_tail"]
+    assert tail["ratio"] == pytest.approx(tail["continuous_tokens_per_s"] / tail["static_tokens_per_s"])
+    assert tail["prompts"] == 6 and 1.0 <= tail["max_to_mean_new_tokens"] <= 12
+    # Same prompts, weights and stop tokens in both modes: each mode generated real tokens.
+    assert all(n > 6 for mode in ("continuous", "static") for n in tail["tokens"][mode])

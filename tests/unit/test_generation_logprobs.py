@@ -58,12 +58,12 @@ def test_greedy_tokens_are_argmax_of_full_forward_and_logprobs_use_temperature_o
 
 
 def test_rows_finishing_early_are_compacted_away_without_changing_any_row(monkeypatch):
-    from llamarl_core.models.llama import KVCache
+    from llamarl_core.generation.forward import SlotCache
 
     compactions = []
-    original = KVCache.keep_rows
-    monkeypatch.setattr(KVCache, "keep_rows",
-                        lambda self, keep, filled: (compactions.append(len(keep)), original(self, keep, filled)))
+    original = SlotCache.move
+    monkeypatch.setattr(SlotCache, "move",
+                        lambda self, src, dst, filled: (compactions.append(len(src)), original(self, src, dst, filled)))
     model, tok = _model(), ByteTokenizer()
     prompts = [tok.encode(t, add_bos=True) for t in ("a", "bb", "a longer one", "x y", "z", "mid len")]
     # A third of all byte values stop a row, so rows end at different steps.

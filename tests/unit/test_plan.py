@@ -119,3 +119,11 @@ def test_tp_that_splits_kv_heads_unevenly_is_rejected(tmp_path):
 def test_a_missing_checkpoint_is_named(tmp_path):
     with pytest.raises(ConfigError, match="model.checkpoint"):
         plan_for("cpu_tiny", f"model.checkpoint={tmp_path}/none")
+
+
+def test_the_plan_shows_how_each_generating_role_batches():
+    roles = {r.name: r.to_dict() for r in plan_for("cpu_tiny").roles}
+    assert roles["generator"]["batching"] == "continuous" and "batching" not in roles["trainer"]
+    sync = {r.name: r.to_dict() for r in plan_for("cpu_tiny", "algorithm.max_offpolicy_steps=0",
+                                                   "generation.batching=static").roles}
+    assert sync["actor"]["batching"] == "static"

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from llamarl_core.generation import GenerationEngine
-from llamarl_core.generation.quant import QuantizedLinear, attached, next_token_kl, quantize_model
+from llamarl_core.generation import GenerationEngine, SamplingParams
+from llamarl_core.generation.quant import QuantizedLinear, next_token_kl, quantize_model
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
 ARGS = ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96, max_seq_len=64)
@@ -30,24 +30,25 @@ def test_quantized_next_token_distributions_stay_close_to_full_precision(kind, m
     assert 0.0 < kl < max_kl
 
 
-def test_quantized_copies_are_attached_only_inside_the_engine_and_refreshed_on_demand():
+def test_quantized_copies_live_in_the_engine_and_are_rebuilt_only_on_refresh():
     torch.manual_seed(0)
     model = Llama(ARGS).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     engine = GenerationEngine(model, ByteTokenizer(), quantization="int8")
-    ids = torch.randint(0, 260, (1, 8))
-    with torch.no_grad():
-        full = model(ids)
-        with attached(model, engine._quantized):
-            quantized = model(ids)
-        assert not torch.equal(full, quantized)
-        torch.testing.assert_close(model(ids), full)  # detached again: the trainer's view is exact
-    old_q = engine._quantized["layers.0.attention.wq"].q.clone()
+    full = GenerationEngine(Llama(ARGS).eval(), ByteTokenizer())
+    full.model.load_state_dict(model.state_dict())
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
+    quantized_logprobs = engine.generate([[1, 2, 3]], greedy)[0].logprobs
+    assert quantized_logprobs != full.generate([[1, 2, 3]], greedy)[0].logprobs
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # model untouched
+    old_q = engine.proj["0.qkv"].q.clone()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(-1.0)  # an in-place weight swap, as the runtime does
-    assert torch.equal(engine._quantized["layers.0.attention.wq"].q, old_q)  # stale until refreshed
+    engine.generate([[1, 2, 3]], greedy)
+    assert torch.equal(engine.proj["0.qkv"].q, old_q)  # stale until refreshed
     engine.refresh_weights()
-    assert torch.equal(engine._quantized["layers.0.attention.wq"].q, -old_q)  # symmetric rounding
+    assert torch.equal(engine.proj["0.qkv"].q, -old_q)  # symmetric rounding
 
 
 def test_unknown_quantization_is_rejected():

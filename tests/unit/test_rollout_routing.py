@@ -2,7 +2,7 @@
 import torch
 
 from llamarl_core.executors.learner import completion_targets
-from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
+from llamarl_core.wire.rollout import Rollout, assemble, concat, staleness_per_row
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
 from llamarl_core.executors.setup import chunk_prompt_indices
 
@@ -19,9 +19,12 @@ def test_a_rollout_survives_packing():
     r = make_rollout()
     header, ints, floats = r.pack()
     back = Rollout.unpack(header, ints, floats)
-    for field in ("tokens", "prompt_lens", "completion_lens", "behavior_logprobs", "rewards", "example_ids"):
+    r.policy_versions, r.group, r.chunk_groups = torch.tensor([3, 4]), 2, 5
+    back = Rollout.unpack(*r.pack())
+    for field in ("tokens", "prompt_lens", "completion_lens", "behavior_logprobs", "rewards", "example_ids",
+                  "policy_versions"):
         assert torch.equal(getattr(back, field), getattr(r, field)), field
-    assert (back.policy_version, back.replica, back.chunk) == (3, 1, 7)
+    assert (back.policy_version, back.replica, back.chunk, back.group, back.chunk_groups) == (3, 1, 7, 2, 5)
 
 
 def test_behavior_logprobs_line_up_with_next_token_targets():
@@ -39,6 +42,17 @@ def test_concat_pads_and_staleness_counts_versions_behind():
     both = concat([a, b])
     assert both.tokens.shape == (4, 8) and both.policy_version == 3
     assert staleness_per_row([a, b], 6).tolist() == [3, 3, 1, 1]
+    b.policy_versions = torch.tensor([5, 4])  # row 1 of b started under version 4 (a swap mid-row)
+    assert staleness_per_row([a, b], 6).tolist() == [3, 3, 1, 2]
+
+
+def test_a_chunk_is_assembled_in_group_order_once_every_group_arrived():
+    parts = [make_rollout(chunk=7) for _ in range(3)]
+    for g, part in zip((2, 0, 1), parts):
+        part.group, part.chunk_groups, part.example_ids = g, 3, torch.tensor([g, g])
+    assert assemble(parts[:2], group_size=2) is None
+    whole = assemble(parts, group_size=2)
+    assert whole.example_ids.tolist() == [0, 0, 1, 1, 2, 2] and whole.chunk_groups == 0
 
 
 def test_rows_route_to_trainer_ranks_by_prompt_range():

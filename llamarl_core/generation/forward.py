@@ -1,0 +1,128 @@
+"""The engine's two forward passes over a slot-indexed KV cache: prefill and one decode step.
+
+Cache layout: `SlotCache.k[layer]` is `[slots, n_kv_heads, max_len, head_dim]`; each slot holds
+one sequence with no padding: its token at position p sits at index p, so a slot's filled
+length is its next position. Slots are independent: a finished sequence's slot is refilled by
+prefilling the next prompt into indices 0..P-1 of that slot (what lies beyond a sequence's
+length is never attended to: the decode mask stops at each slot's own length).
+
+  * `prefill(ids [n, T], lengths [n], slots [n])`: new prompts, right-padded to T, written
+    into cache slots `slots`; plain causal attention, the trainer's own SDPA call (a real
+    token never sees padding, which only ever follows it); returns the logits at each
+    prompt's last real token.
+  * `decode(tokens [B], positions [B], span)`: one token for each of slots 0..B-1, written at
+    each slot's own position; attention over indices 0..span-1 with each slot masked beyond
+    its position.
+Decode attention is written out as matmuls (`_attend`); a GQA group's query heads share one
+read of the group's K/V.
+
+The model's parameters are read through `EngineWeights` (merged projections, fused.py); the
+norms, embedding and RoPE tables are the model's own, so the arithmetic is the trainer's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..models.rope import apply_rope
+
+
+class SlotCache:
+    def __init__(self, model, slots: int, max_len: int):
+        a, w = model.args, model.tok_embeddings.weight
+        shape = (slots, model.local_kv_heads(), max_len, a.head_dim)  # a TP rank's share of heads
+        self.k = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(a.n_layers)]
+        self.v = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(a.n_layers)]
+        self.slots, self.max_len = slots, max_len
+
+    def fits(self, model, slots: int, max_len: int) -> bool:
+        w = model.tok_embeddings.weight
+        return (self.slots >= slots and self.max_len >= max_len and self.k[0].dtype == w.dtype
+                and self.k[0].device == w.device)
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor, filled: int) -> None:
+        """Copy slots `src` [n] to slots `dst` [n] (first `filled` indices)."""
+        for buf in self.k + self.v:
+            buf[dst, :, :filled] = buf[src, :, :filled]  # advanced index reads before writing
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(hd) + mask) v per KV group: q [B, KV, R, hd] (R = a group's query
+    heads x tokens, as rows), k/v [B, KV, S, hd] read in place from the cache, additive mask
+    broadcastable to [B, KV, R, S] -> [B, KV, R, hd].
+
+    Folding a group's heads into query rows means K/V are read once per group and never
+    expanded or copied. Plain matmuls: at decode sizes they beat
+    `scaled_dot_product_attention`'s CPU kernel (measured: 64 rows, 4 heads, 40 keys read in
+    place from a longer cache, 1 thread: 137 us vs 448 us). On GPUs and in half precision the
+    fused kernel is used instead (it accumulates the softmax in float32)."""
+    if q.is_cuda or q.dtype != torch.float32:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # [B, KV, R, S]
+    return torch.matmul(scores.add_(mask).softmax(dim=-1), v)
+
+
+def _heads(att) -> tuple[int, int, int]:
+    """(query heads, KV heads, head_dim) this module computes: under tensor parallelism a
+    rank's wq/wk hold only its share of the heads, so the counts come from the weights."""
+    hd = att.head_dim
+    return att.wq.weight.shape[0] // hd, att.wk.weight.shape[0] // hd, hd
+
+
+def _ffn(proj, i: int, h: torch.Tensor, layer) -> torch.Tensor:
+    gate, up = proj[f"{i}.w13"](layer.ffn_norm(h)).chunk(2, dim=-1)
+    return proj[f"{i}.w2"](F.silu(gate).mul_(up))
+
+
+def _head(model, proj, h: torch.Tensor) -> torch.Tensor:
+    h = model.norm(h)
+    out = proj["output"](h) if "output" in proj else model.output(h)
+    return out.float()
+
+
+def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Tensor,
+            slots: torch.Tensor) -> torch.Tensor:
+    """ids [n, T] right-padded, lengths [n], slots [n] -> logits [n, V] at each last real token."""
+    n, T = ids.shape
+    cos, sin = (t[:T][None, None] for t in model.rope(ids.device))  # [1, 1, T, hd]
+    h = model.tok_embeddings(ids)  # [n, T, D]
+    cos, sin = cos.to(h.dtype), sin.to(h.dtype)
+    for i, layer in enumerate(model.layers):
+        H, KV, hd = _heads(layer.attention)
+        q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
+        q = apply_rope(q.view(n, T, H, hd).transpose(1, 2), cos, sin)  # [n, H, T, hd]
+        k = apply_rope(k.view(n, T, KV, hd).transpose(1, 2), cos, sin)  # [n, KV, T, hd]
+        v = v.view(n, T, KV, hd).transpose(1, 2)
+        cache.k[i][slots, :, :T] = k
+        cache.v[i][slots, :, :T] = v
+        # The trainer's own attention call (prefill is not per-step work): μ matches its π.
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=KV != H)
+        h = h + proj[f"{i}.wo"](out.transpose(1, 2).reshape(n, T, H * hd))
+        h = h.add_(_ffn(proj, i, h, layer))
+    last = h[torch.arange(n, device=h.device), lengths - 1]  # [n, D]
+    return _head(model, proj, last)
+
+
+def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch.Tensor,
+           span: int) -> torch.Tensor:
+    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions)."""
+    B = tokens.shape[0]
+    cos_t, sin_t = model.rope(tokens.device)
+    h = model.tok_embeddings(tokens)[:, None]  # [B, 1, D]
+    cos, sin = (t[positions][:, None, None].to(h.dtype) for t in (cos_t, sin_t))  # [B,1,1,hd]
+    rows = torch.arange(B, device=tokens.device)
+    hidden = torch.arange(span, device=tokens.device)[None, :] > positions[:, None]  # [B, S]
+    mask = torch.zeros(B, 1, 1, span, dtype=h.dtype, device=h.device).masked_fill_(
+        hidden[:, None, None], float("-inf"))
+    for i, layer in enumerate(model.layers):
+        H, KV, hd = _heads(layer.attention)
+        q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
+        q = apply_rope(q.view(B, 1, H, hd).transpose(1, 2), cos, sin)  # [B, H, 1, hd]
+        k = apply_rope(k.view(B, 1, KV, hd).transpose(1, 2), cos, sin)  # [B, KV, 1, hd]
+        cache.k[i][rows, :, positions] = k[:, :, 0]
+        cache.v[i][rows, :, positions] = v.view(B, KV, hd)
+        keys, values = cache.k[i][:B, :, :span], cache.v[i][:B, :, :span]  # [B, KV, S, hd]
+        out = _attend(q.reshape(B, KV, H // KV, hd), keys, values, mask)  # [B, KV, G, hd]
+        h = h + proj[f"{i}.wo"](out.reshape(B, 1, H * hd))
+        h = h.add_(_ffn(proj, i, h, layer))
+    return _head(model, proj, h[:, 0])

@@ -1,0 +1,203 @@
+"""Which sequences decode together: continuous or static batching over a slot cache.
+
+    loop:
+      between_steps() → a new policy version? (weights were swapped in place) → note it
+      admit: free slots ← next prompts (continuous: whenever a slot is free; static: only
+             when every slot is free), prefilled together into their slots, first token sampled
+      decode: one token for every occupied slot
+      finish: rows that hit a stop token / stop string / their length cap leave; each is
+             handed to `on_finish` at once, its slot free for the next admission
+
+Occupied slots are kept at the front (slots 0..B-1 decode as one batch). Once no prompt is
+waiting and at most half the batch still runs, the running rows are moved to the front
+(`SlotCache.move`) so finished rows stop costing compute; continuous batching refills a
+freed slot in place instead. Both modes run the same kernels: only who shares a batch differs.
+
+Per sequence the scheduler records the policy versions it decoded under (first and last):
+a weight swap between decode steps changes the policy mid-sequence, and the log-probs it
+reports are those it actually sampled with.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Optional
+
+import torch
+
+from .forward import decode, prefill
+from .params import Finished, SamplingParams
+from .sampling import sample_next
+from .stops import first_stop, truncate_at_stop_string
+
+STOP_TAIL_TOKENS = 4  # stop strings are searched in the last (4 x longest stop + 4) tokens
+
+
+class Batch:
+    """One run of `prompts` through the engine; `run()` returns Finished in prompt order."""
+
+    def __init__(self, engine, prompts: list[list[int]], params: SamplingParams,
+                 generator: torch.Generator, static: bool,
+                 on_finish: Optional[Callable[[Finished], None]] = None,
+                 between_steps: Optional[Callable[[], Optional[int]]] = None,
+                 policy_version: int = 0):
+        self.engine, self.model, self.params = engine, engine.model, params
+        self.prompts, self.generator, self.static = prompts, generator, static
+        self.on_finish, self.between_steps = on_finish, between_steps
+        self.version = policy_version
+        device, tok = engine.device, engine.tokenizer
+        stop_ids = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stop_ids |= set(getattr(tok, "eos_ids", (tok.eos_id,)))
+        self.stop_ids = stop_ids
+        self.stop_ids_t = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+        self.tail = STOP_TAIL_TOKENS * max((len(s) for s in params.stop_strings), default=0) + 4
+        self.cap = [min(params.max_new_tokens, engine.max_seq_len - len(p)) for p in prompts]
+        B, N = min(engine.max_batch_size, len(prompts)), max(self.cap, default=1)
+        self.cache = engine.slot_cache(B, max((len(p) for p in prompts), default=1) + N)
+        self.tokens = torch.full((B, N), tok.pad_id, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(B, N, dtype=torch.float32, device=device)
+        self.next_tok = torch.zeros(B, dtype=torch.long, device=device)
+        self.pos = torch.zeros(B, dtype=torch.long, device=device)  # next cache index per slot
+        self.sample = [-1] * B        # prompt index in each slot (-1: free)
+        self.made = [0] * B           # tokens generated so far per slot
+        self.first_version = [0] * B
+        self.host_tokens: list[list[int]] = [[] for _ in range(B)]  # only with stop strings
+        self.used = 0                 # slots 0..used-1 form the decode batch
+        self.waiting = deque(range(len(prompts)))
+        self.out: list[Optional[Finished]] = [None] * len(prompts)
+
+    def run(self) -> list[Finished]:
+        while self.waiting or any(s >= 0 for s in self.sample[:self.used]):
+            self._poll_weights()
+            self._admit()
+            self._decode()
+        return self.out  # type: ignore[return-value]
+
+    # ---- phases ------------------------------------------------------------------------
+    def _poll_weights(self) -> None:
+        if self.between_steps is None:
+            return
+        with torch.inference_mode(False):  # the hook may write weights in place (a sync)
+            version = self.between_steps()
+        if version is not None and version != self.version:
+            self.version = version
+            self.engine.refresh_weights()
+
+    def _admit(self) -> None:
+        if not self.waiting:
+            return
+        running = sum(s >= 0 for s in self.sample[:self.used])
+        if self.static and running:
+            return
+        if self.static:
+            self.used = 0
+        free = [i for i in range(self.used) if self.sample[i] < 0]
+        free += range(self.used, self.cache_slots)
+        take = min(len(free), len(self.waiting))
+        if take == 0:
+            return
+        slots = free[:take]
+        idx = [self.waiting.popleft() for _ in range(take)]
+        self.used = max(self.used, max(slots) + 1)
+        device, pad = self.engine.device, self.engine.tokenizer.pad_id
+        lengths = [len(self.prompts[j]) for j in idx]
+        ids = torch.full((take, max(lengths)), pad, dtype=torch.long)
+        for r, j in enumerate(idx):
+            ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
+        slots_t = torch.tensor(slots, device=device)
+        lengths_t = torch.tensor(lengths, device=device)
+        logits = prefill(self.model, self.engine.proj, self.cache, ids.to(device), lengths_t, slots_t)
+        tok, logp = self._sample(logits)
+        self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
+        self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
+        for s, j in zip(slots, idx):
+            self.sample[s], self.made[s], self.first_version[s] = j, 1, self.version
+            self.host_tokens[s] = []
+        self._finish(slots, tok)
+
+    def _decode(self) -> None:
+        B = self.used
+        live = [s for s in range(B) if self.sample[s] >= 0]
+        if not live:
+            return
+        if (self.static or not self.waiting) and len(live) <= B // 2:
+            self._compact(live)
+            B = self.used
+        span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
+        logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
+        tok, logp = self._sample(logits)
+        made = torch.tensor(self.made[:B], device=tok.device).clamp_(max=self.tokens.shape[1] - 1)
+        rows = torch.arange(B, device=tok.device)
+        self.tokens[rows, made], self.logprobs[rows, made] = tok, logp
+        self.next_tok[:B] = tok
+        self.pos[:B] += 1
+        self.pos[:B].clamp_(max=self.cache.max_len - 1)  # free slots write harmlessly in place
+        for s in range(B):
+            if self.sample[s] >= 0:
+                self.made[s] += 1
+        self._finish(list(range(B)), tok)
+
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tok, logp = sample_next(logits, self.params, self.generator)
+        if self.engine.token_sync is not None:  # TP ranks of a replica take rank 0's tokens
+            tok = self.engine.token_sync(tok)
+        return tok, logp
+
+    def _finish(self, slots: list[int], tok: torch.Tensor) -> None:
+        """Hand over every sequence in `slots` (tok [len(slots)] just sampled) that ended."""
+        stopped = torch.isin(tok, self.stop_ids_t).tolist()  # the step's one host read
+        host = tok.tolist() if self.params.stop_strings else None
+        for r, s in enumerate(slots):
+            j = self.sample[s]
+            if j < 0:
+                continue
+            reason = "stop" if stopped[r] else None
+            if host is not None:
+                self.host_tokens[s].append(host[r])
+                if reason is None and first_stop(self.engine.tokenizer.decode(
+                        self.host_tokens[s][-self.tail:]), self.params.stop_strings):
+                    reason = "stop"
+            if reason is None and self.made[s] >= self.cap[j]:
+                reason = "length"
+            if reason is not None:
+                self._emit(s, j, reason)
+
+    def _emit(self, s: int, j: int, reason: str) -> None:
+        n = self.made[s]
+        tokens, logprobs = self.tokens[s, :n].clone(), self.logprobs[s, :n].clone()
+        if self.params.stop_strings:
+            cut = truncate_at_stop_string(tokens.tolist(), self.engine.tokenizer.decode,
+                                          self.params.stop_strings)
+            if cut is not None:
+                tokens, logprobs, reason = tokens[:cut[0]], logprobs[:cut[0]], "stop"
+        done = Finished(index=j, token_ids=tokens, logprobs=logprobs, finish_reason=reason,
+                        policy_versions=(self.first_version[s], self.version))
+        self.out[j] = done
+        self.sample[s] = -1
+        if self.on_finish is not None:
+            self.on_finish(done)
+
+    def _compact(self, live: list[int]) -> None:
+        n = len(live)
+        moves = [(src, dst) for dst, src in enumerate(live) if src != dst]
+        if moves:
+            src = torch.tensor([m[0] for m in moves], device=self.engine.device)
+            dst = torch.tensor([m[1] for m in moves], device=self.engine.device)
+            filled = max(self._position(s) for s in live) + 1
+            self.cache.move(src, dst, filled)
+            for buf in (self.tokens, self.logprobs, self.next_tok, self.pos):
+                buf[dst] = buf[src]
+            for lst in (self.sample, self.made, self.first_version, self.host_tokens):
+                for a, b in moves:
+                    lst[b] = lst[a]
+        for s in range(n, self.used):
+            self.sample[s] = -1
+        self.used = n
+
+    def _position(self, s: int) -> int:
+        """Cache index slot s writes next (its prompt, then all but the newest token)."""
+        return len(self.prompts[self.sample[s]]) + self.made[s] - 1
+
+    @property
+    def cache_slots(self) -> int:
+        return self.tokens.shape[0]

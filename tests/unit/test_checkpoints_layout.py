@@ -1,0 +1,120 @@
+"""Resumable checkpoint layout: STABLE decides what may be loaded; pruning; log truncation;
+`run.resume` resolution errors. Pure file operations, no processes."""
+import json
+from pathlib import Path
+
+import pytest
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.executors import checkpoints
+from llamarl_core.runtime import resume
+
+
+def make_checkpoint(run_dir: Path, step: int, stable: bool = True) -> Path:
+    path = run_dir / "checkpoints" / f"step_{step}"
+    (path / "trainer").mkdir(parents=True)
+    (path / "state.json").write_text(json.dumps({"step": step, "next_chunk": {"0": step + 1},
+                                                 "dropped": {"0": 1}}))
+    if stable:
+        (path / "STABLE").write_text(f"{step}\n")
+    return path
+
+
+def test_a_checkpoint_without_stable_is_never_chosen(tmp_path):
+    make_checkpoint(tmp_path, 5)
+    make_checkpoint(tmp_path, 10, stable=False)  # interrupted while writing
+    assert checkpoints.latest_stable(str(tmp_path)) == str(tmp_path / "checkpoints" / "step_5")
+
+
+def test_no_stable_checkpoint_means_none(tmp_path):
+    make_checkpoint(tmp_path, 5, stable=False)
+    assert checkpoints.latest_stable(str(tmp_path)) is None
+
+
+def test_steps_sort_numerically_not_as_text(tmp_path):
+    for step in (5, 10, 100, 20):
+        make_checkpoint(tmp_path, step)
+    assert checkpoints.latest_stable(str(tmp_path)).endswith("step_100")
+
+
+def test_prune_keeps_the_newest_stable_ones_and_drops_older_leftovers(tmp_path):
+    for step in (5, 10, 15):
+        make_checkpoint(tmp_path, step)
+    make_checkpoint(tmp_path, 12, stable=False)  # older than the newest kept: a dead leftover
+    checkpoints.prune(str(tmp_path), keep=2)
+    assert [n for n, _ in checkpoints.step_dirs(str(tmp_path))] == [10, 15]
+
+
+def test_truncate_keeps_lines_up_to_the_checkpoint_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 8)))
+    checkpoints.truncate_jsonl(str(path), 5)
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2, 3, 4, 5]
+
+
+def config(**run) -> LlamaRLConfig:
+    cfg = LlamaRLConfig()
+    for k, v in run.items():
+        setattr(cfg.run, k, v)
+    return cfg
+
+
+def test_resume_auto_picks_the_newest_stable_checkpoint(tmp_path):
+    make_checkpoint(tmp_path, 5)
+    make_checkpoint(tmp_path, 10, stable=False)
+    cfg = config(dir=str(tmp_path), resume="auto", max_steps=30)
+    assert resume.resolve(cfg, resume.run_dir_of(cfg)) == str(tmp_path / "checkpoints" / "step_5")
+
+
+def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
+    cfg = config(dir=str(tmp_path), resume="auto")
+    assert resume.resolve(cfg, str(tmp_path)) == ""
+
+
+def test_resume_from_an_unstable_path_is_a_config_error(tmp_path):
+    path = make_checkpoint(tmp_path, 10, stable=False)
+    cfg = config(resume=str(path))
+    assert resume.run_dir_of(cfg) == str(tmp_path)
+    with pytest.raises(ConfigError, match="STABLE"):
+        resume.resolve(cfg, str(tmp_path))
+
+
+def test_resume_past_max_steps_is_a_config_error_not_a_silent_zero_step_run(tmp_path):
+    make_checkpoint(tmp_path, 30)
+    cfg = config(dir=str(tmp_path), resume="auto", max_steps=30)
+    with pytest.raises(ConfigError, match="run.max_steps=30"):
+        resume.resolve(cfg, str(tmp_path))
+
+
+def test_resume_auto_needs_the_run_directory(tmp_path):
+    with pytest.raises(ConfigError, match="run.dir"):
+        resume.run_dir_of(config(resume="auto"))
+
+
+class FakeControl:
+    def __init__(self):
+        self.keys = {}
+
+    def set_next_chunk(self, replica, chunk):
+        self.keys[f"data/next_chunk/{replica}"] = chunk
+
+    def add_dropped(self, replica, n):
+        self.keys[f"dropped/{replica}"] = self.keys.get(f"dropped/{replica}", 0) + n
+
+
+def test_controller_state_is_restored_and_logs_cut_back(tmp_path):
+    path = make_checkpoint(tmp_path, 5)
+    (tmp_path / "trained_examples.jsonl").write_text(
+        "".join(json.dumps({"step": s, "example_ids": [s]}) + "\n" for s in range(1, 8)))
+    control = FakeControl()
+    resume.restore_controller_state(control, str(tmp_path), str(path))
+    assert control.keys == {"data/next_chunk/0": 6, "dropped/0": 1}
+    assert len((tmp_path / "trained_examples.jsonl").read_text().splitlines()) == 5
+
+
+def test_role_restarts_are_refused_until_they_exist():
+    from llamarl_core.config.schema import ControllerConfig
+    assert ControllerConfig().max_restarts == 0
+    with pytest.raises(ConfigError, match="controller.max_restarts=3"):
+        ControllerConfig(max_restarts=3)
