@@ -233,7 +233,7 @@ def _sync_worker(device, transport, port, size_mb, repeats, rank, out) -> None:
     fill = (lambda i: float(i + 1)) if rank == 0 else (lambda i: 0.0)  # receivers start at zero
     state = {f"w{i}": torch.full((per,), fill(i), dtype=dtype, device=dev) for i in range(count)}
     shapes = {n: (tuple(t.shape), dtype) for n, t in state.items()}
-    kw = dict(transport=transport, group=None, src_rank=0, store=store, run_id=f"gpucheck{port}")
+    kw = dict(transport=transport, group=None, src_rank=0, store=store, run_id=f"gpucheck{port}", bucket_mb=256.0)
     end = WeightSyncSender(shapes, **kw) if rank == 0 else WeightSyncReceiver(shapes, **kw)
     seconds = []
     for v in range(repeats + 1):  # the first is a warm-up
@@ -278,7 +278,7 @@ def check_train(device: str, size: dict, run_dir: str) -> dict:
     from llamarl_core.runtime.controller import Controller
     from llamarl_core.runtime.devices import check_host
 
-    os.makedirs(run_dir, exist_ok=True)  # `llamarl train` makes it (runtime/run_dir.py)
+    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)  # as `llamarl train` does (runtime/run_dir.py)
     overrides = size["train_overrides"] + [f"run.dir={run_dir}", "run.weight_checksums=true"]
     cfg = _load_config(size["train_recipe"], overrides)
     plan = make_plan(cfg, run_dir=run_dir)

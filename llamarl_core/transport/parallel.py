@@ -80,10 +80,10 @@ def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type
         apply_activation_checkpointing(model)
     world = 1 if group is None else dist.get_world_size(group)
     mixed = compute_dtype != torch.float32
-    if strategy == "fsdp2" and world > 1:
+    dp = dp or 1
+    if strategy == "fsdp2" and world // dp > 1:  # fsdp=1 (replicas only) is DDP's layout: built as DDP
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        dp = dp or 1
         mesh = trainer_mesh(group, dp, world // dp, device_type)
         policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if mixed \
             else MixedPrecisionPolicy()
