@@ -4,6 +4,7 @@
     llamarl bench --quality [recipe=R] [--seeds N] [--steps N] [--out FILE]
     llamarl bench --sync-vs-async --simulate [recipe=R] [--out FILE]
     llamarl bench --weight-sync [--sizes-mb 10 64 256 1024] [--repeats N] [--out FILE]
+    llamarl bench --weight-sync --layout 1:1 --layout 2:1 --layout 2:2 [--sizes-mb 1024] [--out FILE]
 
 Each writes one JSON (and, for --sync-vs-async and --quality, two PNGs beside it) and prints a table.
 """
@@ -41,6 +42,9 @@ def _parser():
                    help="report wall seconds to the first eval at or above this (default 0.5)")
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024],
                    help="--weight-sync message sizes in MiB")
+    p.add_argument("--layout", action="append", default=[], metavar="T:G",
+                   help="--weight-sync: DDMA from T trainer ranks to G generator ranks (repeatable); "
+                        "adds a 'layouts' list to the JSON, keeping its other cases")
     p.add_argument("--work-dir", default=None, help="where the runs go (default: a temp dir)")
     p.add_argument("--out", default=None, help="JSON path (PNGs go beside it)")
     return p
@@ -83,9 +87,32 @@ def _weight_sync(args) -> int:
     repeats = 5 if args.repeats is None else args.repeats
     if repeats < 1:
         raise UsageError(f"llamarl bench: --repeats={repeats} must be >= 1")
+    if args.layout:
+        return _layouts(args, repeats)
     print_table(run_weight_sync_bench(sizes_mb=args.sizes_mb, repeats=repeats, out=args.out))
     if args.out:
         print(f"wrote {args.out}")
+    return EXIT_OK
+
+
+def _layouts(args, repeats: int) -> int:
+    import os
+
+    from llamarl_core.bench.ddma_bench import parse_layout, print_layouts, run_layout_bench
+
+    try:
+        layouts = [parse_layout(x) for x in args.layout]
+    except ValueError as e:
+        raise UsageError(f"llamarl bench: {e}") from None
+    if len(args.sizes_mb) != 1:
+        raise UsageError("llamarl bench: --layout measures one size; give one --sizes-mb (e.g. 1024)")
+    cases = run_layout_bench(layouts, size_mb=args.sizes_mb[0], repeats=repeats)
+    print_layouts(cases)
+    if args.out:
+        result = json.loads(open(args.out).read()) if os.path.exists(args.out) else {}
+        result["layouts"] = cases
+        result["layouts_loadavg"] = list(os.getloadavg())
+        _write(args.out, result, Console())
     return EXIT_OK
 
 

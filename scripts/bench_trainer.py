@@ -8,7 +8,10 @@ weights and a fresh optimizer. One torch thread, as the planned trainer rank of 
 
 Variants: `padded` (every micro-batch padded to the chunk's longest row, rows in arrival
 order: the layout before length sorting), `sorted` (rows in length order, each micro-batch
-cut to its own longest row), at micro-batch sizes 64 (default) and the whole chunk.
+cut to its own longest row), at micro-batch sizes 64 (default) and the whole chunk, and
+`sorted_skip` (the default: rows whose advantage is exactly 0 skip forward and backward, the
+gradient is unchanged). Rewards are the task's verifier on the sampled completions, so the
+share of groups that all scored alike (zero advantage) is the one RL meets at this accuracy.
 `tokens_per_s` counts completion tokens (what the loss trains on); `positions_per_s` counts
 every position the model ran, padding and prompt included.
 
@@ -29,11 +32,13 @@ import time
 
 import torch
 
+from llamarl_core.algorithms import compute_advantages
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
 from llamarl_core.executors.warmstart import run_warmstart
+from llamarl_core.rewards import get_reward
 
 
 def parse_args(argv=None):
@@ -47,18 +52,23 @@ def parse_args(argv=None):
 
 
 def make_chunk(cfg, model, tokenizer):
-    prompts = encode_prompts(cfg, load_split(cfg, "train"), tokenizer)
+    examples = load_split(cfg, "train")
+    prompts = encode_prompts(cfg, examples, tokenizer)
     batch = ChunkGenerator(cfg, model, tokenizer, prompts, replica=0, num_replicas=1).generate(0, 0)
-    batch.rewards = (torch.rand(batch.num_rows, generator=torch.Generator().manual_seed(0)) < 0.3).float()
+    reward_fn = get_reward(reward_name(cfg))
+    texts = [tokenizer.decode(batch.tokens[r, p:p + c].tolist())
+             for r, (p, c) in enumerate(zip(batch.prompt_lens.tolist(), batch.completion_lens.tolist()))]
+    batch.rewards = torch.tensor([float(reward_fn(t, examples[i].reference))
+                                  for t, i in zip(texts, batch.example_ids.tolist())])
     return batch
 
 
-def positions(batch, micro: int, length_sorted: bool) -> int:
-    lengths = batch.prompt_lens + batch.completion_lens
-    order = torch.argsort(lengths, stable=True) if length_sorted else torch.arange(len(lengths))
-    width = int(lengths.max())
-    return sum(len(order[s:s + micro]) * (int(lengths[order[s:s + micro]].max()) if length_sorted else width)
-               for s in range(0, len(lengths), micro))
+def positions(learner: Learner, batch, micro: int) -> int:
+    """Positions the model runs in one step of `learner` (padding and prompts included)."""
+    a = learner.cfg.algorithm
+    advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)
+    trained = (advantages != 0) if learner.skip_zero_advantage else torch.ones(batch.num_rows, dtype=torch.bool)
+    return sum(len(rows) * width for rows, width in learner._micro_batches(batch, micro, trained))
 
 
 def main(argv=None) -> int:
@@ -74,13 +84,14 @@ def main(argv=None) -> int:
     model, tokenizer = build_model(cfg, cfg.resources.trainer.dtype)
     batch = make_chunk(cfg, model, tokenizer)
     default_micro = cfg.resources.trainer.micro_batch_size
-    variants = {f"{kind}_micro{m}": (kind == "sorted", m) for kind in ("padded", "sorted")
+    variants = {f"{kind}_micro{m}": (kind != "padded", m, kind == "sorted_skip")
+                for kind in ("padded", "sorted", "sorted_skip")
                 for m in dict.fromkeys((default_micro, batch.num_rows))}
     learners = {}
-    for name, (length_sorted, micro) in variants.items():
+    for name, (length_sorted, micro, skip) in variants.items():
         vcfg = load_config(args.recipe, [*args.overrides, f"resources.trainer.micro_batch_size={micro}"])
         learners[name] = Learner(copy.deepcopy(model), vcfg)
-        learners[name].length_sorted = length_sorted
+        learners[name].length_sorted, learners[name].skip_zero_advantage = length_sorted, skip
         learners[name].rl_step(batch, torch.zeros(batch.num_rows))  # warm-up, not timed
     times: dict = {name: [] for name in variants}
     for _ in range(args.rounds):
@@ -90,10 +101,11 @@ def main(argv=None) -> int:
             times[name].append(time.perf_counter() - t0)
     completion_tokens = int(batch.completion_lens.sum())
     rows = {}
-    for name, (length_sorted, micro) in variants.items():
+    for name, (length_sorted, micro, skip) in variants.items():
         step_s = statistics.median(times[name])
-        ran = positions(batch, micro, length_sorted)
-        rows[name] = {"length_sorted": length_sorted, "micro_batch_size": micro, "step_s": step_s,
+        ran = positions(learners[name], batch, micro)
+        rows[name] = {"length_sorted": length_sorted, "skip_zero_advantage": skip,
+                      "micro_batch_size": micro, "step_s": step_s,
                       "step_s_all": times[name], "tokens_per_s": completion_tokens / step_s,
                       "positions": ran, "positions_per_s": ran / step_s}
     baseline = f"padded_micro{default_micro}"
@@ -104,12 +116,15 @@ def main(argv=None) -> int:
               "completion_tokens": completion_tokens,
               "prompt_tokens": int(batch.prompt_lens.sum()),
               "longest_row": int((batch.prompt_lens + batch.completion_lens).max()),
-              "default_variant": f"sorted_micro{default_micro}", "variants": rows,
+              "reward_mean": float(batch.rewards.mean()),
+              "zero_advantage_rows_frac": float((compute_advantages(
+                  batch.rewards, cfg.algorithm.group_size, cfg.algorithm.advantage) == 0).float().mean()),
+              "default_variant": f"sorted_skip_micro{default_micro}", "variants": rows,
               "machine": {"cpu_count": os.cpu_count(), "torch": torch.__version__, "threads": 1,
                           "python": platform.python_version(), "loadavg": os.getloadavg()}}
-    print(f"{'variant':<20}{'step_s':>9}{'tokens/s':>10}{'positions':>11}{'vs padded':>11}")
+    print(f"{'variant':<25}{'step_s':>9}{'tokens/s':>10}{'positions':>11}{'vs padded':>11}")
     for name, r in rows.items():
-        print(f"{name:<20}{r['step_s']:>9.3f}{r['tokens_per_s']:>10.0f}{r['positions']:>11}"
+        print(f"{name:<25}{r['step_s']:>9.3f}{r['tokens_per_s']:>10.0f}{r['positions']:>11}"
               f"{r['speedup_vs_padded_default']:>10.2f}x")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

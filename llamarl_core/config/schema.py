@@ -157,6 +157,8 @@ class GenerationConfig:
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
+    cuda_graphs: bool = False            # capture the decode step in CUDA graphs (GPU only;
+                                         # not built yet: the plan refuses true)
 
     def __post_init__(self):
         _check_choice("generation.batching", self.batching, BATCHING)
@@ -224,8 +226,8 @@ class ControllerConfig:
     host: str = "127.0.0.1"              # loopback unless told otherwise
     port: int = 0                        # 0 = a free port; a busy port falls back to a free one
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
-    weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (one shared GPU)
-    weight_bucket_mb: float = 256.0      # weight-sync bucket size; sender and receiver both read it
+    weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (old sender only: not under DDMA)
+    weight_bucket_mb: float = 256.0      # weight sync: a trainer rank's extra memory per sync (2 pieces of half)
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
                                          # hung; must exceed one chunk's generation or one eval

@@ -21,13 +21,14 @@ from llamarl_core.generation import Finished, GenerationEngine, SamplingParams
 
 class ChunkGenerator:
     def __init__(self, cfg: LlamaRLConfig, model, tokenizer, prompts: PromptSet,
-                 replica: int, num_replicas: int, quantization: str = "none"):
+                 replica: int, num_replicas: int, quantization: str = "none", token_sync=None):
         g, gen = cfg.resources.generator, cfg.generation
         self.cfg, self.tokenizer, self.prompts = cfg, tokenizer, prompts
         self.replica, self.num_replicas = replica, num_replicas
         self.engine = GenerationEngine(model, tokenizer, max_batch_size=g.max_batch_size,
                                        max_seq_len=gen.max_prompt_tokens + gen.max_new_tokens + 1,
-                                       quantization=quantization, batching=gen.batching)
+                                       quantization=quantization, batching=gen.batching,
+                                       token_sync=token_sync)
         self.params = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
                                      top_p=gen.top_p, top_k=gen.top_k,
                                      stop_strings=tuple(gen.stop_strings))

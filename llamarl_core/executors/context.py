@@ -44,6 +44,18 @@ class WorkerContext:
     def is_sync(self) -> bool:
         return self.cfg.algorithm.max_offpolicy_steps == 0
 
+    @property
+    def generator_tp(self) -> int:
+        """Tensor-parallel ranks per generator replica (the plan's; 1 for the sync actor)."""
+        role = next((r for r in self.plan.get("roles", []) if r["name"] == "generator"), None)
+        return role["parallelism"]["tp"] if role else 1
+
+    @property
+    def generator_replicas(self) -> int:
+        """Generator replicas (the sync actor's ranks in sync mode); with TP, each replica's
+        TP rank 0 alone sends its rollouts."""
+        return len(self.ranks("generator") or self.ranks("actor")) // self.generator_tp
+
     def reward_rank_for(self, replica: int) -> int:
         rewards = self.ranks("reward")
         return rewards[replica % len(rewards)]

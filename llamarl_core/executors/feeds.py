@@ -36,7 +36,7 @@ def counts_drops_of(rank: int, replicas: int, trainers: int, prompts: int, group
 class RewardFeed:
     def __init__(self, ctx: WorkerContext, rank: int, world: int):
         a = ctx.cfg.algorithm
-        self.ctx, self.rank, self.replicas = ctx, rank, len(ctx.ranks("generator"))
+        self.ctx, self.rank, self.replicas = ctx, rank, ctx.generator_replicas
         self.sources = replicas_for_trainer(rank, self.replicas, world, a.prompts_per_step)
         self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
         self.inboxes: dict[int, AsyncReceiver] = {}

@@ -2,7 +2,7 @@
 the trainer except to stay within `max_offpolicy_steps` (k).
 
     loop:
-      ┌─ trainer published a version we do not hold? → receive it (weight sync), continue
+      ┌─ a newer version has fully arrived in the staging slot? → adopt it (DDMA swap), continue
       ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
       ├─ chunk n would be more than k versions stale when trained? → wait for weights
       └─ generate chunk n with version u, each prompt group isent to the reward rank the
@@ -12,6 +12,11 @@ the trainer except to stay within `max_offpolicy_steps` (k).
 Credit rule: the trainer consumes replica i's chunks in order, one per step, skipping
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
 held version u ≥ v - k keeps every rollout within k versions of the policy that trains on it.
+
+Tensor parallelism (resources.generator.tp > 1): a replica is tp ranks running one sharded
+engine; TP rank 0 runs the loop above and announces each step, the others follow
+(replica.py). The DDMA weight sync delivers each TP rank only its slice (tp_layout.py); TP rank
+0 decides when the replica swaps, and every rank swaps at the same step.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender
 from llamarl_core.transport import checksums
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.weights import make_receiver
+from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
+from llamarl_core.executors.quant_probe import QuantKL
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
 
@@ -32,69 +39,109 @@ class GeneratorExecutor:
         self.ctx = ctx
         self.model, self.tokenizer = build_model(cfg, dtype=g.dtype, device=ctx.device)
         self.model.requires_grad_(False)
+        full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
+        self.rank = ReplicaRank.of(ctx)
+        token_sync = self.rank.shard(self.model)
+        self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
         prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
-        replicas = len(ctx.ranks("generator"))
-        self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, ctx.local_rank,
-                                     replicas, g.quantization)
+        self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, self.rank.replica,
+                                     self.rank.num_replicas, g.quantization, token_sync=token_sync)
+        # Read after the engine adopted its storage (fused projections): what this rank holds.
         self.params = dict(self.model.named_parameters())
-        self.receiver = make_receiver(ctx, self.params)
+        # DDMA: this rank receives only its TP slice, straight into its staging slot.
+        self.receiver = make_receiver(ctx, self.params, full, self.model.args)
+        self.quant_kl = QuantKL(self.model, g.quantization)
         self.held = -1
         self.last_sync: dict = {}
 
     def _receive(self) -> None:
+        """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
+        which for a TP follower is the send its leader saw complete)."""
         with self.ctx.timeline.span("sync"):
-            stats = self.receiver.receive(self.params, timeout_s=self.ctx.cfg.controller.step_timeout_s)
+            stats = self.receiver.receive()
         self.chunks.engine.refresh_weights()
         self.held = stats.version
         self.ctx.control.set_held(self.ctx.global_rank, self.held)
         self.last_sync = {"seconds": stats.seconds, "gbps": stats.gbps, "version": stats.version}
         if self.ctx.cfg.run.weight_checksums:
-            checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, self.held, self.params)
+            checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, self.held, self.params,
+                             **self._slice_fields())
+
+    def _slice_fields(self) -> dict:
+        r = self.rank
+        return {"replica": r.replica, "tp_rank": r.tp_rank, "tp": r.tp} if r.tp > 1 else {}
 
     def run(self) -> None:
+        if not self.rank.is_leader:
+            self._follow()
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
-        reward_rank = ctx.reward_rank_for(ctx.local_rank)
+        reward_rank = ctx.reward_rank_for(self.rank.replica)
         sender = AsyncSender("rollout-sender")
         chunk = ctx.control.next_chunk(ctx.local_rank)  # > 0 on resume: the first untrained chunk
         t0 = time.time()
         while not ctx.should_stop():
-            if ctx.control.published_version() > self.held:
+            if self.receiver.ready():
+                self.steps.announce("sync")
                 self._receive()
                 continue
             if not self._may_generate(sender, chunk, k):
                 with ctx.timeline.span("wait"):
                     self._wait_until_ready(sender, chunk, k)
                 continue
+            self.steps.announce("generate", chunk=chunk, version=self.held)
             with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                self.chunks.generate(chunk, self.held,
-                                     on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
-                                     between_steps=self._swap_if_published)
+                rollout = self.chunks.generate(
+                    chunk, self.held, on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
+                    between_steps=self._swap_if_published)
+            self.quant_kl.measure(rollout, self.held)
             chunk += 1
             self._publish_stats(t0)
+        self.steps.announce("stop")
         raise Stopped()
+
+    def _follow(self) -> None:
+        """TP ranks 1..: do the leader's steps; their copy of each rollout is dropped."""
+        while True:
+            step = self.steps.next()
+            if step["do"] == "stop":
+                raise Stopped()
+            if step["do"] == "sync":
+                self._receive()
+                continue
+            if step["version"] != self.held:
+                raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
+                                   f"but TP rank 0 of replica {self.rank.replica} generates with "
+                                   f"{step['version']}")
+            with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held):
+                rollout = self.chunks.generate(step["chunk"], self.held, between_steps=self._swap_if_published)
+            self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
 
     def _swap_if_published(self) -> int:
         """Between decode steps: take newer weights in place (the trainer need not wait for
-        this chunk to end); the engine tags each running sample with the version returned."""
-        if not self.ctx.should_stop() and self.ctx.control.published_version() > self.held:
+        this chunk to end); the engine tags each running sample with the version returned.
+        With TP, TP rank 0 decides for its replica (every rank must swap at the same step)."""
+        swap = (self.rank.is_leader and not self.ctx.should_stop()
+                and self.receiver.ready())  # never blocks: a version that has fully arrived
+        if self.rank.agree(swap):
             self._receive()
         return self.held
 
     def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
         """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
-        return self.held >= 0 and sender.idle() and chunk - self.ctx.control.dropped(self.ctx.local_rank) <= self.held + k
+        return (self.held >= 0 and sender.idle()
+                and chunk - self.ctx.control.dropped(self.rank.replica) <= self.held + k)
 
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
         """Until `_may_generate`, or new weights arrive, or the run ends."""
-        control = self.ctx.control
-        while not self.ctx.should_stop() and control.published_version() <= self.held:
+        while not self.ctx.should_stop() and not self.receiver.ready():
             if self._may_generate(sender, chunk, k):
                 return
             time.sleep(POLL_S)
 
     def _publish_stats(self, t0: float) -> None:
-        self.ctx.control.set_stats("generator", self.ctx.local_rank, {
-            **self.chunks.stats(since=t0), "held_version": self.held, "sync": self.last_sync,
+        self.ctx.control.set_stats("generator", self.rank.replica, {
+            **self.chunks.stats(since=t0), **self.quant_kl.stats(), "held_version": self.held,
+            "sync": self.last_sync,
             **self.ctx.timeline.totals()})
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from llamarl_core.algorithms import aipo_loss, compute_advantages
+from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import sampled_token_logprobs
@@ -47,9 +47,15 @@ def _maybe_no_sync(model, last: bool):
 
 
 class Learner:
-    def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, ref_model: torch.nn.Module | None = None):
+    def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, ref_model: torch.nn.Module | None = None,
+                 data_parallel: bool = False):
         self.model, self.cfg, self.ref_model = model, cfg, ref_model
         a = cfg.algorithm
+        # A row whose advantage is exactly 0 (its whole group scored alike) adds exactly 0 to
+        # every loss kind's gradient unless a KL or entropy term is on, so one trainer rank
+        # skips its forward and backward. Data-parallel ranks run the same number of
+        # micro-batches (each is a collective), so they keep every row.
+        self.skip_zero_advantage = not data_parallel and a.kl_coef == 0 and a.entropy_coef == 0
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
                                            betas=(0.9, 0.95))
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
@@ -74,39 +80,55 @@ class Learner:
         tokens, behavior, mask, advantages, staleness = (
             x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
         n = tokens.shape[0]
-        total_tokens = max(1.0, float(mask.sum()))
+        total_tokens = max(1.0, float(mask.sum()))  # over every row: skipping changes no weight
+        trained = (advantages != 0) if self.skip_zero_advantage else torch.ones(n, dtype=torch.bool)  # [N]
+        micro_batches = list(self._micro_batches(batch, micro, trained))
         sums: dict[str, float] = {}
-        for i, (rows, width) in enumerate(self._micro_batches(batch, micro)):
+        weight_sum = 0.0
+        for i, (rows, width) in enumerate(micro_batches):
             t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
-            with _maybe_no_sync(self.model, i == -(-n // micro) - 1):
+            with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
                 loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows])
                 weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
                           else len(rows) / n)
                 (loss * weight).backward()
+            weight_sum += weight
             for k, v in metrics.items():
                 if k in MAX_METRICS:
                     sums[k] = max(sums.get(k, -math.inf), v)
                 else:
                     sums[k] = sums.get(k, 0.0) + v * weight
+        # Metrics are means over the rows that were trained (all rows unless skipped); with
+        # none (every group scored alike) they are importance_metrics' values for no tokens.
+        sums = {k: v if k in MAX_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
+        if not micro_batches:
+            sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, a.clip_eps), "loss": 0.0}
+            self._ratios.append(torch.ones(0))
+        # Staleness is a property of the batch, trained rows or not.
+        sums.update(staleness_mean=float(staleness.float().mean()), staleness_max=float(staleness.max()))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         sums.update(grad_norm=float(grad_norm), lr=lr, reward_mean=float(batch.rewards.mean()),
                     advantage_abs_mean=float(advantages.abs().mean()),
                     completion_tokens=float(batch.completion_lens.sum()),
+                    trained_rows_frac=float(trained.float().mean()),
                     tokens_per_s=float(batch.completion_lens.sum()) / (time.perf_counter() - t0))
         # For TensorBoard's histograms: every counted token's π/μ and every row's staleness.
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
 
-    def _micro_batches(self, batch: Rollout, micro: int):
-        """(row indices, token width) per micro-batch. Rows go in length order and each
-        micro-batch is cut to its own longest row, so short rows do not pay for padding up
-        to the chunk's longest one (the loss is the same: micro-batch means are weighted by
-        their token share). `length_sorted = False` is the old layout, for the benchmark."""
+    def _micro_batches(self, batch: Rollout, micro: int, trained: torch.Tensor):
+        """(row indices, token width) per micro-batch of the `trained` rows. Rows go in length
+        order and each micro-batch is cut to its own longest row, so short rows do not pay
+        for padding up to the chunk's longest one (the loss is the same: micro-batch means
+        are weighted by their token share). `length_sorted = False` is the old layout, for
+        the benchmark."""
         lengths = batch.prompt_lens + batch.completion_lens                       # [N]
-        n, width = len(lengths), int(lengths.max())
-        order = torch.argsort(lengths, stable=True) if self.length_sorted else torch.arange(n)
+        width = int(lengths.max())
+        rows_kept = trained.nonzero().squeeze(1)                                  # [n]
+        order = rows_kept[torch.argsort(lengths[rows_kept], stable=True)] if self.length_sorted else rows_kept
+        n = len(order)
         for s in range(0, n, micro):
             rows = order[s:s + micro]
             yield rows, (int(lengths[rows].max()) if self.length_sorted else width)

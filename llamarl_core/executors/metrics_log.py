@@ -39,6 +39,9 @@ class MetricsLog:
             if role == "generator":
                 out["generator/tokens_per_s"] = round(sum(s["tokens_per_s"] for s in stats), 2)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
+                kls = [s["quant_kl"] for s in stats if "quant_kl" in s]
+                if kls:  # quantized generator: token-level KL(full || quantized), mean of replicas
+                    out["generator/quant_kl"] = round(sum(kls) / len(kls), 6)
                 syncs = [s["sync"] for s in stats if s.get("sync")]
                 if syncs:
                     out["sync/receive_seconds"] = round(max(x["seconds"] for x in syncs), 5)

@@ -1,7 +1,7 @@
 """How the trainer loop hands out a new version, one class per mode (see `TrainerExecutor`).
 
-    WeightSync  (async): trainer rank 0 sends the full weights to every generator (the
-        gather under FSDP2 is a collective, so every trainer rank takes part).
+    WeightSync  (async): DDMA, every trainer rank sends the rows it owns straight to the
+        generator ranks that need them (no gather; transport/ddma.py).
     InPlace     (sync):  the colocated engine already shares the trained module; it only
         refreshes what it derived from the weights, and rank 0 announces the version.
 Both return the metrics of the publish (empty when nothing moved).
@@ -9,29 +9,34 @@ Both return the metrics of the publish (empty when nothing moved).
 from __future__ import annotations
 
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.executors.weights import make_sender
 from llamarl_core.transport import checksums
-from llamarl_core.transport.parallel import full_state
+from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 
 class WeightSync:
     def __init__(self, ctx: WorkerContext, rank: int, model, raw):
-        self.ctx, self.rank, self.model = ctx, rank, model
-        self.sender = make_sender(ctx, dict(raw.named_parameters())) if rank == 0 else None
+        self.ctx, self.rank, self.model, self.args = ctx, rank, model, raw.args
+        self.world = len(ctx.ranks("trainer"))
+        self.sender = make_sender(ctx, unwrap(model))  # every trainer rank sends its own rows
 
     def publish(self, version: int) -> dict:
         cfg = self.ctx.cfg
-        state = full_state(self.model, cfg.resources.trainer.strategy, keep=self.rank == 0)
-        if self.sender is None:
-            return {}
         with self.ctx.timeline.span("sync", version=version):
-            self.ctx.control.publish_version(version)
-            stats = self.sender.send(state, version, timeout_s=cfg.controller.step_timeout_s)
-        if cfg.run.weight_checksums:  # hash what the generators hold: the state in their dtype
-            held = TORCH_DTYPES[cfg.resources.generator.dtype]
-            checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
-                             {n: t.to(held) for n, t in state.items()})
+            stats = self.sender.send(local_shards(self.model, self.world, self.rank), version)
+            if self.rank == 0:
+                self.ctx.control.publish_version(version)
+        if cfg.run.weight_checksums:  # a test aid: gathers the full weights (never on the sync path)
+            state = full_state(self.model, cfg.resources.trainer.strategy)
+            if self.rank == 0:
+                wire = TORCH_DTYPES[cfg.resources.generator.dtype]
+                state = {n: t.to(wire) for n, t in state.items()}
+                if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
+                    checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
+                                            self.args, self.ctx.generator_tp)
+                else:
+                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version, state)
         return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                 "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 

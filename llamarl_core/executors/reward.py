@@ -40,7 +40,7 @@ class RewardExecutor:
         r = cfg.resources.reward
         self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
         # Sync mode (k = 0) has no generator or trainer role: the colocated actor ranks are both.
-        self.num_replicas = len(ctx.ranks("generator") or ctx.ranks("actor"))
+        self.num_replicas = ctx.generator_replicas
         self.trainer_ranks = ctx.ranks("trainer") or ctx.ranks("actor")
         self.scored = 0
         self.partial: dict[tuple[int, int], list] = {}  # (replica, chunk) -> scored groups

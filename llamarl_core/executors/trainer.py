@@ -50,7 +50,7 @@ class TrainerExecutor:
         ref = None
         if cfg.algorithm.kl_coef > 0:
             ref = build_model(cfg, dtype=t.dtype, device=ctx.device)[0].requires_grad_(False)
-        self.learner = Learner(self.model, cfg, ref)
+        self.learner = Learner(self.model, cfg, ref, data_parallel=self.world > 1)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")
         self.reward_fn = get_reward(reward_name(cfg))

@@ -1,45 +1,62 @@
-"""Wire the weight sync (weight_sync.py) to a run: transport choice, group, names, dtypes.
+"""Wire the DDMA weight sync (transport/ddma.py) to a run: transport, plan, ranks, dtypes.
 
-Both ends describe the trainer's parameters (names, shapes, dtype) the same way, from the
-config alone; the generator's dtype, if different, is the wire dtype (conversion on the way).
-`auto` picks shared memory on a single CPU host, CUDA IPC when generator and trainer share
-one GPU, and the collective everywhere else.
+Both ends build the same plan from the config alone: the trainer's parameter names and
+shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard), G generator
+ranks, the generators' dtype (conversion on the way) and their TP slices. `auto` picks
+shared memory on a single CPU host and point-to-point gloo/NCCL everywhere else.
+Endpoints live under membership epoch 0 of the controller's store (`xfer/0/...`); a
+restart builds new ones with the next epoch.
 """
 from __future__ import annotations
 
 import torch
 
-from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
+from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
+from llamarl_core.transport.tp_layout import tp_slice
+
+EPOCH = 0
 
 
 def transport(ctx: WorkerContext) -> str:
     t = ctx.cfg.controller.weight_transport
     if t != "auto":
         return t
-    if ctx.cfg.resources.share_devices:
-        return "cuda_ipc"  # one GPU: NCCL cannot join two ranks on it
     return "shm" if ctx.cfg.resources.device == "cpu" and ctx.plan.get("nodes", 1) == 1 else "collective"
 
 
-def _named_shapes(params: dict[str, torch.Tensor], dtype: torch.dtype) -> dict:
-    return {n: (tuple(p.shape), dtype) for n, p in params.items()}
+def generator_tp(ctx: WorkerContext) -> int:
+    """TP ranks per generator replica; generator rank g is TP rank g % tp (executors/replica.py)."""
+    return ctx.generator_tp
 
 
-def _kwargs(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> dict:
-    r = ctx.cfg.resources
-    # The trainer keeps fp32 master weights (its dtype is the compute dtype): those are sent.
-    trainer_dtype, gen_dtype = torch.float32, TORCH_DTYPES[r.generator.dtype]
-    return dict(named_shapes=_named_shapes(params, trainer_dtype), transport=transport(ctx),
-                bucket_mb=ctx.cfg.controller.weight_bucket_mb,
-                group=ctx.groups["weights"], src_rank=ctx.ranks("trainer")[0], store=ctx.control.store,
-                run_id=ctx.run_id, wire_dtype=gen_dtype if gen_dtype != trainer_dtype else None)
+def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], args) -> DdmaPlan:
+    """`args`: the model's ModelArgs; generator TP slices are w12tp's `tp_layout.tp_slice`."""
+    def slice_fn(name, shape, tp_rank, tp_size):
+        s = tp_slice(name, shape, args, tp_rank, tp_size)
+        return s.dim, s.start, s.size
+
+    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
+                      generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
+                      dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
+                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2)
 
 
-def make_sender(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> WeightSyncSender:
-    return WeightSyncSender(**_kwargs(ctx, params))
+def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:
+    """On every trainer rank (full shapes: a DTensor's .shape is the global one)."""
+    shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
+    device = next(model.parameters()).device
+    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=ctx.control.store,
+                      epoch=EPOCH, device=device, timeout_s=ctx.cfg.controller.step_timeout_s)
 
 
-def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor]) -> WeightSyncReceiver:
-    return WeightSyncReceiver(**_kwargs(ctx, params))
+def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dict[str, torch.Tensor],
+                  args) -> DdmaReceiver:
+    """`params`: this rank's (TP-sliced) parameters; `full`: the unsharded shapes, as the trainer has them."""
+    trainer_dtype = TORCH_DTYPES[ctx.cfg.resources.trainer.dtype]
+    shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in full.items()}
+    return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
+                        store=ctx.control.store, epoch=EPOCH, run_id=ctx.run_id,
+                        timeout_s=ctx.cfg.controller.step_timeout_s)

@@ -65,9 +65,9 @@ def _fp8_scaled_mm(x: torch.Tensor, q: torch.Tensor, w_scale: torch.Tensor) -> t
     x2 = x.reshape(-1, shape[-1])
     x_scale = (x2.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)  # [M, 1]
     xq = (x2.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    out_dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    # Row-wise scaling produces bf16 only (any input dtype is cast back below).
     y = torch._scaled_mm(xq, q.t(), scale_a=x_scale, scale_b=w_scale[None, :].float(),
-                         out_dtype=out_dtype)
+                         out_dtype=torch.bfloat16)
     return y.to(x.dtype).reshape(*shape[:-1], -1)
 
 
@@ -77,12 +77,22 @@ def quantize_model(model: nn.Module, kind: str) -> dict[str, QuantizedLinear]:
             if isinstance(module, nn.Linear) and name.startswith("layers.")}
 
 
+def token_kl(logits_full: torch.Tensor, logits_quant: torch.Tensor,
+             mask: torch.Tensor | None = None) -> float:
+    """Mean over positions (those where `mask` [B, T] is True) of KL(p_full || p_quant) between
+    the next-token distributions softmax(logits [B, T, V]): the token-level KL to full precision."""
+    logp_full = torch.log_softmax(logits_full.float(), dim=-1)  # [B, T, V]
+    logp_quant = torch.log_softmax(logits_quant.float(), dim=-1)
+    kl = (logp_full.exp() * (logp_full - logp_quant)).sum(-1)  # [B, T]
+    return float(kl.mean() if mask is None else kl[mask].mean())
+
+
 @torch.inference_mode()
 def next_token_kl(model: nn.Module, quantized: dict[str, QuantizedLinear],
-                  input_ids: torch.Tensor) -> float:
-    """Mean KL(p_full || p_quant) of next-token distributions over all positions of input_ids."""
-    logp_full = torch.log_softmax(model(input_ids).float(), dim=-1)  # [B, T, V]
+                  input_ids: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """`token_kl` of the model with and without its quantized linears, on input_ids [B, T]
+    (all positions, or those where `mask` [B, T] is True)."""
+    logits_full = model(input_ids)  # [B, T, V]
     with attached(model, quantized):
-        logp_quant = torch.log_softmax(model(input_ids).float(), dim=-1)
-    kl = (logp_full.exp() * (logp_full - logp_quant)).sum(-1)  # [B, T]
-    return float(kl.mean())
+        logits_quant = model(input_ids)
+    return token_kl(logits_full, logits_quant, mask)

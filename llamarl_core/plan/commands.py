@@ -1,9 +1,10 @@
-"""The torchrun command line(s) `llamarl train` execs for one role: one per node.
+"""The torchrun command line(s) for one role: one per node (`llamarl node` execs its node's).
 
 Each role is its own torchrun world. Single-node roles use `--standalone` (torchrun picks a
 free rendezvous port itself, so a busy port is never fatal); multi-node roles use static
-rendezvous on the role's first node. Workers find the controller's TCPStore through
-plan.json, so the command lines do not depend on the store's port.
+rendezvous (torchrun's default backend) on the role's first node, so every worker's RANK
+follows from `--node-rank` (c10d would number ranks in join order and ignore it). Workers
+find the controller's TCPStore through plan.json, so the lines do not depend on its port.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.hardware import DeviceSpec
+from llamarl_core.plan.nodes import node_host
 
 WORKER_MODULE = "llamarl_core.runtime.worker"
 
@@ -36,7 +38,7 @@ def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], s
     if len(nodes) == 1:
         argv += ["--standalone", "--nnodes=1"]
     else:
-        host = cfg.resources.hostnames.format(index=nodes[0])
+        host = node_host(cfg, nodes[0])  # static rendezvous: RANK = node rank x per-node + local rank
         argv += [f"--nnodes={len(nodes)}", f"--node-rank={node_rank}", f"--master-addr={host}",
                  f"--master-port={cfg.controller.role_port_base + role_index}"]
     argv += [f"--nproc-per-node={per_node}", "--max-restarts=0", "-m", WORKER_MODULE,

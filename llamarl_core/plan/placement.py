@@ -6,6 +6,10 @@ a role that fits in what is left of a node shares that node (8 x H100: generator
 nodes. Each rank later sees only its role's GPUs (CUDA_VISIBLE_DEVICES in its command), so
 it uses `cuda:<LOCAL_RANK>`. With `resources.share_devices` the trainer sits on the
 generator's GPU. Reward ranks use no accelerator and run on node 0.
+
+On CPU there are no device indices (`devices` stays empty, so commands get no
+CUDA_VISIBLE_DEVICES): one node holds every role, or with `resources.nodes > 1` each role
+starts on a node of its own (the multi-node rehearsal on loopback hosts, plan/nodes.py).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ def place_roles(cfg: LlamaRLConfig, spec: DeviceSpec, roles: list, compute_ranks
     """Set `nodes` and `devices` on every role; returns the number of nodes."""
     res = cfg.resources
     per_node = res.devices_per_node or spec.devices_per_node
-    if not spec.is_gpu:
+    if not spec.is_gpu and res.nodes == 1:
         for r in roles:
             r.nodes, r.devices = [0], []
         return 1
@@ -48,11 +52,14 @@ def place_roles(cfg: LlamaRLConfig, spec: DeviceSpec, roles: list, compute_ranks
                 raise ConfigError(f"{r.name}: {r.num_devices} devices span nodes but are not a multiple "
                                   f"of resources.devices_per_node={per_node}")
             slot = -(-slot // per_node) * per_node  # start on a node boundary
-        elif slot % per_node + r.num_devices > per_node:
-            slot = -(-slot // per_node) * per_node  # does not fit in what is left of this node
+        elif not spec.is_gpu or slot % per_node + r.num_devices > per_node:
+            # CPU roles each take nodes of their own; a GPU role that does not fit in what
+            # is left of this node starts the next one
+            slot = -(-slot // per_node) * per_node
         first, slot = slot, slot + r.num_devices
         r.nodes = list(range(first // per_node, (slot - 1) // per_node + 1))
-        r.devices = list(range(first % per_node, first % per_node + min(r.num_devices, per_node)))
+        r.devices = list(range(first % per_node, first % per_node + min(r.num_devices, per_node))) \
+            if spec.is_gpu else []
         used.append(f"{r.name} {len(r.nodes)}")
     nodes_used = -(-slot // per_node)
     if nodes_used > res.nodes:

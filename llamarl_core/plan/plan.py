@@ -20,6 +20,7 @@ from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
 from llamarl_core.config.hardware import DeviceSpec, cpu_spec, get_device
 from llamarl_core.plan.model_source import check_tokenizer, resolve_model_args
+from llamarl_core.plan.nodes import address_warnings
 from llamarl_core.plan.placement import accelerators, place_roles
 from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
@@ -149,7 +150,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     data_parallel = roles[0].parallelism["dp"] * roles[0].parallelism["fsdp"] if is_sync else \
         roles[1].parallelism["dp"] * roles[1].parallelism["fsdp"]
     validate_batch(cfg, data_parallel, gen_par["dp"] if not is_sync else roles[0].parallelism["dp"])
-    data_warnings = validate_data(cfg, require_path=require_data)
+    data_warnings = validate_data(cfg, require_path=require_data) + address_warnings(cfg)
 
     plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device,
                       accelerators(cfg, compute_devices) if spec.is_gpu else compute_devices,

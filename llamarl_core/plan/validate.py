@@ -34,6 +34,7 @@ def _check_split(key: str, num_devices: int, sizes: dict, dp: int) -> int:
 def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     g, t = cfg.resources.generator, cfg.resources.trainer
     _check_tp("resources.generator.tp", g.tp, m)
+    _check_generator_built(cfg, m)
     _check_tp("resources.trainer.tp", t.tp, m)
     for key, pp in (("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
         if m.n_layers % pp:
@@ -51,15 +52,12 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
         if total % (g.tp * g.pp):
             raise ConfigError(f"sync mode: {total} actor devices not divisible by "
                               f"resources.generator.tp x pp = {g.tp * g.pp}")
-    # The plan is the truth: layouts the runtime does not build are refused, not planned.
-    for key, v, instead in (("resources.trainer.tp", t.tp, "shard with resources.trainer.fsdp (FSDP2)"),
-                            ("resources.trainer.pp", t.pp, "shard with resources.trainer.fsdp (FSDP2)"),
-                            ("resources.generator.pp", g.pp, "split a replica with resources.generator.tp")):
+    # The plan is the truth: layouts the runtime does not build are refused, not planned
+    # (generator layouts: _check_generator_built).
+    for key, v in (("resources.trainer.tp", t.tp), ("resources.trainer.pp", t.pp)):
         if v != 1:
-            raise ConfigError(f"{key}={v}: not built by the runtime (only 1 is); {instead}")
-    if cfg.resources.device == "cpu" and g.tp != 1:
-        raise ConfigError(f"resources.generator.tp={g.tp}: tensor parallelism runs on GPUs only; "
-                          f"on resources.device=cpu use 1")
+            raise ConfigError(f"{key}={v}: not built by the runtime (only 1 is); "
+                              f"shard with resources.trainer.fsdp (FSDP2)")
     _check_shared(cfg)
     if g.quantization == "fp8" and cfg.resources.device == "cpu":
         raise ConfigError("resources.generator.quantization=fp8 needs a GPU; on cpu use int8 or none")
@@ -79,6 +77,24 @@ def _check_shared(cfg: LlamaRLConfig) -> None:
         raise ConfigError(f"resources.share_devices=true needs resources.generator.num_devices=1 and "
                           f"resources.trainer.num_devices=1 (got {r.generator.num_devices} and "
                           f"{r.trainer.num_devices}): one GPU, one process of each")
+
+
+def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:
+    """Generator layouts the runtime builds: TP replicas (CPU gloo twin included), no PP."""
+    g = cfg.resources.generator
+    if g.pp != 1:
+        raise ConfigError(f"resources.generator.pp={g.pp}: not built by the runtime (only 1 is); "
+                          f"split a replica with resources.generator.tp")
+    if g.tp > 1 and cfg.algorithm.max_offpolicy_steps == 0:
+        raise ConfigError(f"resources.generator.tp={g.tp}: the sync actor "
+                          f"(algorithm.max_offpolicy_steps=0) generates unsharded; use 1")
+    if cfg.generation.cuda_graphs:
+        where = ("runs on GPUs only; on resources.device=cpu use false" if cfg.resources.device == "cpu"
+                 else "is not built by the runtime yet (the decode step runs eagerly); use false")
+        raise ConfigError(f"generation.cuda_graphs=true: decode-step CUDA graph capture {where}")
+    if m.ffn_dim % g.tp:
+        raise ConfigError(f"resources.generator.tp={g.tp} does not divide the model's "
+                          f"ffn_dim={m.ffn_dim} (MLP columns)")
 
 
 def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_replicas: int) -> None:

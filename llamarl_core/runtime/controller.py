@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime import procs, resume
-from llamarl_core.transport.control import ControlPlane
+from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
 POLL_S = 0.25
@@ -41,30 +39,16 @@ class RunResult:
     metrics: dict = field(default_factory=dict)  # last metrics line
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    return sock
-
-
-_LISTENERS: list[socket.socket] = []  # the stores serve on these fds: keep them open
-
-
 def start_store(host: str, port: int) -> dist.TCPStore:
     """The controller's store, listening on `host` only (TCPStore alone binds every
     interface, whatever host it is given); a busy configured port is never fatal."""
     try:
-        sock = _listen(host, port)
-    except OSError as e:
+        return bind_store(host, port)
+    except (RuntimeError, OSError) as e:
         if port == 0:
             raise
         print(f"controller: port {port} on {host} unavailable ({e}); using a free port")
-        sock = _listen(host, 0)
-    _LISTENERS.append(sock)
-    return dist.TCPStore(host, sock.getsockname()[1], is_master=True, wait_for_workers=False,
-                         timeout=timedelta(seconds=60), master_listen_fd=sock.fileno())
+        return bind_store(host, 0)
 
 
 def _raise_interrupt(signum, frame):
@@ -84,8 +68,8 @@ class Controller:
             signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
         c = self.cfg.controller
         store = start_store(c.host, c.port)
-        self.control = ControlPlane(store)
-        write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        self.control = ControlPlane(serve_run(store, files["run_id"]))
         resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         result = RunResult(False, self.run_dir, "the controller stopped before supervising")

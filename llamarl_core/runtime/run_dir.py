@@ -32,10 +32,12 @@ def resolve_run_dir(cfg: LlamaRLConfig) -> str:
     return path
 
 
-def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str, port: int) -> dict:
-    """plan.json (what the workers read: plan + config + store address) and config.yaml."""
+def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str, port: int,
+                    run_id: str | None = None) -> dict:
+    """plan.json (what the workers read: plan + config + store address + run id) and config.yaml.
+    A fresh random run id unless one is given (a SLURM script fixes it for a requeued job)."""
     container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    full = {**plan_dict, "run_dir": run_dir, "run_id": secrets.token_hex(4),
+    full = {**plan_dict, "run_dir": run_dir, "run_id": run_id or secrets.token_hex(4),
             "controller": {"host": host, "port": port}, "config": container}
     with open(os.path.join(run_dir, "plan.json"), "w") as f:
         json.dump(full, f, indent=2)

@@ -34,7 +34,8 @@ from omegaconf import OmegaConf
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.runtime.devices import backend, rank_device
-from llamarl_core.transport.control import ControlPlane, connect
+from llamarl_core.transport.control import ControlPlane, ControllerUnreachable, RunMismatch, connect_run
+from llamarl_core.transport.tensor_parallel import new_replica_groups
 from llamarl_core.transport.timeline import Timeline
 
 
@@ -67,9 +68,10 @@ class Heartbeat(threading.Thread):
     is gone, this process ends. The value is `progress_s()`, not the clock: a main loop that
     hangs stops the beat even though this thread lives on."""
 
-    def __init__(self, host: str, port: int, role: str, rank: int, interval_s: float, timeout_s: float):
+    def __init__(self, host: str, port: int, role: str, rank: int, interval_s: float, timeout_s: float,
+                 run_id: str = ""):
         super().__init__(daemon=True, name="heartbeat")
-        self.control = ControlPlane(connect(host, port, timeout_s))
+        self.control = ControlPlane(connect_run(host, port, run_id, timeout_s))
         self.role, self.rank, self.interval_s = role, rank, interval_s
         # Until the role's loop runs (start-up: joining the group, building the model), the
         # clock; then `main` points this at the loop's own progress.
@@ -100,6 +102,9 @@ def build_groups(plan: dict) -> dict:
     groups = {name: dist.new_group(ranks) for name, ranks in roles.items()}
     if "generator" in roles and "trainer" in roles:
         groups["weights"] = dist.new_group([roles["trainer"][0]] + roles["generator"])
+    gen = next((r for r in plan["roles"] if r["name"] == "generator"), None)
+    if gen and gen["parallelism"]["tp"] > 1:  # this rank's replica group, None off the generator
+        groups["generator_tp"] = new_replica_groups(roles["generator"], gen["parallelism"]["tp"])
     return groups
 
 
@@ -133,9 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     c = cfg.controller
     torch.set_num_threads(role_plan["threads"])
     host, port = plan["controller"]["host"], plan["controller"]["port"]
-    control = ControlPlane(connect(host, port, c.startup_timeout_s))
+    try:  # another run's controller (or none) is refused before touching its keys
+        control = ControlPlane(connect_run(host, port, plan["run_id"], c.startup_timeout_s))
+    except (ControllerUnreachable, RunMismatch) as e:
+        print(f"{role} rank {rank}: {e}", flush=True)
+        os._exit(2)
     control.store.set(f"pid/{role}/{rank}", str(os.getpid()))
-    heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s)
+    heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s, plan["run_id"])
     heartbeat.start()
     timeline = Timeline(run_dir, role, rank, control)
     print(f"{role} rank {rank} (global {global_rank}/{plan['world_size']}) pid {os.getpid()} "

@@ -2,7 +2,9 @@
 
 With `run.weight_checksums=true`, the trainer (on send) and every generator rank (on
 receive) append `{role, rank, version, sha256}` to `<run_dir>/weight_checksums.jsonl`.
-Hashing costs a pass over the weights, so it is off by default.
+Hashing costs a pass over the weights, so it is off by default. With a tensor-parallel
+generator (tp > 1) the trainer records one line per TP slice it sends (`tp_rank`, sha256 of
+`tp_layout.shard_state`) and each generator rank the slice it holds, with the same fields.
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import json
 import os
 
 import torch
+
+from llamarl_core.transport.tp_layout import shard_state
 
 
 def weights_sha256(params: dict[str, torch.Tensor]) -> str:
@@ -21,7 +25,16 @@ def weights_sha256(params: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def record(run_dir: str, role: str, rank: int, version: int, params: dict[str, torch.Tensor]) -> None:
-    line = {"role": role, "rank": rank, "version": version, "sha256": weights_sha256(params)}
+def record(run_dir: str, role: str, rank: int, version: int, params: dict[str, torch.Tensor],
+           **fields) -> None:
+    """`fields` (e.g. replica, tp_rank, tp of a tensor-parallel generator rank) go into the line."""
+    line = {"role": role, "rank": rank, "version": version, "sha256": weights_sha256(params), **fields}
     with open(os.path.join(run_dir, "weight_checksums.jsonl"), "a") as f:
         f.write(json.dumps(line) + "\n")
+
+
+def record_slices(run_dir: str, role: str, rank: int, version: int, full: dict[str, torch.Tensor],
+                  args, tp: int) -> None:
+    """One line per generator TP rank: the sha256 of the slice of `full` that rank holds."""
+    for tp_rank in range(tp):
+        record(run_dir, role, rank, version, shard_state(full, args, tp_rank, tp), tp_rank=tp_rank, tp=tp)

@@ -1,6 +1,10 @@
 """The control plane: small values in the controller's TCPStore.
 
-Keys (all under the run's store; values are small — TCPStore drops values over 8 MB):
+Two runs never mix: the controller's store holds one raw key, `llamarl/run_id`, and every
+other key lives under `run/<run_id>/` (a PrefixStore). A process whose plan.json names another
+run id is refused by `connect_run` before it reads or writes anything.
+
+Keys (all under the run's prefix; values are small — TCPStore drops values over 8 MB):
 
     run/state                 "running" | "done" | "aborted"
     run/abort_reason          why the run stopped early (names role and rank)
@@ -15,18 +19,105 @@ Keys (all under the run's store; values are small — TCPStore drops values over
     exit/<role>/<rank>        the exit code a rank reported just before leaving
     stats/<role>/<rank>       JSON counters of a generator or reward rank (busy/idle, tokens)
     metrics/latest            JSON of the trainer's last metrics line
+    node/<K>/hb, node/<K>/exit  `llamarl node K`'s own beat (unix seconds) and its "stopped" mark
+    lost/<role>/<rank>        set by the rank's node when it saw the rank's process die
+    tp/<replica>/step/<n>     JSON: step n of a tensor-parallel generator replica, announced by
+                              its TP rank 0 and followed by the others ({"do": "sync" | ...})
 """
 from __future__ import annotations
 
 import json
+import socket
 import time
 from datetime import timedelta
 
 import torch.distributed as dist
 
 
+RUN_ID_KEY = "llamarl/run_id"
+
+
+class ControllerUnreachable(RuntimeError):
+    pass
+
+
+class RunMismatch(RuntimeError):
+    pass
+
+
 def connect(host: str, port: int, timeout_s: float) -> dist.TCPStore:
     return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+
+
+def bind_store(host: str, port: int, timeout_s: float = 60.0) -> dist.TCPStore:
+    """A store server listening on `host` only (TCPStore alone would listen on every address)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+        store = dist.TCPStore(host, sock.getsockname()[1], is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s), master_listen_fd=sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()  # the store owns the listening fd now; the socket object must not close it
+    return store
+
+
+def wait_listening(host: str, port: int, timeout_s: float) -> None:
+    """Return once host:port accepts connections; raise ControllerUnreachable at the deadline.
+    (TCPStore's own client retries past its timeout: up to twice it, plus a back-off.)"""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ControllerUnreachable(f"cannot reach the controller's store at {host}:{port} within "
+                                        f"controller.startup_timeout_s={timeout_s:g} ({last})")
+        try:
+            with socket.create_connection((host, port), timeout=min(left, 2.0)):
+                return
+        except OSError as e:
+            last = e.strerror or type(e).__name__
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now (a plan fixes it before its controller starts)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.bind(addr)
+        return sock.getsockname()[1]
+
+
+def run_prefix(run_id: str) -> str:
+    return f"run/{run_id}"
+
+
+def serve_run(store: dist.Store, run_id: str) -> dist.Store:
+    """The controller's side: announce the run id, hand back the run's own key space."""
+    store.set(RUN_ID_KEY, run_id)
+    return dist.PrefixStore(run_prefix(run_id), store)
+
+
+def connect_run(host: str, port: int, run_id: str, timeout_s: float) -> dist.Store:
+    """A worker's or node's side: reach the controller within `timeout_s`, then check the run id."""
+    t0 = time.monotonic()
+    wait_listening(host, port, timeout_s)
+    try:
+        store = connect(host, port, max(1.0, timeout_s - (time.monotonic() - t0)))
+        served = store.get(RUN_ID_KEY).decode()
+    except (RuntimeError, OSError) as e:  # DistNetworkError / DistStoreError subclass RuntimeError
+        raise ControllerUnreachable(
+            f"cannot reach the controller's store at {host}:{port} within controller.startup_timeout_s="
+            f"{timeout_s:g} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if served != run_id:
+        raise RunMismatch(f"the controller at {host}:{port} serves run {served}, but this plan.json is "
+                          f"for run {run_id}: refusing to join another run (start this node with that "
+                          f"run's plan.json)")
+    return dist.PrefixStore(run_prefix(run_id), store)
 
 
 class ControlPlane:
@@ -108,3 +199,11 @@ class ControlPlane:
 
     def status(self, role: str, rank: int) -> dict:
         return self.get_json(f"status/{role}/{rank}", {}) or {}
+
+    # ---- tensor-parallel generator replicas ---------------------------------------------
+    def announce_replica_step(self, replica: int, n: int, step: dict) -> None:
+        self.set_json(f"tp/{replica}/step/{n}", step)
+
+    def replica_step(self, replica: int, n: int) -> dict | None:
+        """Step n of the replica, or None while its TP rank 0 has not announced it."""
+        return self.get_json(f"tp/{replica}/step/{n}")

@@ -15,6 +15,9 @@
 Checkpointing replaces the block's `forward` on the instance rather than wrapping the module
 (torch's checkpoint_wrapper), so parameter names stay those of the plain model: the weight
 sync and checkpoints address parameters by name.
+
+`full_state` gives rank 0 the unsharded weights for eval and checkpoints; the weight sync
+never gathers: `local_shards` hands each rank's own rows to the DDMA sender.
 """
 from __future__ import annotations
 
@@ -118,3 +121,22 @@ def full_state(model: torch.nn.Module, strategy: str, keep: bool = True) -> dict
                 state[n] = full
         return state
     return {n: p.detach() for n, p in unwrap(model).named_parameters()}
+
+
+def local_shards(model: torch.nn.Module, world: int, rank: int) -> dict[str, torch.Tensor]:
+    """This trainer rank's dim-0 rows of every parameter, without any collective.
+
+    Under FSDP2 that is the rank's own shard (``DTensor.to_local()``). A DDP replica holds
+    everything but sends only the rows FSDP would give it, so the DDMA sync still leaves all
+    trainer ranks in parallel with no duplicated bytes.
+    """
+    from llamarl_core.transport.ddma_plan import fsdp_rows
+
+    out = {}
+    for n, p in unwrap(model).named_parameters():
+        if hasattr(p, "to_local"):
+            out[n] = p.detach().to_local()
+        else:
+            lo, hi = fsdp_rows(p.shape[0], world, rank) if p.dim() else (0, 1)
+            out[n] = p.detach()[lo:hi] if p.dim() else p.detach()
+    return out

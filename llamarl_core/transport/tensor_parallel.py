@@ -67,6 +67,14 @@ def make_token_sync(group, src_global_rank: int) -> Callable[[torch.Tensor], tor
     return sync
 
 
+def broadcast_flag(flag: bool, src_global_rank: int, group) -> bool:
+    """`flag` as decided on rank `src_global_rank`, on every rank of `group` (a CPU tensor:
+    gloo carries it even where the group's tensors otherwise go over NCCL)."""
+    t = torch.tensor([int(flag)])
+    dist.broadcast(t, src=src_global_rank, group=group)
+    return bool(t.item())
+
+
 def new_replica_groups(generator_ranks: list[int], tp_size: int):
     """One process group per generator replica (TP ranks consecutive: replica i = ranks
     [i·tp, (i+1)·tp) of the role). `new_group` is collective over the whole world, so every

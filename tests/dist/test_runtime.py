@@ -93,9 +93,24 @@ def test_sync_mode_is_on_policy_every_importance_ratio_is_one(tmp_path):
         assert abs(m["trainer/is_ratio_mean"] - 1.0) < 1e-5
     plan = json.loads((run_dir / "plan.json").read_text())
     assert [r["name"] for r in plan["roles"]] == ["actor", "reward"]
-    # Sync means turns: nothing is generated while the actor trains.
+    # Sync means turns: nothing is generated while the actors train. A rank that finished its
+    # chunk first enters "train" and waits there (DDP) for the others, so the training phase
+    # is when every actor rank is in "train".
     spans = read_timeline(str(run_dir))
-    assert overlap_s(spans, "generate", "train", *rl_window(spans)) == 0.0
+    t0, t1 = rl_window(spans)
+    actor_ranks = sorted({s["rank"] for s in spans if s["role"] == "actor"})
+    all_training = [(max(s["t0"] for s in step), min(s["t1"] for s in step))
+                    for step in _train_spans_by_step(spans, actor_ranks)]
+    marked = [dict(role="actor", rank=-1, state="train", t0=a, t1=b) for a, b in all_training if b > a]
+    generating = [s for s in spans if s["state"] == "generate"]
+    assert len(marked) >= 4 and overlap_s(generating + marked, "generate", "train", t0, t1) == 0.0
+
+
+def _train_spans_by_step(spans, ranks):
+    """[(rank0's k-th train span, rank1's k-th, ...)] for every step k."""
+    per_rank = [sorted((s for s in spans if s["role"] == "actor" and s["rank"] == r
+                        and s["state"] == "train"), key=lambda s: s["t0"]) for r in ranks]
+    return list(zip(*per_rank))
 
 
 def test_staleness_respects_a_larger_k(tmp_path):

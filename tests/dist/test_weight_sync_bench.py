@@ -19,3 +19,18 @@ def test_bench_reports_each_transport_against_memcpy_of_the_same_bytes(tmp_path)
         assert row["ratio_to_memcpy"][transport] == row["median_gbps"][transport] / row["median_gbps"]["memcpy"]
     assert result["machine"]["torch_version"] and result["config"]["repeats"] == 2
     print_table(result)
+
+
+def test_layout_bench_reports_every_layout_and_transport_in_the_contract_shape():
+    from llamarl_core.bench.ddma_bench import parse_layout, run_layout_bench
+
+    cases = run_layout_bench([parse_layout("1:1"), parse_layout("2:1")], size_mb=16, repeats=1)
+    assert [(c["trainer_ranks"], c["generator_ranks"], c["transport"]) for c in cases] == [
+        (1, 1, "shm"), (1, 1, "collective"), (2, 1, "shm"), (2, 1, "collective")]
+    for c in cases:
+        # one 16 MiB float32 tensor [1024, 4096]: 1:1 moves it whole over one link; 2:1 moves
+        # the same bytes as two 8 MiB links (rows 0-511 and 512-1023)
+        assert c["bytes"] == 16 << 20
+        assert c["link_bytes"] == (16 << 20) // c["trainer_ranks"]
+        assert c["gbps"] == c["bytes"] / c["seconds"] / 1e9
+        assert c["fraction_of_memcpy"] == c["memcpy_seconds"] / c["seconds"]

@@ -50,7 +50,8 @@ def collect_on_every_rank(generators: int, trainers: int) -> FakeControl:
     control = FakeControl()
     for rank in range(trainers):
         ctx = SimpleNamespace(cfg=cfg, control=control, timeline=FakeTimeline(), should_stop=lambda: False,
-                              ranks=lambda role: list(range(generators)) if role == "generator" else [])
+                              ranks=lambda role: list(range(generators)) if role == "generator" else [],
+                              generator_replicas=generators)
         feed = RewardFeed(ctx, rank, trainers)
         feed.inboxes = {}
         for i in feed.sources:

@@ -36,3 +36,44 @@ def test_sorted_micro_batches_give_the_whole_batch_gradient():
     whole = _grads(length_sorted=False, micro=8)
     for got, want in zip(_grads(length_sorted=True, micro=3), whole):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+def _step(skip: bool, rewards: torch.Tensor, micro: int = 3, **learner_kw):
+    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", f"resources.trainer.micro_batch_size={micro}"])
+    torch.manual_seed(0)
+    model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
+                                 ffn_dim=64, max_seq_len=32))
+    learner = Learner(model, cfg, **learner_kw)
+    if skip is not None:
+        learner.skip_zero_advantage = skip
+    captured = []
+    learner.optimizer.step = lambda: captured.append([p.grad for p in model.parameters()])
+    batch = _batch()
+    batch.rewards = rewards
+    metrics = learner.rl_step(batch, torch.zeros(8))
+    return captured[0], metrics, learner
+
+
+def test_rows_with_zero_advantage_are_skipped_and_the_gradient_is_unchanged():
+    # groups of 2: (1, 1) and (0, 0) scored alike, so rows 0, 1, 4, 5 have advantage exactly 0
+    rewards = torch.tensor([1.0, 1, 0, 1, 0, 0, 1, 0])
+    want, full, _ = _step(False, rewards, micro=8)
+    got, skipped, learner = _step(True, rewards)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    assert skipped["trained_rows_frac"] == 0.5 and full["trained_rows_frac"] == 1.0
+    assert learner.histograms["trainer/is_ratio"].numel() == int(_batch().completion_lens[[2, 3, 6, 7]].sum())
+    assert skipped["is_ratio_mean"] > 0 and abs(skipped["loss"]) > 0  # means over trained rows only
+
+
+def test_a_batch_where_every_group_scored_alike_trains_nothing():
+    grads, metrics, _ = _step(True, torch.tensor([1.0, 1, 0, 0, 1, 1, 0, 0]))
+    assert metrics["trained_rows_frac"] == 0.0 and metrics["grad_norm"] == 0.0
+    assert metrics["is_ratio_max"] == 1.0 and metrics["loss"] == 0.0 and metrics["staleness_max"] == 0.0
+    assert all(g is None for g in grads)  # no backward ran: AdamW leaves every parameter as it is
+
+
+def test_data_parallel_ranks_and_kl_or_entropy_terms_keep_every_row():
+    assert Learner(torch.nn.Linear(2, 2), load_config("cpu_tiny", []), data_parallel=True).skip_zero_advantage is False
+    assert Learner(torch.nn.Linear(2, 2), load_config("cpu_tiny", ["algorithm.entropy_coef=0.01"])).skip_zero_advantage is False
+    assert Learner(torch.nn.Linear(2, 2), load_config("cpu_tiny", [])).skip_zero_advantage is True

@@ -1,0 +1,264 @@
+"""One node's share of a plan: `llamarl node plan=<run_dir>/plan.json node_rank=K`.
+
+    node 0   NodeController: the controller's TCPStore on the plan's address (controller.host,
+             port fixed when the plan was written), keys under the run id; node 0's torchrun
+             lines; supervises every rank of every node (heartbeats, error keys, startup)
+    node K   NodeAgent: reaches that store within controller.startup_timeout_s (naming the
+             address when it cannot), execs node K's torchrun lines, reports a local rank that
+             dies by role and rank, and stops its processes when the run ends or the
+             controller goes away
+
+Pids are only checked on the node that owns them (a pid means nothing on another host); a
+node whose whole process tree vanished is found by its loop's silent beat (`node/<K>/hb`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.plan.nodes import node_commands, node_host, ranks_on_node
+from llamarl_core.runtime import procs
+from llamarl_core.runtime.controller import (DONE_GRACE_S, POLL_S, STORE_ERRORS, Controller, RunResult,
+                                             _raise_interrupt)
+from llamarl_core.transport import shm
+from llamarl_core.transport.control import ControlPlane, bind_store, connect_run, serve_run
+
+NODE_EXIT_WAIT_S = 10.0     # how long node 0 keeps the store up for other nodes to stop cleanly
+NODE_LOST_AFTER_S = 3.0     # a node loop silent this long is gone (it beats every POLL_S)
+
+
+@dataclass
+class RoleView:  # what Controller and the live view read of a role
+    name: str
+    num_devices: int
+
+
+@dataclass
+class PlanView:
+    roles: list[RoleView]
+
+
+def load_plan(path: str) -> tuple[dict, LlamaRLConfig]:
+    """plan.json as written by `llamarl plan --out` (or `llamarl train`), and its config."""
+    with open(path) as f:
+        plan = json.load(f)
+    for key in ("run_id", "controller", "config", "roles", "run_dir"):
+        if key not in plan:
+            raise ConfigError(f"{path} has no {key!r}: write it with `llamarl plan recipe=R --out DIR`")
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
+    return plan, cfg
+
+
+def launch_share(plan: dict, node_rank: int) -> tuple[list, list[str]]:
+    """Exec node `node_rank`'s torchrun lines, exactly as the plan printed them."""
+    threads = {r["name"]: r["threads"] for r in plan["roles"]}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    started, names = [], []
+    for role, cmd in node_commands(plan, node_rank):
+        log = os.path.join(plan["run_dir"], "logs", f"{role}.node{node_rank}.torchrun.log")
+        started.append(procs.start_role(cmd, log, {**env, "OMP_NUM_THREADS": str(threads[role])}))
+        names.append(role)
+    return started, names
+
+
+def _local_pids(control: ControlPlane, local: list[tuple[str, int]]) -> list[int]:
+    pids = []
+    for role, rank in local:
+        try:
+            pid = control.get_str(f"pid/{role}/{rank}")
+        except Exception:
+            continue
+        if pid:
+            pids.append(int(pid))
+    return pids
+
+
+class NodeController(Controller):
+    """Node 0: the controller, plus node 0's torchrun groups."""
+
+    def __init__(self, plan: dict, cfg: LlamaRLConfig, view=None):
+        view_plan = PlanView([RoleView(r["name"], r["num_devices"]) for r in plan["roles"]])
+        super().__init__(cfg, view_plan, plan["run_dir"], view)
+        self.plan_dict = plan
+        self.local = ranks_on_node(plan, 0)
+        self.node_of = {who: n for n in range(plan["nodes"]) for who in ranks_on_node(plan, n)}
+
+    def run(self) -> RunResult:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+        host, port = self.plan_dict["controller"]["host"], self.plan_dict["controller"]["port"]
+        try:
+            store = bind_store(host, port)
+        except (RuntimeError, OSError) as e:
+            raise ConfigError(f"node 0 cannot listen on the plan's controller address {host}:{port} "
+                              f"(controller.host / controller.port): {e}") from None
+        run_id = self.plan_dict["run_id"]
+        self.control = ControlPlane(serve_run(store, run_id))
+        shm.sweep(run_id)
+        result = RunResult(False, self.run_dir, "node 0 stopped before supervising")
+        try:
+            self.procs, self.role_of_proc = launch_share(self.plan_dict, 0)
+            result = self._supervise()
+        except KeyboardInterrupt:
+            self._abort_quietly("interrupted (Ctrl-C or SIGTERM) on node 0")
+            result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM) on node 0")
+        finally:
+            # Only this node's pids: a pid means nothing on another host. (No kill-by-plan-path
+            # sweep either: on a loopback rehearsal it would reach node 1's processes.)
+            procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
+            self._wait_for_nodes(DONE_GRACE_S if result.ok else NODE_EXIT_WAIT_S)
+            shm.sweep(run_id)
+        try:
+            result.metrics = self.control.get_json("metrics/latest", {}) or {}
+        except STORE_ERRORS:
+            pass
+        return result
+
+    # Pids are checked where they live; other nodes report their own.
+    def _dead_pid(self, role: str, rank: int) -> str:
+        return super()._dead_pid(role, rank) if (role, rank) in self.local else ""
+
+    def _worker_pids(self) -> list[int]:
+        return _local_pids(self.control, self.local)
+
+    def _failure(self, message: str, role: str | None = None, rank: int | None = None) -> RunResult:
+        """A rank whose node vanished shows up first as its peers' broken connections: name it."""
+        lost = self._lost_remote_rank()
+        if lost is not None:
+            (role, rank), why = lost
+            node = self.node_of[(role, rank)]
+            message = (f"role {role} rank {rank} on node {node} ({node_host(self.cfg, node)}) was lost: "
+                       f"{why} (then: {message})")
+        return super()._failure(message, role, rank)
+
+    def _lost_remote_rank(self):
+        """Wait (a few seconds at most) until every other node's rank has an exit code, its node
+        reported its process dead (`lost/`), or its node stopped beating (`node/<K>/hb`, set by the
+        node's own loop: rank heartbeats report progress, and a busy rank is not a lost one)."""
+        deadline = time.time() + NODE_LOST_AFTER_S + 2.0
+        while True:
+            pending = False
+            for role, rank in self.ranks:
+                if (role, rank) in self.local or self.control.get_str(f"exit/{role}/{rank}"):
+                    continue
+                node = self.node_of[(role, rank)]
+                if self.control.get_str(f"lost/{role}/{rank}"):
+                    return (role, rank), f"its process died (reported by node {node})"
+                beat = self.control.get_str(f"node/{node}/hb")
+                if beat and time.time() - float(beat) > NODE_LOST_AFTER_S:
+                    return (role, rank), (f"node {node} stopped answering {time.time() - float(beat):.1f} s "
+                                          f"ago and the rank left no exit code")
+                pending = True
+            if not pending or time.time() > deadline:
+                return None
+            time.sleep(0.2)
+
+    def _wait_for_nodes(self, limit_s: float) -> None:
+        """Keep the store up until every live node has stopped its processes (or `limit_s`)."""
+        deadline = time.time() + limit_s
+        try:
+            for node in range(1, self.plan_dict["nodes"]):
+                while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
+                    beat = self.control.get_str(f"node/{node}/hb")
+                    if not beat or time.time() - float(beat) > NODE_LOST_AFTER_S:
+                        break  # that node is gone (or never came)
+                    time.sleep(POLL_S)
+        except STORE_ERRORS:
+            pass
+
+
+class NodeAgent:
+    """Node K > 0: its torchrun groups, watched locally; the controller decides the run."""
+
+    def __init__(self, plan: dict, cfg: LlamaRLConfig, node_rank: int, log=print):
+        self.plan, self.cfg, self.node_rank, self.log = plan, cfg, node_rank, log
+        self.local = ranks_on_node(plan, node_rank)
+        self.procs: list = []
+
+    def run(self) -> RunResult:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+        c, addr = self.cfg.controller, self.plan["controller"]
+        # Raises ControllerUnreachable (naming host:port) or RunMismatch before anything starts.
+        self.control = ControlPlane(connect_run(addr["host"], addr["port"], self.plan["run_id"],
+                                                c.startup_timeout_s))
+        self.log(f"node {self.node_rank}: joined run {self.plan['run_id']} at {addr['host']}:{addr['port']}")
+        shm.sweep(self.plan["run_id"])
+        names: list[str] = []
+        try:
+            self.procs, names = launch_share(self.plan, self.node_rank)
+            result = self._watch(names)
+        except KeyboardInterrupt:
+            reason = f"interrupted (Ctrl-C or SIGTERM) on node {self.node_rank}"
+            self._quietly(lambda: self.control.abort(reason))
+            result = RunResult(False, self.plan["run_dir"], reason)
+        finally:
+            pids = self._quietly(lambda: _local_pids(self.control, self.local)) or []
+            procs.stop_all(self.procs, pids, grace_s=5.0)
+            shm.sweep(self.plan["run_id"])
+            self._quietly(lambda: self.control.store.set(f"node/{self.node_rank}/exit", "1"))
+        return result
+
+    def _watch(self, names: list[str]) -> RunResult:
+        run_dir, addr = self.plan["run_dir"], self.plan["controller"]
+        unreachable_since, done_at = None, None
+        while True:
+            try:
+                self.control.store.set(f"node/{self.node_rank}/hb", repr(time.time()))
+                state = self.control.state()
+                unreachable_since = None
+            except Exception:
+                unreachable_since = unreachable_since or time.time()
+                if time.time() - unreachable_since > 3.0:
+                    return RunResult(False, run_dir, f"node {self.node_rank}: lost the controller at "
+                                     f"{addr['host']}:{addr['port']}")
+                time.sleep(POLL_S)
+                continue
+            if state == "aborted":
+                return RunResult(False, run_dir, self.control.abort_reason() or "the run was aborted")
+            if state == "done":
+                done_at = done_at or time.time()
+                if all(p.poll() is not None for p in self.procs) or time.time() - done_at > DONE_GRACE_S:
+                    return RunResult(True, run_dir, "done")
+            else:
+                problem = self._local_problem(names)
+                if problem:
+                    message, role, rank = problem
+                    if not self.control.get_str(f"error/{role}/{rank}"):
+                        self.control.store.set(f"error/{role}/{rank}", message)
+                    self.control.store.set(f"lost/{role}/{rank}", message)
+                    self.control.abort(message)
+                    return RunResult(False, run_dir, message, (role, rank))
+            time.sleep(POLL_S)
+
+    def _local_problem(self, names: list[str]):
+        where = f"on node {self.node_rank}"
+        for role, rank in self.local:
+            if self.control.get_str(f"exit/{role}/{rank}") == "0":
+                continue
+            pid = self.control.get_str(f"pid/{role}/{rank}")
+            if pid and not procs.pid_alive(int(pid)):
+                err = self.control.get_str(f"error/{role}/{rank}")
+                message = f"role {role} rank {rank} (pid {pid}) {where} died" + (f": {err}" if err else "")
+                return message, role, rank
+        for name, p in zip(names, self.procs):
+            code = p.poll()
+            if code is not None and code != 0:
+                rank = next((i for r, i in self.local if r == name), 0)
+                return f"role {name} {where}: its torchrun exited with code {code}", name, rank
+        return None
+
+    @staticmethod
+    def _quietly(fn):
+        try:
+            return fn()
+        except Exception:
+            return None

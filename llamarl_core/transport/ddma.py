@@ -1,0 +1,416 @@
+"""DDMA weight sync: every trainer rank → the generator ranks that need its rows (LlamaRL §4.3).
+
+Each generator rank owns two *slots*: flat buffers laid out like its (TP-sliced)
+parameters in its dtype. Its parameters are views into the slot it computes from; the
+other slot is the staging buffer the next version lands in. Each trainer rank writes
+(shm) or sends (collective) only the blocks of its own FSDP shard that a generator
+needs (``ddma_plan``), converting dtype on the way, straight into that generator's
+staging slot. So a sync is one copy, nobody materialises the full model, and the
+bytes leave all trainer ranks at once.
+
+The generator swaps at a decode-step boundary, whenever it likes: ``poll()`` adopts
+a complete version by re-pointing its parameters to the staging slot (no copy), and
+only then frees the other slot for the version after. The trainer therefore never
+waits for a chunk to finish; it waits only when it is two versions ahead of a
+generator that has not reached a decode-step boundary since.
+
+Ordering contract (``n`` counts syncs, the same on every rank)::
+
+    trainer rank t                              generator rank g
+    ---------------------------------------     ----------------------------------------
+    DdmaSender(plan, t, ...)             <->    DdmaReceiver(plan, g, params, ...)  # handshake
+    send(local_shards, version) per step        poll() between decode steps → stats | None
+                                                receive() = poll until adopted (blocking)
+    close()                                     close()
+
+Transports. ``shm`` (one host): the generator creates its slots in ``/dev/shm``, every
+trainer rank maps them and writes its pieces; ``done/{n}/{t}`` publishes a trainer's
+part of send ``n``, ``adopted/{n}/{g}`` frees the slot a generator left. ``collective``:
+point-to-point sends on a process group of the T + G members (gloo on CPU, NCCL on
+GPU); a generator pre-posts its receives for send ``n+1`` into the staging slot as
+soon as it adopts ``n``, so a trainer's send completes at wire speed.
+
+Membership epochs: all keys and the process group live under
+``PrefixStore(f"xfer/{epoch}", store)``; after a restart, build new endpoints with
+the next epoch (nothing of the old one is reused).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import time
+from itertools import zip_longest
+
+import torch
+import torch.distributed as dist
+
+from llamarl_core.transport import shm
+from llamarl_core.transport.ddma_plan import DdmaPlan, dst_block, src_block, tensor_view
+from llamarl_core.transport.weight_sync import SyncStats
+
+TRANSPORTS = ("collective", "shm")
+NUM_SLOTS = 2
+POLL_S = 0.002
+
+
+def transfer_store(store, epoch: int):
+    return dist.PrefixStore(f"xfer/{epoch}", store)
+
+
+def _wait_keys(store, keys: list[str], timeout_s: float, what: str) -> None:
+    try:
+        store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as e:
+        if "timeout" in str(e).lower() or "timed out" in str(e).lower():
+            raise TimeoutError(f"DDMA weight sync timed out after {timeout_s:.1f} s {what}") from e
+        raise
+
+
+def _describe(ours: list, theirs: list) -> str:
+    """The first difference between two ``DdmaPlan.spec()``s, naming the tensor."""
+    if ours[:4] != theirs[:4]:
+        return f"plan (T, G, tp, dtype) is {ours[:4]} here, {theirs[:4]} on trainer rank 0"
+    for g, (a, b) in enumerate(zip(ours[4], theirs[4])):
+        mine, other = dict((n, s) for n, s in a), dict((n, s) for n, s in b)
+        for name in sorted(mine.keys() | other.keys()):
+            if mine.get(name) != other.get(name):
+                return (f"tensor '{name}' of generator rank {g}: shape {mine.get(name)} here, "
+                        f"{other.get(name)} on trainer rank 0 (None = missing)")
+    return "plans differ"
+
+
+class _Endpoint:
+    role = ""
+
+    def __init__(self, plan: DdmaPlan, rank: int, *, transport: str, store, epoch: int,
+                 timeout_s: float):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"DDMA transport must be one of {TRANSPORTS}, got {transport!r}")
+        self.plan, self.rank, self.transport, self.timeout_s = plan, rank, transport, timeout_s
+        self.store = transfer_store(store, epoch)
+        self.members = plan.trainer_ranks + plan.generator_ranks
+        self.seq = 0  # syncs done (sent / adopted)
+        self.last_version: int | None = None
+        self.pg = None
+
+    def _member(self) -> int:
+        return self.rank if self.role == "trainer" else self.plan.trainer_ranks + self.rank
+
+    def _handshake(self, error: str) -> None:
+        """Everyone checks the plan against trainer 0's and every member raises the first error."""
+        me = self._member()
+        if me == 0:
+            self.store.set("spec", json.dumps(self.plan.spec()))
+        _wait_keys(self.store, ["spec"], self.timeout_s, "waiting for trainer rank 0's plan")
+        theirs = json.loads(self.store.get("spec"))
+        ours = json.loads(json.dumps(self.plan.spec()))
+        if not error and theirs != ours:
+            error = _describe(ours, theirs)
+        self.store.set(f"verdict/{me}", error)
+        keys = [f"verdict/{m}" for m in range(self.members)]
+        _wait_keys(self.store, keys, self.timeout_s, "waiting for every member's handshake")
+        for m in range(self.members):
+            text = self.store.get(f"verdict/{m}").decode()
+            if text:
+                who = f"trainer rank {m}" if m < self.plan.trainer_ranks else \
+                    f"generator rank {m - self.plan.trainer_ranks}"
+                raise ValueError(f"DDMA weight sync setup failed on {who}: {text}")
+
+    def _make_pg(self, device: torch.device):
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        pg_store = dist.PrefixStore("pg", self.store)
+        if device.type == "cuda":
+            return dist.ProcessGroupNCCL(pg_store, self._member(), self.members)
+        return dist.ProcessGroupGloo(pg_store, self._member(), self.members, timeout)
+
+    def _wait_work(self, work, what: str) -> None:
+        try:
+            work.wait(datetime.timedelta(seconds=self.timeout_s))
+        except RuntimeError as e:
+            if "timeout" in str(e).lower() or "timed out" in str(e).lower():
+                raise TimeoutError(f"DDMA weight sync ({self.role} rank {self.rank}) timed out after "
+                                   f"{self.timeout_s:.1f} s {what}") from e
+            raise
+
+    def _stats(self, version: int, seconds: float, nbytes: int, wait_s: float) -> SyncStats:
+        return SyncStats(version, seconds, nbytes, nbytes / max(seconds, 1e-9) / 1e9, self.transport,
+                         0, wait_s)
+
+
+class DdmaSender(_Endpoint):
+    """Trainer rank ``rank``: sends the blocks of its FSDP shard that each generator needs."""
+
+    role = "trainer"
+
+    def __init__(self, plan: DdmaPlan, rank: int, *, transport: str, store, epoch: int = 0,
+                 device: torch.device | str = "cpu", timeout_s: float = 600.0):
+        super().__init__(plan, rank, transport=transport, store=store, epoch=epoch, timeout_s=timeout_s)
+        self.device = torch.device(device)
+        self.links = [plan.pieces_between(rank, g) for g in range(plan.generator_ranks)]
+        self.nbytes = sum(plan.link_nbytes(rank, g) for g in range(plan.generator_ranks))
+        self._slots: list[list[torch.Tensor]] = []
+        error = ""
+        if transport == "shm":
+            try:  # generators created their slots before the handshake
+                _wait_keys(self.store, [f"slots/{g}" for g in range(plan.generator_ranks)], timeout_s,
+                           "waiting for the generators' shared-memory slots")
+                for g in range(plan.generator_ranks):
+                    paths = json.loads(self.store.get(f"slots/{g}"))
+                    self._slots.append([shm.open_existing(p, plan.slot_nbytes[g]) for p in paths])
+            except (OSError, ValueError) as e:
+                error = str(e)
+        self._handshake(error)
+        if transport == "collective":
+            self.pg = self._make_pg(self.device)
+        max_piece = max((p.numel for p in plan.pieces if p.trainer == rank), default=0)
+        self._temps = [torch.empty(max_piece * plan.dtype.itemsize, dtype=torch.uint8, device=self.device)
+                       for _ in range(2)]  # ≤ 2 pieces of extra memory, each ≤ max_piece_bytes
+
+    def send(self, local: dict[str, torch.Tensor], version: int) -> SyncStats:
+        """Send send #seq carrying ``version``; ``local``: this rank's dim-0 shard of every parameter."""
+        if self.last_version is not None and version <= self.last_version:
+            raise ValueError(f"weight versions must increase: sending {version} after {self.last_version}")
+        self._check(local)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            wait_s = self._send_shm(local, version) if self.transport == "shm" else \
+                self._send_collective(local, version)
+            seconds = time.perf_counter() - t0 - wait_s
+        self.seq += 1
+        self.last_version = version
+        return self._stats(version, seconds, self.nbytes, wait_s)
+
+    def _check(self, local: dict[str, torch.Tensor]) -> None:
+        for pieces in self.links:
+            for p in pieces:
+                t = local.get(p.name)
+                if t is None:
+                    raise ValueError(f"DDMA sender (trainer rank {self.rank}): no local shard for '{p.name}'")
+                rows = t.shape[0] if t.dim() else 1
+                if rows < p.src_rows[1]:
+                    raise ValueError(f"DDMA sender (trainer rank {self.rank}): '{p.name}' shard has {rows} rows, "
+                                     f"the plan reads rows up to {p.src_rows[1]} (not an FSDP dim-0 shard?)")
+
+    def _send_shm(self, local, version: int) -> float:
+        n, wait_s = self.seq, 0.0
+        if n >= NUM_SLOTS:  # slot n % 2 was left by every generator once it adopted send n - 1
+            t = time.perf_counter()
+            _wait_keys(self.store, [f"adopted/{n - 1}/{g}" for g in range(self.plan.generator_ranks)],
+                       self.timeout_s, f"waiting for the generators to adopt send #{n - 1} "
+                       f"before writing weight version {version}")
+            wait_s = time.perf_counter() - t
+        for g, pieces in enumerate(self.links):
+            tensors = {t.name: t for t in self.plan.slots[g]}
+            slot = self._slots[g][n % NUM_SLOTS]
+            for p in pieces:  # the one copy: trainer shard → generator's staging slot, dtype on the way
+                dst_block(tensor_view(slot, tensors[p.name], self.plan.dtype), p).copy_(src_block(local[p.name], p))
+        self.store.set(f"done/{n}/{self.rank}", str(version))
+        return wait_s
+
+    def _send_collective(self, local, version: int) -> float:
+        T = self.plan.trainer_ranks
+        works = [self.pg.send([torch.tensor([version], dtype=torch.int64, device=self.device)], T + g, 0)
+                 for g in range(self.plan.generator_ranks)]
+        temp_work, waited = [None, None], set()  # a gloo work must be waited on only once
+        k = 0
+        for row in zip_longest(*[[(g, p) for p in ps] for g, ps in enumerate(self.links)]):
+            for item in row:  # round-robin over generators: every link busy at once
+                if item is None:
+                    continue
+                g, p = item
+                src = src_block(local[p.name], p)
+                if p.src_contiguous and src.dtype == self.plan.dtype and src.is_contiguous():
+                    works.append(self.pg.send([src.reshape(-1)], T + g, 0))  # straight from the shard
+                    continue
+                i, k = k % 2, k + 1
+                if temp_work[i] is not None:
+                    self._wait_work(temp_work[i], f"sending weight version {version}")
+                    waited.add(id(temp_work[i]))
+                buf = self._temps[i][:p.numel * self.plan.dtype.itemsize].view(self.plan.dtype)
+                buf.view(src.shape).copy_(src)
+                temp_work[i] = self.pg.send([buf], T + g, 0)
+                works.append(temp_work[i])
+        for w in (w for w in works if id(w) not in waited):  # includes any wait for a generator two
+            self._wait_work(w, f"sending weight version {version} (a generator not receiving?)")  # versions behind
+        return 0.0
+
+    def close(self) -> None:
+        """Collective: tell every generator's receiving thread to stop (a header, no pieces)."""
+        if self.pg is not None:
+            T, stop = self.plan.trainer_ranks, torch.tensor([CLOSE_VERSION], device=self.device)
+            works = [self.pg.send([stop], T + g, 0) for g in range(self.plan.generator_ranks)]
+            try:  # a generator that stopped polling never takes it: do not hang the shutdown on it
+                for w in works:
+                    w.wait(datetime.timedelta(seconds=min(self.timeout_s, CLOSE_TIMEOUT_S)))
+            except RuntimeError:
+                pass
+        self._slots, self._temps = [], []
+
+
+CLOSE_VERSION = -1  # a header carrying this ends a generator's receiving thread
+CLOSE_TIMEOUT_S = 5.0
+
+
+class _Inbox:
+    """The generator's receiving thread (collective transport), one send after another.
+
+    For send n it waits until slot n % 2 is free, receives every trainer's version header,
+    then every piece straight into the slot, and marks n ready. A thread because gloo marks
+    a receive complete only inside ``wait()`` (the bytes land in the background), and a
+    decode step must never block; the GIL is released while it waits.
+    """
+
+    def __init__(self, recv_send, timeout_s: float):
+        self.recv_send, self.timeout_s = recv_send, timeout_s
+        self.free = threading.Semaphore(NUM_SLOTS)  # both slots are free until the first adoption
+        self.ready: dict[int, int] = {}  # send # → version
+        self.error: BaseException | None = None
+        self.closed = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        try:
+            while not self.closed:
+                if not self.free.acquire(timeout=0.1):
+                    continue
+                version = self.recv_send(n)
+                if version == CLOSE_VERSION:
+                    return
+                self.ready[n] = version
+                n += 1
+        except BaseException as e:  # reported by the generator's next poll
+            self.error = e
+
+
+class DdmaReceiver(_Endpoint):
+    """Generator rank ``rank``: its parameters become views into its two slots."""
+
+    role = "generator"
+
+    def __init__(self, plan: DdmaPlan, rank: int, params: dict[str, torch.Tensor], *, transport: str,
+                 store, epoch: int = 0, run_id: str = "", timeout_s: float = 600.0):
+        super().__init__(plan, rank, transport=transport, store=store, epoch=epoch, timeout_s=timeout_s)
+        self.params = params
+        self.tensors = plan.slots[rank]
+        device = next(iter(params.values())).device
+        error = self._check(params)
+        self._paths: list[str] = []
+        try:
+            if transport == "shm":
+                self._paths = shm.new_paths(run_id, NUM_SLOTS)
+                self.slots = [shm.create(p, plan.slot_nbytes[rank]) for p in self._paths]
+            else:
+                self.slots = [torch.zeros(plan.slot_nbytes[rank], dtype=torch.uint8, device=device)
+                              for _ in range(NUM_SLOTS)]
+        except OSError as e:
+            error, self._paths, self.slots = str(e), [], []
+        if transport == "shm":
+            self.store.set(f"slots/{rank}", json.dumps(self._paths))
+        try:
+            self._handshake(error)
+        finally:
+            shm.unlink(self._paths)  # every trainer has mapped them (or setup failed)
+        # Views made once, outside any inference_mode, so a swap inside one is a pointer move.
+        self.views = [{t.name: tensor_view(s, t, plan.dtype) for t in self.tensors} for s in self.slots]
+        self.nbytes = sum(plan.link_nbytes(t, rank) for t in range(plan.trainer_ranks))
+        self._inbox = None
+        if transport == "collective":
+            self.pg = self._make_pg(device)
+            self._inbox = _Inbox(self._recv_send, timeout_s)
+
+    def _check(self, params: dict[str, torch.Tensor]) -> str:
+        for t in self.tensors:
+            p = params.get(t.name)
+            if p is None:
+                return f"parameter '{t.name}' is missing on this generator"
+            if tuple(p.shape) != t.shape or p.dtype != self.plan.dtype:
+                return (f"parameter '{t.name}' has shape {tuple(p.shape)} dtype {p.dtype}, the plan gives "
+                        f"this TP rank {t.shape} {self.plan.dtype}")
+        return ""
+
+    def _recv_send(self, n: int) -> int:
+        """(Receiving thread) send ``n``: headers, then every piece in place into slot n % 2."""
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        T = self.plan.trainer_ranks
+        headers = [torch.zeros(1, dtype=torch.int64, device=self.slots[0].device) for _ in range(T)]
+        for w in [self.pg.recv([h], t, 0) for t, h in enumerate(headers)]:
+            w.wait(timeout)
+        versions = {int(h.item()) for h in headers}
+        if len(versions) != 1:
+            raise RuntimeError(f"DDMA send #{n}: trainer ranks sent different versions {sorted(versions)}")
+        version = versions.pop()
+        if version == CLOSE_VERSION:
+            return version
+        view = self.views[n % NUM_SLOTS]
+        works = [self.pg.recv([dst_block(view[p.name], p).reshape(-1)], p.trainer, 0)
+                 for t in range(T) for p in self.plan.pieces_between(t, self.rank)]
+        for w in works:
+            w.wait(timeout)
+        return version
+
+    def _ready(self) -> int | None:
+        """The version of send #seq if it has fully arrived, else None (never blocks)."""
+        n = self.seq
+        if self.transport == "shm":
+            keys = [f"done/{n}/{t}" for t in range(self.plan.trainer_ranks)]
+            if not self.store.check(keys):
+                return None
+            versions = {int(self.store.get(k)) for k in keys}
+        else:
+            if self._inbox.error is not None:
+                raise RuntimeError(f"DDMA weight sync (generator rank {self.rank}): receiving send #{n} "
+                                   f"failed: {self._inbox.error}") from self._inbox.error
+            return self._inbox.ready.get(n)
+        if len(versions) != 1:
+            raise RuntimeError(f"DDMA send #{n}: trainer ranks sent different versions {sorted(versions)}")
+        return versions.pop()
+
+    def ready(self) -> bool:
+        """Whether the next version has fully arrived (adopt it with ``poll``/``receive``)."""
+        return self._ready() is not None
+
+    def poll(self) -> SyncStats | None:
+        """At a decode-step boundary: adopt the next version if it has fully arrived."""
+        t0 = time.perf_counter()
+        version = self._ready()
+        if version is None:
+            return None
+        return self._adopt(version, t0, 0.0)
+
+    def receive(self, timeout_s: float | None = None) -> SyncStats:
+        """Block until the next version has arrived, then adopt it."""
+        t0 = time.perf_counter()
+        deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
+        while (version := self._ready()) is None:
+            if time.perf_counter() > deadline:
+                after = "none yet" if self.last_version is None else self.last_version
+                raise TimeoutError(f"DDMA weight sync (generator rank {self.rank}) timed out over transport "
+                                   f"'{self.transport}' waiting for send #{self.seq} (last version: {after})")
+            time.sleep(POLL_S)
+        t1 = time.perf_counter()
+        return self._adopt(version, t1, t1 - t0)
+
+    def _adopt(self, version: int, t0: float, wait_s: float) -> SyncStats:
+        if self.last_version is not None and version <= self.last_version:
+            raise RuntimeError(f"weight version {version} arrived after {self.last_version}: out of order")
+        n = self.seq
+        view = self.views[n % NUM_SLOTS]
+        for name, p in self.params.items():
+            p.data = view[name]  # the swap: compute from the slot the trainers just filled
+        self.seq, self.last_version = n + 1, version
+        if self.transport == "shm":
+            self.store.set(f"adopted/{n}/{self.rank}", b"1")  # slot (n+1) % 2 is free again
+        else:
+            self._inbox.ready.pop(n, None)
+            if n >= 1:  # slot (n+1) % 2 is free again (both were free before the first adoption)
+                self._inbox.free.release()
+        return self._stats(version, time.perf_counter() - t0, self.nbytes, wait_s)
+
+    def close(self) -> None:
+        shm.unlink(self._paths)
+        if self._inbox is not None:
+            self._inbox.closed = True
+            self._inbox._thread.join(timeout=5.0)  # ends on the trainers' close header

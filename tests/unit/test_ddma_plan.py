@@ -1,0 +1,57 @@
+"""The DDMA plan: FSDP rows, TP slices and their intersections, worked out by hand."""
+import pytest
+import torch
+
+from llamarl_core.transport.ddma_plan import Piece, build_plan, dst_block, fsdp_rows, src_block, tensor_view
+
+WO = "layers.0.attention.wo.weight"  # row-parallel: generator TP slices split dim 1
+
+
+def test_fsdp_rows_are_torch_chunk_sizes_with_an_empty_tail():
+    assert [fsdp_rows(7, 2, r) for r in range(2)] == [(0, 4), (4, 7)]
+    assert [fsdp_rows(1, 2, r) for r in range(2)] == [(0, 1), (1, 1)]
+    assert [fsdp_rows(10, 4, r) for r in range(4)] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+def test_a_row_parallel_matrix_splits_into_one_block_per_trainer_and_generator_pair():
+    # wo is [6, 4]: trainer 0 owns rows 0-2, trainer 1 rows 3-5; TP rank 0 needs columns 0-1,
+    # TP rank 1 columns 2-3. Each generator gets a [6, 2] tensor: rows 0-2 from trainer 0,
+    # rows 3-5 from trainer 1.
+    plan = build_plan({WO: ((6, 4), torch.float32)}, trainer_ranks=2, generator_ranks=2, tp_size=2)
+    assert set(plan.pieces) == {
+        Piece(WO, 0, 0, (0, 3), (0, 2), (0, 3), 4), Piece(WO, 1, 0, (0, 3), (0, 2), (3, 6), 4),
+        Piece(WO, 0, 1, (0, 3), (2, 4), (0, 3), 4), Piece(WO, 1, 1, (0, 3), (2, 4), (3, 6), 4)}
+    assert [t.shape for s in plan.slots for t in s] == [(6, 2), (6, 2)]
+    assert plan.link_nbytes(0, 1) == 3 * 2 * 4  # 3 rows x 2 columns of float32
+
+
+def test_a_column_parallel_slice_takes_rows_only_from_the_trainers_that_own_them():
+    # wq [8, 2], T=2 (rows 0-3 | 4-7), tp=2 (rows 0-3 | 4-7): one trainer per generator, no crossing
+    name = "layers.0.attention.wq.weight"
+    plan = build_plan({name: ((8, 2), torch.float32)}, trainer_ranks=2, generator_ranks=2, tp_size=2)
+    assert [(p.trainer, p.generator, p.src_rows, p.dst_rows) for p in plan.pieces] == [
+        (0, 0, (0, 4), (0, 4)), (1, 1, (0, 4), (0, 4))]
+
+
+def test_every_generator_byte_is_written_exactly_once_and_matches_its_slice():
+    shapes = {WO: ((6, 4), torch.float32), "norm.weight": ((5,), torch.float32),
+              "output.weight": ((10, 4), torch.float32)}
+    full = {n: torch.arange(float(torch.Size(s).numel())).view(s) for n, (s, _) in shapes.items()}
+    plan = build_plan(shapes, trainer_ranks=2, generator_ranks=2, tp_size=2, dtype=torch.bfloat16,
+                      max_piece_bytes=8)  # tiny bands: pieces are cut into row bands
+    assert sum(plan.link_nbytes(t, g) for t in range(2) for g in range(2)) == \
+        sum(t.nbytes for s in plan.slots for t in s)
+    for g in range(2):
+        slot = torch.full((plan.slot_nbytes[g],), 255, dtype=torch.uint8)
+        views = {t.name: tensor_view(slot, t, torch.bfloat16) for t in plan.slots[g]}
+        for p in (p for p in plan.pieces if p.generator == g):
+            lo, hi = fsdp_rows(full[p.name].shape[0], 2, p.trainer)
+            dst_block(views[p.name], p).copy_(src_block(full[p.name][lo:hi], p))
+        assert torch.equal(views[WO], full[WO][:, 2 * g:2 * g + 2].bfloat16())
+        assert torch.equal(views["norm.weight"], full["norm.weight"].bfloat16())  # replicated
+        assert torch.equal(views["output.weight"], full["output.weight"][5 * g:5 * g + 5].bfloat16())
+
+
+def test_a_tp_size_that_does_not_divide_a_dimension_is_refused_naming_the_tensor():
+    with pytest.raises(ValueError, match="wo.weight"):
+        build_plan({WO: ((6, 5), torch.float32)}, trainer_ranks=1, generator_ranks=2, tp_size=2)
