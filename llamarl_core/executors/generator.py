@@ -77,7 +77,7 @@ class GeneratorExecutor:
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
         reward_rank = ctx.reward_rank_for(self.rank.replica)
         sender = AsyncSender("rollout-sender")
-        chunk = ctx.control.next_chunk(ctx.local_rank)  # > 0 on resume: the first untrained chunk
+        chunk = ctx.control.next_chunk(self.rank.replica)  # > 0 on resume: the first untrained chunk
         t0 = time.time()
         while not ctx.should_stop():
             if self.receiver.ready():

@@ -106,6 +106,10 @@ class Learner:
             self._ratios.append(torch.ones(0))
         # Staleness is a property of the batch, trained rows or not.
         sums.update(staleness_mean=float(staleness.float().mean()), staleness_max=float(staleness.max()))
+        if not micro_batches:  # zero gradients, so Adam's momentum and weight decay step as before
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
