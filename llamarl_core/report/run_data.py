@@ -71,11 +71,10 @@ def _accuracy_points(metrics: list[dict], summary: dict, samples: list[dict]) ->
     """(step, wall_s, accuracy): the initial eval (step 0) and every logged held-out eval."""
     points = [(m["step"], m.get("wall_s", 0.0), m["eval/accuracy"]) for m in metrics
               if "eval/accuracy" in m]
-    initial = (summary.get("accuracy_by_version") or {}).get("0")
-    if initial is None:
-        initial = next((s["accuracy"] for s in samples if s.get("step") == 0 and "accuracy" in s), None)
-    if initial is not None:
-        points.insert(0, (0, 0.0, float(initial)))
+    first = next((s for s in samples if s.get("step") == 0 and "accuracy" in s), {})
+    initial = (summary.get("accuracy_by_version") or {}).get("0", first.get("accuracy"))
+    if initial is not None:  # the initial eval ran after the warm start: samples.jsonl has when
+        points.insert(0, (0, float(first.get("wall_s", 0.0)), float(initial)))
     return points
 
 

@@ -30,7 +30,8 @@ def agent_pid(run_dir, role: str) -> int | None:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if f"role={role}" in cmd and "torch.distributed.run" in cmd:
+        # the agent is `torchrun …` or `python -m torch.distributed.run …` (no script beside python)
+        if f"role={role}" in cmd and ("torch.distributed.run" in cmd or "torchrun" in cmd):
             return pid
     return None
 

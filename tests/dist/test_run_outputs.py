@@ -29,15 +29,22 @@ def test_event_files_hold_every_scalar_of_metrics_jsonl(finished_run):
     lines = [json.loads(x) for x in (finished_run / "metrics.jsonl").read_text().splitlines()]
     ea = EventAccumulator(str(finished_run / "tb"), size_guidance={"scalars": 0, "histograms": 0})
     ea.Reload()
-    for key in ("reward_mean", "reward_std", "trainer/loss", "trainer/is_ratio_max", "trainer/mismatch_kl",
-                "trainer/entropy", "trainer/tokens_per_s", "generator/truncated_frac", "sync/seconds",
-                "step_s", "trainer/busy_frac"):
+    # these are in every line; entropy and loss only on steps that trained a row (a step where
+    # every group scored alike trains none: this short run's rewards are mostly 0)
+    always = ("reward_mean", "reward_std", "trainer/is_ratio_max", "trainer/mismatch_kl",
+              "trainer/tokens_per_s", "generator/truncated_frac", "sync/seconds", "step_s",
+              "trainer/busy_frac", "trainer/staleness_max")
+    assert all(key in m for m in lines for key in always)
+    numeric = {k for m in lines for k, v in m.items()
+               if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    for key in sorted(numeric):
         expected = [(m["step"], m[key]) for m in lines if key in m]
-        assert expected, key
         got = [(e.step, e.value) for e in ea.Scalars(tensorboard_tag(key))]
         assert [s for s, _ in got] == [s for s, _ in expected], key
         assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-5, abs=1e-6), key
-    assert [h.step for h in ea.Histograms("trainer/is_ratio")] == [m["step"] for m in lines]
+    trained = [m["step"] for m in lines if m["trainer/trained_rows_frac"] > 0]  # ratios only where tokens trained
+    has_ratios = "trainer/is_ratio" in ea.Tags()["histograms"]
+    assert ([h.step for h in ea.Histograms("trainer/is_ratio")] if has_ratios else []) == trained
     assert [h.step for h in ea.Histograms("trainer/staleness")] == [m["step"] for m in lines]
 
 

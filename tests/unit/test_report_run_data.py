@@ -43,3 +43,10 @@ def test_the_gantt_window_is_the_last_n_training_steps():
     assert step_window(spans, 2) == (34.0, 54.0, 5, 6)  # from step 4's end to step 6's end
     assert step_window(spans, 10) == (0.0, 54.0, 1, 6)
     assert step_window([], 3) is None
+
+
+def test_the_initial_eval_is_placed_at_its_wall_time_from_samples_jsonl(tmp_path):
+    _write_run(tmp_path / "r", json.dumps({"step": 1, "wall_s": 40.0, "eval/accuracy": 0.5}) + "\n")
+    (tmp_path / "r" / "samples.jsonl").write_text(
+        json.dumps({"step": 0, "wall_s": 31.5, "accuracy": 0.25, "prompt": "1+1", "completion": "2"}) + "\n")
+    assert load_run(str(tmp_path / "r")).accuracy == [(0, 31.5, 0.25), (1, 40.0, 0.5)]
