@@ -118,32 +118,39 @@ def _layouts(args, repeats: int) -> int:
 
 def _sync_vs_async(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.report import sync_vs_async_table
-    from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
+    from llamarl_core.bench.sync_vs_async import run_sync_vs_async
 
     repeats = 2 if args.repeats is None else args.repeats
     steps = 8 if args.steps is None else args.steps
     if steps < 1 or repeats < 1:
         raise UsageError(f"llamarl bench: --steps={steps} and --repeats={repeats} must be >= 1")
+    return _run_measured(lambda **kw: run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
+                                                        target_accuracy=args.target_accuracy, **kw),
+                         sync_vs_async_table, _sync_vs_async_plots, args, argv)
+
+
+def _run_measured(run, table, draw, args, argv) -> int:
+    """Run a measured bench (`run(work_dir=, log=, command=)`), print its table, write its
+    JSON and pictures; a run that failed is one line on stderr and exit 1."""
+    from llamarl_core.bench.sync_vs_async import BenchRunFailed
+
     console = Console()
     try:
-        result = run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
-                                   target_accuracy=args.target_accuracy, work_dir=args.work_dir,
-                                   log=console.print,
-                                   command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
+        result = run(work_dir=args.work_dir, log=console.print,
+                     command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
     except BenchRunFailed as e:
         print(f"llamarl bench: {e}", file=sys.stderr)
         return EXIT_FAILED
-    console.print(sync_vs_async_table(result))
+    console.print(table(result))
     if args.out:
-        write_with_plots(args.out, result, console)
+        write_with_plots(args.out, result, console, draw)
     return EXIT_OK
 
 
-def write_with_plots(out: str, result: dict, console: Console) -> None:
-    """The JSON first (the runs are the expensive part), then the two PNGs beside it, which
-    need the optional plotting extra: without it, one line says so and the JSON stands."""
-    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
-
+def write_with_plots(out: str, result: dict, console: Console, draw=None) -> None:
+    """The JSON first (the runs are the expensive part), then the PNGs beside it, which need
+    the optional plotting extra: without it, one line says so and the JSON stands.
+    `draw(result, out) -> {name: png}` makes the pictures (default: sync-vs-async's two)."""
     _write(out, result, console)
     try:
         import matplotlib  # noqa: F401
@@ -151,45 +158,35 @@ def write_with_plots(out: str, result: dict, console: Console) -> None:
         print("llamarl bench: plots skipped: matplotlib is not installed "
               "(pip install 'llamarl[bench]')", file=sys.stderr)
         return
+    result["plots"] = (draw or _sync_vs_async_plots)(result, out)
+    _write(out, result, console)
+
+
+def _sync_vs_async_plots(result: dict, out: str) -> dict:
+    from llamarl_core.bench.plots import plot_accuracy, plot_paths, plot_timeline
+
     timeline_png, accuracy_png = plot_paths(out)
     dirs = {m: result[m]["runs"][0]["run_dir"] for m in ("sync", "async")}
-    result["plots"] = {"timeline": plot_timeline(dirs, timeline_png),
-                       "accuracy": plot_accuracy(result, accuracy_png)}
-    _write(out, result, console)
+    return {"timeline": plot_timeline(dirs, timeline_png), "accuracy": plot_accuracy(result, accuracy_png)}
+
+
+def _quality_plots(result: dict, out: str) -> dict:
+    from llamarl_core.bench.quality_plots import plot_curves, plot_staleness, quality_plot_paths
+
+    curves_png, staleness_png = quality_plot_paths(out)
+    return {"curves": plot_curves(result, curves_png), "staleness": plot_staleness(result, staleness_png)}
 
 
 def _quality(recipe, overrides, args, argv) -> int:
     from llamarl_core.bench.quality import run_quality
-    from llamarl_core.bench.quality_plots import plot_curves, plot_staleness, quality_plot_paths
     from llamarl_core.bench.report import quality_table
-    from llamarl_core.bench.sync_vs_async import BenchRunFailed
 
     from llamarl_core.bench.quality import DEFAULT_STEPS
     steps = DEFAULT_STEPS if args.steps is None else args.steps
     if steps < 1 or args.seeds < 1:
         raise UsageError(f"llamarl bench: --steps={steps} and --seeds={args.seeds} must be >= 1")
-    console = Console()
-    try:
-        result = run_quality(recipe, overrides, seeds=args.seeds, steps=steps, work_dir=args.work_dir,
-                             log=console.print,
-                             command=" ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
-    except BenchRunFailed as e:
-        print(f"llamarl bench: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    console.print(quality_table(result))
-    if args.out:
-        _write(args.out, result, console)  # the JSON first: the runs are the expensive part
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("llamarl bench: plots skipped: matplotlib is not installed "
-                  "(pip install 'llamarl[bench]')", file=sys.stderr)
-            return EXIT_OK
-        curves_png, staleness_png = quality_plot_paths(args.out)
-        result["plots"] = {"curves": plot_curves(result, curves_png),
-                           "staleness": plot_staleness(result, staleness_png)}
-        _write(args.out, result, console)
-    return EXIT_OK
+    return _run_measured(lambda **kw: run_quality(recipe, overrides, seeds=args.seeds, steps=steps, **kw),
+                         quality_table, _quality_plots, args, argv)
 
 
 def _simulate(recipe, overrides, out) -> int:

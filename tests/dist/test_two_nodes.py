@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from llamarl_core.transport.control import free_port
+from test_runtime import processes_mentioning  # the one /proc scan the runtime tests share
 
 FAST = ["warmstart.steps=2", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
         "algorithm.entropy_coef=0.01",  # every step moves the weights, so versions hash apart
@@ -32,18 +33,6 @@ def start_node(plan: Path, node_rank: int) -> subprocess.Popen:
     # A session of its own: each node is a separate process tree, as on two hosts.
     return subprocess.Popen([*LLAMARL, "node", f"plan={plan}", f"node_rank={node_rank}"], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline and int(pid) != os.getpid():
-            found.append(int(pid))
-    return found
 
 
 def process_tree(root: int) -> list[int]:
