@@ -20,7 +20,9 @@ PYTHONPATH) and without Hydra (recipes are then read with OmegaConf alone).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import math
 import os
 import platform
 import subprocess
@@ -213,47 +215,57 @@ def _free_port() -> int:
 
 
 def _sync_worker(device, transport, port, size_mb, repeats, rank, out) -> None:
-    """One side of the weight-sync measurement (rank 0 trainer, rank 1 generator)."""
+    """One side of the weight-sync measurement (rank 0 trainer, rank 1 generator), through the
+    DDMA endpoints a run uses (transport/ddma.py): 1 trainer rank -> 1 generator rank."""
     import torch.distributed as dist
 
-    from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
+    from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+    from llamarl_core.transport.ddma_plan import build_plan
 
     rank, repeats = int(rank), int(repeats)
-    store = dist.TCPStore("127.0.0.1", int(port), 2, is_master=rank == 0)
+    store = dist.TCPStore("127.0.0.1", int(port), 2, is_master=rank == 0, timeout=datetime.timedelta(seconds=120))
     dev = "cpu"
     if device == "cuda":
         torch.cuda.set_device(rank if transport == "collective" else 0)
         dev = f"cuda:{torch.cuda.current_device()}"
-    backend = "cpu:gloo,cuda:nccl" if transport == "collective" else "gloo"
-    dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=2)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     tensor_mb = min(64, int(size_mb))  # tensors of up to 64 MiB, like a model's layers
     elem = torch.empty((), dtype=dtype).element_size()
     per, count = tensor_mb * 2**20 // elem, max(1, int(size_mb) // tensor_mb)
-    fill = (lambda i: float(i + 1)) if rank == 0 else (lambda i: 0.0)  # receivers start at zero
-    state = {f"w{i}": torch.full((per,), fill(i), dtype=dtype, device=dev) for i in range(count)}
-    shapes = {n: (tuple(t.shape), dtype) for n, t in state.items()}
-    kw = dict(transport=transport, group=None, src_rank=0, store=store, run_id=f"gpucheck{port}", bucket_mb=256.0)
-    end = WeightSyncSender(shapes, **kw) if rank == 0 else WeightSyncReceiver(shapes, **kw)
+    shapes = {f"w{i}": ((per,), dtype) for i in range(count)}
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=1, dtype=dtype)
+    kw = dict(transport=transport, store=store, timeout_s=120.0)
+    if rank == 0:
+        state = {n: torch.full(s, float(i + 1), dtype=dtype, device=dev) for i, (n, (s, _)) in enumerate(shapes.items())}
+        end = DdmaSender(plan, 0, device=dev, **kw)
+    else:
+        state = {n: torch.zeros(s, dtype=dtype, device=dev) for n, (s, _) in shapes.items()}
+        end = DdmaReceiver(plan, 0, state, run_id=f"gpucheck{port}", **kw)
     seconds = []
     for v in range(repeats + 1):  # the first is a warm-up
-        dist.barrier()
+        store.set(f"go/{v}/{rank}", "1")
+        store.wait([f"go/{v}/0", f"go/{v}/1"])
         t0 = time.perf_counter()
         if rank == 0:
             end.send(state, v)
+            store.wait([f"adopted-by-check/{v}"])  # until the generator computes from version v
         else:
-            end.receive(state)
+            end.receive()
+            store.set(f"adopted-by-check/{v}", "1")
         if device == "cuda":
             torch.cuda.synchronize()
-        dist.barrier()
         seconds.append(time.perf_counter() - t0)
     ok = rank == 0 or all(bool((t == float(i + 1)).all()) for i, t in enumerate(state.values()))
-    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    nbytes = sum(math.prod(s) * elem for s, _ in shapes.values())
     best = min(seconds[1:])
     Path(out).write_text(json.dumps({"bytes": nbytes, "repeats": repeats, "best_seconds": round(best, 5),
                                      "gbps": round(nbytes / best / 1e9, 3), "received_equal": ok}))
-    end.close()
-    dist.destroy_process_group()
+    store.set(f"closed/{rank}", "1")
+    if rank == 0:
+        end.close()
+        store.wait(["closed/1"])  # the store's host outlives its client
+    else:
+        end.close()
 
 
 def _load_config(recipe: str, overrides: list[str]):

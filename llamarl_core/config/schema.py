@@ -226,7 +226,7 @@ class ControllerConfig:
     host: str = "127.0.0.1"              # loopback unless told otherwise
     port: int = 0                        # 0 = a free port; a busy port falls back to a free one
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
-    weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (old sender only: not under DDMA)
+    weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (shared GPU)
     weight_bucket_mb: float = 256.0      # weight sync: a trainer rank's extra memory per sync (2 pieces of half)
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is

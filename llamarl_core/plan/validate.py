@@ -59,6 +59,7 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
             raise ConfigError(f"{key}={v}: not built by the runtime (only 1 is); "
                               f"shard with resources.trainer.fsdp (FSDP2)")
     _check_shared(cfg)
+    _check_weight_transport(cfg)
     if g.quantization == "fp8" and cfg.resources.device == "cpu":
         raise ConfigError("resources.generator.quantization=fp8 needs a GPU; on cpu use int8 or none")
 
@@ -77,6 +78,22 @@ def _check_shared(cfg: LlamaRLConfig) -> None:
         raise ConfigError(f"resources.share_devices=true needs resources.generator.num_devices=1 and "
                           f"resources.trainer.num_devices=1 (got {r.generator.num_devices} and "
                           f"{r.trainer.num_devices}): one GPU, one process of each")
+
+
+def _check_weight_transport(cfg: LlamaRLConfig) -> None:
+    """Each DDMA transport where it works (executors/weights.py picks one for `auto`)."""
+    t, r = cfg.controller.weight_transport, cfg.resources
+    if t == "auto":
+        return
+    if t == "cuda_ipc" and not r.share_devices:
+        raise ConfigError("controller.weight_transport=cuda_ipc is for a generator and a trainer sharing one "
+                          "GPU (resources.share_devices=true); use auto")
+    if r.share_devices and t != "cuda_ipc":
+        raise ConfigError(f"controller.weight_transport={t}: with resources.share_devices=true the weights "
+                          f"move by CUDA IPC (NCCL refuses two ranks on one GPU); use auto or cuda_ipc")
+    if t == "shm" and r.device != "cpu":
+        raise ConfigError(f"controller.weight_transport=shm puts the generators' weights in host memory; "
+                          f"on resources.device={r.device} use auto (NCCL) or collective")
 
 
 def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:

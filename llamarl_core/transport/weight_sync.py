@@ -18,8 +18,6 @@ Both sides derive one bucket layout from the same ``named_shapes``
   store key, and a slot is rewritten only once all readers acknowledged the send
   that last used it. So a reader never sees a half-written slot, and the trainer
   may run up to two versions ahead of the slowest generator without waiting.
-- ``"cuda_ipc"`` (generator and trainer on one GPU): the same slots and store
-  keys as ``shm``, the buffers GPU memory shared by CUDA IPC handles (``cuda_ipc.py``).
 
 Construction is itself collective over ``group``: the sender broadcasts its layout
 (and, for ``shm``, the buffer names), every receiver compares it with its own and
@@ -40,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from llamarl_core.transport import cuda_ipc, shm
+from llamarl_core.transport import shm
 from llamarl_core.transport.weight_sync_layout import (
     BucketLayout,
     NamedShapes,
@@ -57,8 +55,7 @@ from llamarl_core.transport.weight_sync_layout import (
 
 log = logging.getLogger(__name__)
 
-TRANSPORTS = ("collective", "shm", "cuda_ipc")
-SLOTTED = ("shm", "cuda_ipc")  # two buffer slots + store keys; cuda_ipc is shm on one GPU
+TRANSPORTS = ("collective", "shm")
 NUM_SHM_SLOTS = 2
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -99,8 +96,8 @@ class _Endpoint:
                  run_id: str, bucket_mb: float, wire_dtype: torch.dtype | None):
         if transport not in TRANSPORTS:
             raise ValueError(f"weight sync transport must be one of {TRANSPORTS}, got {transport!r}")
-        if transport in SLOTTED and store is None:
-            raise ValueError(f"weight sync transport '{transport}' needs a store (versions and acks travel as store keys)")
+        if transport == "shm" and store is None:
+            raise ValueError("weight sync transport 'shm' needs a store (versions and acks travel as store keys)")
         if not dist.is_initialized():
             raise RuntimeError("weight sync needs an initialised torch.distributed process group")
         ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
@@ -194,10 +191,6 @@ class WeightSyncSender(_Endpoint):
                     self._paths = shm.new_paths(run_id, NUM_SHM_SLOTS * len(sizes))
                     flat = [shm.create(p, sizes[i % len(sizes)]) for i, p in enumerate(self._paths)]
                     self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-                elif transport == "cuda_ipc":
-                    flat = cuda_ipc.create(sizes * NUM_SHM_SLOTS)
-                    self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-                    hello["handles"] = cuda_ipc.share(flat)
             except OSError as e:  # tell the receivers before failing, or they would wait forever
                 hello["error"] = str(e)
             hello["paths"] = self._paths
@@ -264,8 +257,6 @@ class WeightSyncSender(_Endpoint):
         t0 = time.perf_counter()
         for b in range(self.layout.num_buckets):
             pack_bucket(self.layout, self._slots[slot], b, state)
-        if self.transport == "cuda_ipc":
-            cuda_ipc.fence()
         self.store.set(f"{self._key}/seq/{n}", str(version))  # publish only after the bytes are written
         return time.perf_counter() - t0, t0 - t_wait
 
@@ -309,10 +300,7 @@ class WeightSyncReceiver(_Endpoint):
                 if transport == "shm":
                     flat = [shm.open_existing(p, sizes[i % len(sizes)]) for i, p in enumerate(hello["paths"])]
                     self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-                elif transport == "cuda_ipc":
-                    flat = cuda_ipc.open_shared(hello["handles"])
-                    self._slots = [flat[k * len(sizes):(k + 1) * len(sizes)] for k in range(NUM_SHM_SLOTS)]
-            except (OSError, ValueError, RuntimeError) as e:
+            except (OSError, ValueError) as e:
                 error = str(e)
         self._verdict(error)
 
@@ -370,8 +358,6 @@ class WeightSyncReceiver(_Endpoint):
         t0 = time.perf_counter()
         for b in range(self.layout.num_buckets):
             unpack_bucket(self.layout, self._slots[slot], b, params)
-        if self.transport == "cuda_ipc":
-            cuda_ipc.fence()  # the slot may be rewritten once acknowledged
         seconds = time.perf_counter() - t0
         self.store.set(f"{self._key}/ack/{n}/{dist.get_rank()}", b"1")  # slot may be rewritten now
         return version, seconds, t0 - t_wait

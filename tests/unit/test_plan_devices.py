@@ -56,3 +56,27 @@ def test_train_on_a_gpu_recipe_exits_2_before_starting_anything(tmp_path):
     assert out.returncode == 2, out.stderr
     assert "recipe gpu_1x needs 1 CUDA GPU(s)" in out.stderr and "this host has none" in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("recipe,overrides,key", [
+    ("cpu_tiny", ["controller.weight_transport=cuda_ipc"], "weight_transport=cuda_ipc"),
+    ("gpu_1x", ["controller.weight_transport=collective"], "weight_transport=collective"),
+    ("8b_gsm8k_1node", ["controller.weight_transport=shm"], "weight_transport=shm"),
+])
+def test_a_weight_transport_that_cannot_work_on_the_layout_is_refused(recipe, overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        plan_for(recipe, *overrides)
+
+
+def test_auto_weight_transport_is_cuda_ipc_on_a_shared_gpu_and_shm_on_one_cpu_host():
+    from types import SimpleNamespace
+
+    from llamarl_core.executors.weights import transport
+
+    def ctx(recipe):
+        cfg = load_config(recipe)
+        return SimpleNamespace(cfg=cfg, plan=plan_for(recipe).to_dict())
+
+    assert transport(ctx("gpu_1x")) == "cuda_ipc"
+    assert transport(ctx("cpu_tiny")) == "shm"
+    assert transport(ctx("8b_gsm8k_1node")) == "collective"
