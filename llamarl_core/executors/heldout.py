@@ -16,11 +16,12 @@ from llamarl_core.generation import GenerationEngine
 
 
 def heldout_eval(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[dict, list[dict]]:
-    """(summary, the first `logging.samples_per_eval` predictions as sample rows)."""
+                 progress: Callable[[int, int], None] | None = None, engine=None) -> tuple[dict, list[dict]]:
+    """(summary, the first `logging.samples_per_eval` predictions as sample rows). `engine`:
+    anything with GenerationEngine's `generate` (default: one over `model`)."""
     from llamarl_core.eval import evaluate
     gen, batch = cfg.generation, cfg.resources.generator.max_batch_size
-    engine = GenerationEngine(model, tokenizer, max_batch_size=batch)
+    engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch)
     result = evaluate(engine, tokenizer, examples, reward_fn, template=cfg.data.template, n_samples=1,
                       temperature=0.0, max_new_tokens=gen.max_new_tokens,
                       stop_strings=tuple(gen.stop_strings), seed=cfg.run.seed, batch_size=batch,

@@ -31,13 +31,14 @@ from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, model_from_state, reward_name
+from llamarl_core.executors.sharded_eval import LockstepGreedy
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
 from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.trainer_model import build_trainer_model
-from llamarl_core.transport.parallel import full_state, iter_full_tensors, unwrap
+from llamarl_core.transport.parallel import iter_full_tensors, unwrap
 from llamarl_core.wire.rollout import Rollout
 
 
@@ -119,12 +120,23 @@ class TrainerExecutor:
         self.last_sync = self.publisher.publish(self.version)
 
     def evaluate(self) -> None:
-        model = self._full_model()  # collective under fsdp2: every trainer rank calls it
-        if model is None or not self.eval_examples:
+        if not self.eval_examples:
             return
-        with self.ctx.timeline.span("eval", version=self.version):
-            summary, samples = heldout_eval(model, self.tokenizer, self.cfg, self.eval_examples,
-                                            self.reward_fn, self._progress("eval"))
+        if self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1:
+            # Every rank decodes through its shards (sharded_eval.py): no rank gathers the model.
+            engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
+                                    TORCH_DTYPES[self.cfg.resources.trainer.dtype])
+            with self.ctx.timeline.span("eval", version=self.version):
+                summary, samples = heldout_eval(None, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn,
+                                                self._progress("eval"), engine=engine)
+            if self.rank != 0:
+                return
+        else:
+            if self.rank != 0:  # DDP replicas hold the same weights
+                return
+            with self.ctx.timeline.span("eval", version=self.version):
+                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.cfg, self.eval_examples,
+                                                self.reward_fn, self._progress("eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
@@ -196,20 +208,6 @@ class TrainerExecutor:
         gathered = self._gather(ids)
         if self.examples_log is not None:
             self.examples_log.write(step + 1, self.version, [i for part in gathered for i in part])
-
-    def _full_model(self):
-        """On rank 0, a plain module holding the full weights (None elsewhere).
-
-        DDP replicas already hold them; FSDP2 shards them, so they are gathered (a collective
-        over the trainer ranks) into a fresh unsharded copy.
-        """
-        sharded = self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1
-        state = full_state(self.model, "fsdp2", keep=self.rank == 0) if sharded else None
-        if self.rank != 0:
-            return None
-        if not sharded:
-            return unwrap(self.model)
-        return model_from_state(self.cfg, state, self.cfg.resources.trainer.dtype, device=self.ctx.device)
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:

@@ -7,7 +7,9 @@ One 4-rank run (processes cost seconds here) does every scenario; each test asse
   so the mean of the 4 gradients is the full-batch gradient);
 - a model built on the meta device, sharded 2 x 2 and loaded from HF safetensors rank by rank
   holds exactly the checkpoint's weights, and each rank stores only its shard;
-- bf16 compute under FSDP2 keeps fp32 master parameters and gradients.
+- bf16 compute under FSDP2 keeps fp32 master parameters and gradients;
+- greedy decoding through the sharded model (the held-out eval at 70B/405B, no rank gathers
+  it) gives the tokens, texts and finish reasons of the engine on the full weights.
 """
 import pytest
 import torch
@@ -39,7 +41,16 @@ def _train(model, rows: torch.Tensor, steps: int = STEPS) -> None:
         opt.zero_grad(set_to_none=True)
 
 
-def _body(rank, world_size, store, ckpt_dir):
+PROMPTS = [list(b"12+34="), list(b"7+8="), list(b"100+2000=")]  # uneven lengths: left padding
+
+
+def _greedy(max_new_tokens: int, stop: str):
+    from llamarl_core.generation.params import SamplingParams
+    return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
+                          stop_strings=(stop,) if stop else ())
+
+
+def _body(rank, world_size, store, ckpt_dir, stop):
     import torch.distributed as dist
 
     from llamarl_core.models import build_empty
@@ -65,6 +76,12 @@ def _body(rank, world_size, store, ckpt_dir):
     mixed = wrap_data_parallel(_model(), group, "fsdp2", dp=DP, compute_dtype=torch.bfloat16)
     _train(mixed, _batch()[rank * per:(rank + 1) * per], steps=1)
     out["mixed_dtypes"] = sorted({str(p.dtype) for p in mixed.parameters()})
+    # 4. Greedy decoding through the sharded (2 x 2) loaded model, every rank in lockstep.
+    from llamarl_core.executors.sharded_eval import LockstepGreedy
+    engine = LockstepGreedy(meta, ByteTokenizer(), group, "cpu", torch.float32)
+    out["greedy"] = [[(c.token_ids, c.text, c.finish_reason) for c in engine.generate(PROMPTS, _greedy(12, s))]
+                     for s in ("", stop)]
+    _train(meta, _batch()[rank * per:(rank + 1) * per], steps=1)  # training goes on after an eval
     return out
 
 
@@ -73,16 +90,24 @@ def results(run_workers, tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("ckpt")
     torch.manual_seed(5)
     save_pretrained(Llama(ARGS), ByteTokenizer(), ckpt)
-    return str(ckpt), run_workers(_body, WORLD, str(ckpt), timeout_s=120)
+    stop = _engine_greedy(str(ckpt), "")[0][1][2]  # a character row 0 really produces
+    return str(ckpt), run_workers(_body, WORLD, str(ckpt), stop, timeout_s=120), stop
+
+
+def _engine_greedy(ckpt: str, stop: str):
+    from llamarl_core.generation.engine import GenerationEngine
+    model, tok = load_pretrained(ckpt)
+    return [(c.token_ids, c.text, c.finish_reason)
+            for c in GenerationEngine(model, tok, max_batch_size=8).generate(PROMPTS, _greedy(12, stop))]
 
 
 def test_hsdp_mesh_puts_consecutive_ranks_in_one_shard_group(results):
-    _, out = results
+    _, out, _ = results
     assert out[0]["mesh"] == ([[0, 1], [2, 3]], ("dp_replicate", "dp_shard"))
 
 
 def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights(results):
-    _, out = results
+    _, out, _ = results
     reference = _model()
     _train(reference, _batch())
     for rank in range(WORLD):
@@ -91,7 +116,7 @@ def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights
 
 
 def test_meta_device_sharded_load_equals_a_full_load(results):
-    ckpt, out = results
+    ckpt, out, _ = results
     full, _ = load_pretrained(ckpt)
     total = sum(p.numel() * p.element_size() for p in full.parameters())
     for rank in range(WORLD):
@@ -102,5 +127,14 @@ def test_meta_device_sharded_load_equals_a_full_load(results):
 
 
 def test_bf16_compute_under_fsdp2_keeps_fp32_master_weights(results):
-    _, out = results
+    _, out, _ = results
     assert all(o["mixed_dtypes"] == ["torch.float32"] for o in out)
+
+
+def test_greedy_decoding_through_the_sharded_model_matches_the_engine_on_full_weights(results):
+    ckpt, out, stop = results
+    want = [_engine_greedy(ckpt, ""), _engine_greedy(ckpt, stop)]
+    assert any(r[2] == "stop" for r in want[1])  # the stop string is really exercised
+    for rank in range(WORLD):
+        for got, expected in zip(out[rank]["greedy"], want):
+            assert [(t, x, f) for t, x, f in got] == [(t, x, f) for t, x, f in expected]
