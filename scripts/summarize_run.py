@@ -47,6 +47,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path)
+    p.add_argument("--command", default="", help="the command that made the run(s)")
     p.add_argument("--note", default="", help="how the runs were made (machine, load, what ran beside)")
     args = p.parse_args()
     runs = [summarize(d) for d in args.run_dirs]
@@ -57,7 +58,8 @@ def main() -> None:
         result["step_s_median"] = [r["step_s"]["median"] for r in runs]
         result["config_yaml"] = runs[0]["config_yaml"]
         result["runs"] = [{k: v for k, v in r.items() if k != "config_yaml"} for r in runs]
-    result = {"note": args.note, **result} if args.note else result
+    head = {k: v for k, v in (("command", args.command), ("note", args.note)) if v}
+    result = {**head, **result}
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text + "\n")
