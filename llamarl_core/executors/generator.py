@@ -23,11 +23,12 @@ from __future__ import annotations
 import time
 
 from llamarl_core.executors.chunks import ChunkGenerator
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender
 from llamarl_core.transport import checksums
 from llamarl_core.executors.context import Stopped, WorkerContext
-from llamarl_core.executors.weights import make_receiver
+from llamarl_core.executors import fp8_weights
+from llamarl_core.executors.weights import fp8_wire, make_receiver
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
 
@@ -37,20 +38,29 @@ class GeneratorExecutor:
     def __init__(self, ctx: WorkerContext):
         cfg, g = ctx.cfg, ctx.cfg.resources.generator
         self.ctx = ctx
-        self.model, self.tokenizer = build_model(cfg, dtype=g.dtype)
+        # Built on the meta device and allocated only as this rank's TP slice: every weight
+        # arrives from the trainer (version 0 before the first chunk), so no generator rank
+        # ever reads the checkpoint or holds the full model (tp > 1).
+        self.model, self.tokenizer = build_meta_model(cfg, dtype=g.dtype)
         self.model.requires_grad_(False)
         full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
+        materialize_zeros(self.model, ctx.device)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
         prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, self.rank.replica,
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
         # Read after the engine adopted its storage (fused projections): what this rank holds.
         self.params = dict(self.model.named_parameters())
+        self.fp8_wire = fp8_wire(ctx)
+        if self.fp8_wire:  # the engine's linears arrive quantized (fp8 + scales): receive those
+            self.params = fp8_weights.wire_params(self.params)
+            fp8_weights.release_full_precision(self.model)
+            fp8_weights.bind(self.chunks.engine, self.model, self.params)
         # DDMA: this rank receives only its TP slice, straight into its staging slot.
         self.receiver = make_receiver(ctx, self.params, full, self.model.args)
-        self.quant_kl = QuantKL(self.model, g.quantization)
+        self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
         self.held = -1
         self.last_sync: dict = {}
 

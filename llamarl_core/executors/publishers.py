@@ -9,7 +9,8 @@ Both return the metrics of the publish (empty when nothing moved).
 from __future__ import annotations
 
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.weights import make_sender
+from llamarl_core.executors.fp8_weights import engine_quantizes
+from llamarl_core.executors.weights import fp8_wire, make_sender
 from llamarl_core.transport import checksums
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.parallel import full_state, local_shards, unwrap
@@ -32,11 +33,13 @@ class WeightSync:
             if self.rank == 0:
                 wire = TORCH_DTYPES[cfg.resources.generator.dtype]
                 state = {n: t.to(wire) for n, t in state.items()}
+                fp8 = engine_quantizes if fp8_wire(self.ctx) else None  # what the generators hold
                 if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
                     checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
-                                            self.args, self.ctx.generator_tp)
+                                            self.args, self.ctx.generator_tp, fp8=fp8)
                 else:
-                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version, state)
+                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
+                                     checksums.fp8_state(state, fp8) if fp8 else state)
         return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                 "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 

@@ -2,8 +2,10 @@
 
 Both ends build the same plan from the config alone: the trainer's parameter names and
 shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard), G generator
-ranks, the generators' dtype (conversion on the way) and their TP slices. `auto` picks
-shared memory on a single CPU host and point-to-point gloo/NCCL everywhere else.
+ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
+quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
+shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
+(`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
 Endpoints live under membership epoch 0 of the controller's store (`xfer/0/...`); a
 restart builds new ones with the next epoch.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
@@ -24,6 +27,8 @@ def transport(ctx: WorkerContext) -> str:
     t = ctx.cfg.controller.weight_transport
     if t != "auto":
         return t
+    if ctx.cfg.resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
+        return "cuda_ipc"
     return "shm" if ctx.cfg.resources.device == "cpu" and ctx.plan.get("nodes", 1) == 1 else "collective"
 
 
@@ -41,7 +46,13 @@ def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torc
     return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
                       generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
-                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2)
+                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
+                      fp8=engine_quantizes if fp8_wire(ctx) else None)
+
+
+def fp8_wire(ctx: WorkerContext) -> bool:
+    """An fp8 generator gets fp8 weights and per-row scales on the wire (executors/fp8_weights.py)."""
+    return ctx.cfg.resources.generator.quantization == "fp8"
 
 
 def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:

@@ -4,9 +4,10 @@ Each generator rank owns two *slots*: flat buffers laid out like its (TP-sliced)
 parameters in its dtype. Its parameters are views into the slot it computes from; the
 other slot is the staging buffer the next version lands in. Each trainer rank writes
 (shm) or sends (collective) only the blocks of its own FSDP shard that a generator
-needs (``ddma_plan``), converting dtype on the way, straight into that generator's
-staging slot. So a sync is one copy, nobody materialises the full model, and the
-bytes leave all trainer ranks at once.
+needs (``ddma_plan``), converting dtype on the way (or quantizing to fp8 with per-row
+scales, for the tensors the plan marks), straight into that generator's staging slot.
+So a sync is one copy, nobody materialises the full model, and the bytes leave all
+trainer ranks at once.
 
 The generator swaps at a decode-step boundary, whenever it likes: ``poll()`` adopts
 a complete version by re-pointing its parameters to the staging slot (no copy), and
@@ -30,14 +31,21 @@ point-to-point sends on a process group of the T + G members (gloo on CPU, NCCL 
 GPU); a generator pre-posts its receives for send ``n+1`` into the staging slot as
 soon as it adopts ``n``, so a trainer's send completes at wire speed.
 
+``cuda_ipc`` (a generator and a trainer sharing one GPU, ``resources.share_devices``;
+NCCL refuses two ranks of one group on a device): ``shm``'s protocol, with the slots in
+the generator's GPU memory, mapped by the trainer through CUDA IPC handles
+(``cuda_ipc.py``); both sides synchronise the device before publishing a store key.
+
 Membership epochs: all keys and the process group live under
 ``PrefixStore(f"xfer/{epoch}", store)``; after a restart, build new endpoints with
 the next epoch (nothing of the old one is reused).
 """
 from __future__ import annotations
 
+import base64
 import datetime
 import json
+import pickle
 import threading
 import time
 from itertools import zip_longest
@@ -45,11 +53,13 @@ from itertools import zip_longest
 import torch
 import torch.distributed as dist
 
-from llamarl_core.transport import shm
-from llamarl_core.transport.ddma_plan import DdmaPlan, dst_block, src_block, tensor_view
+from llamarl_core.transport import cuda_ipc, shm
+from llamarl_core.transport.ddma_plan import (DdmaPlan, dst_block, fp8_rows, scale_name, scale_view, src_block,
+                                              tensor_view)
 from llamarl_core.transport.weight_sync import SyncStats
 
-TRANSPORTS = ("collective", "shm")
+TRANSPORTS = ("collective", "shm", "cuda_ipc")
+SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
 NUM_SLOTS = 2
 POLL_S = 0.002
 
@@ -138,6 +148,19 @@ class _Endpoint:
                          0, wait_s)
 
 
+def _open_slots(transport: str, published: bytes, nbytes: int) -> list[torch.Tensor]:
+    """A generator's slots as its store key describes them: shm paths or CUDA IPC handles.
+
+    The handles are unpickled (as torch.multiprocessing does) from the run's own store,
+    which only this run's processes reach (it listens on loopback unless told otherwise)."""
+    if transport == "shm":
+        return [shm.open_existing(p, nbytes) for p in json.loads(published)]
+    slots = cuda_ipc.open_shared(pickle.loads(base64.b64decode(published)))
+    if any(s.numel() != nbytes for s in slots):
+        raise ValueError(f"CUDA IPC slots have {[s.numel() for s in slots]} bytes, the plan needs {nbytes}")
+    return slots
+
+
 class DdmaSender(_Endpoint):
     """Trainer rank ``rank``: sends the blocks of its FSDP shard that each generator needs."""
 
@@ -151,14 +174,13 @@ class DdmaSender(_Endpoint):
         self.nbytes = sum(plan.link_nbytes(rank, g) for g in range(plan.generator_ranks))
         self._slots: list[list[torch.Tensor]] = []
         error = ""
-        if transport == "shm":
+        if transport in SLOTTED:
             try:  # generators created their slots before the handshake
                 _wait_keys(self.store, [f"slots/{g}" for g in range(plan.generator_ranks)], timeout_s,
-                           "waiting for the generators' shared-memory slots")
+                           "waiting for the generators' slots")
                 for g in range(plan.generator_ranks):
-                    paths = json.loads(self.store.get(f"slots/{g}"))
-                    self._slots.append([shm.open_existing(p, plan.slot_nbytes[g]) for p in paths])
-            except (OSError, ValueError) as e:
+                    self._slots.append(_open_slots(transport, self.store.get(f"slots/{g}"), plan.slot_nbytes[g]))
+            except (OSError, ValueError, RuntimeError) as e:
                 error = str(e)
         self._handshake(error)
         if transport == "collective":
@@ -174,7 +196,7 @@ class DdmaSender(_Endpoint):
         self._check(local)
         with torch.no_grad():
             t0 = time.perf_counter()
-            wait_s = self._send_shm(local, version) if self.transport == "shm" else \
+            wait_s = self._send_shm(local, version) if self.transport in SLOTTED else \
                 self._send_collective(local, version)
             seconds = time.perf_counter() - t0 - wait_s
         self.seq += 1
@@ -204,7 +226,16 @@ class DdmaSender(_Endpoint):
             tensors = {t.name: t for t in self.plan.slots[g]}
             slot = self._slots[g][n % NUM_SLOTS]
             for p in pieces:  # the one copy: trainer shard → generator's staging slot, dtype on the way
-                dst_block(tensor_view(slot, tensors[p.name], self.plan.dtype), p).copy_(src_block(local[p.name], p))
+                t = tensors[p.name]
+                dst = dst_block(tensor_view(slot, t, self.plan.dtype), p)
+                if t.fp8:
+                    q, scales = fp8_rows(src_block(local[p.name], p), self.plan.dtype)
+                    dst.copy_(q)
+                    scale_view(slot, t)[p.dst_rows[0]:p.dst_rows[1]].copy_(scales)
+                else:
+                    dst.copy_(src_block(local[p.name], p))
+        if self.transport == "cuda_ipc":
+            cuda_ipc.fence()  # the copies have landed before the generator may read them
         self.store.set(f"done/{n}/{self.rank}", str(version))
         return wait_s
 
@@ -213,6 +244,7 @@ class DdmaSender(_Endpoint):
         works = [self.pg.send([torch.tensor([version], dtype=torch.int64, device=self.device)], T + g, 0)
                  for g in range(self.plan.generator_ranks)]
         temp_work, waited = [None, None], set()  # a gloo work must be waited on only once
+        keep: list = []
         k = 0
         for row in zip_longest(*[[(g, p) for p in ps] for g, ps in enumerate(self.links)]):
             for item in row:  # round-robin over generators: every link busy at once
@@ -220,6 +252,12 @@ class DdmaSender(_Endpoint):
                     continue
                 g, p = item
                 src = src_block(local[p.name], p)
+                if p.name in self.plan.fp8_names:  # fresh tensors, kept until their sends are waited
+                    q, scales = fp8_rows(src, self.plan.dtype)
+                    keep.append((q, scales))
+                    works += [self.pg.send([q.view(torch.uint8).reshape(-1)], T + g, 0),
+                              self.pg.send([scales], T + g, 0)]
+                    continue
                 if p.src_contiguous and src.dtype == self.plan.dtype and src.is_contiguous():
                     works.append(self.pg.send([src.reshape(-1)], T + g, 0))  # straight from the shard
                     continue
@@ -302,6 +340,8 @@ class DdmaReceiver(_Endpoint):
             if transport == "shm":
                 self._paths = shm.new_paths(run_id, NUM_SLOTS)
                 self.slots = [shm.create(p, plan.slot_nbytes[rank]) for p in self._paths]
+            elif transport == "cuda_ipc":  # kept alive by self.slots while trainers map them
+                self.slots = cuda_ipc.create([plan.slot_nbytes[rank]] * NUM_SLOTS, device)
             else:
                 self.slots = [torch.zeros(plan.slot_nbytes[rank], dtype=torch.uint8, device=device)
                               for _ in range(NUM_SLOTS)]
@@ -309,12 +349,16 @@ class DdmaReceiver(_Endpoint):
             error, self._paths, self.slots = str(e), [], []
         if transport == "shm":
             self.store.set(f"slots/{rank}", json.dumps(self._paths))
+        elif transport == "cuda_ipc":
+            self.store.set(f"slots/{rank}", base64.b64encode(pickle.dumps(cuda_ipc.share(self.slots))))
         try:
             self._handshake(error)
         finally:
             shm.unlink(self._paths)  # every trainer has mapped them (or setup failed)
         # Views made once, outside any inference_mode, so a swap inside one is a pointer move.
         self.views = [{t.name: tensor_view(s, t, plan.dtype) for t in self.tensors} for s in self.slots]
+        for view, slot in zip(self.views, self.slots):  # fp8 on the wire: the per-row scales too
+            view.update({scale_name(t.name): scale_view(slot, t) for t in self.tensors if t.fp8})
         self.nbytes = sum(plan.link_nbytes(t, rank) for t in range(plan.trainer_ranks))
         self._inbox = None
         if transport == "collective":
@@ -326,9 +370,13 @@ class DdmaReceiver(_Endpoint):
             p = params.get(t.name)
             if p is None:
                 return f"parameter '{t.name}' is missing on this generator"
-            if tuple(p.shape) != t.shape or p.dtype != self.plan.dtype:
+            want = self.plan.wire_dtype(t.name)
+            if tuple(p.shape) != t.shape or p.dtype != want:
                 return (f"parameter '{t.name}' has shape {tuple(p.shape)} dtype {p.dtype}, the plan gives "
-                        f"this TP rank {t.shape} {self.plan.dtype}")
+                        f"this TP rank {t.shape} {want}")
+            scales = params.get(scale_name(t.name))
+            if t.fp8 and (scales is None or tuple(scales.shape) != t.shape[:1] or scales.dtype != torch.float32):
+                return f"fp8 parameter '{t.name}' needs its float32 scales {t.shape[:1]} as '{scale_name(t.name)}'"
         return ""
 
     def _recv_send(self, n: int) -> int:
@@ -344,9 +392,14 @@ class DdmaReceiver(_Endpoint):
         version = versions.pop()
         if version == CLOSE_VERSION:
             return version
-        view = self.views[n % NUM_SLOTS]
-        works = [self.pg.recv([dst_block(view[p.name], p).reshape(-1)], p.trainer, 0)
-                 for t in range(T) for p in self.plan.pieces_between(t, self.rank)]
+        view, works = self.views[n % NUM_SLOTS], []
+        for t in range(T):  # in each trainer's send order: per piece its rows (and fp8 scales)
+            for p in self.plan.pieces_between(t, self.rank):
+                if p.name in self.plan.fp8_names:
+                    works += [self.pg.recv([dst_block(view[p.name], p).view(torch.uint8).reshape(-1)], t, 0),
+                              self.pg.recv([view[scale_name(p.name)][p.dst_rows[0]:p.dst_rows[1]]], t, 0)]
+                else:
+                    works.append(self.pg.recv([dst_block(view[p.name], p).reshape(-1)], t, 0))
         for w in works:
             w.wait(timeout)
         return version
@@ -354,7 +407,7 @@ class DdmaReceiver(_Endpoint):
     def _ready(self) -> int | None:
         """The version of send #seq if it has fully arrived, else None (never blocks)."""
         n = self.seq
-        if self.transport == "shm":
+        if self.transport in SLOTTED:
             keys = [f"done/{n}/{t}" for t in range(self.plan.trainer_ranks)]
             if not self.store.check(keys):
                 return None
@@ -401,7 +454,9 @@ class DdmaReceiver(_Endpoint):
         for name, p in self.params.items():
             p.data = view[name]  # the swap: compute from the slot the trainers just filled
         self.seq, self.last_version = n + 1, version
-        if self.transport == "shm":
+        if self.transport in SLOTTED:
+            if self.transport == "cuda_ipc":
+                cuda_ipc.fence()  # kernels queued on the old slot have read it before it is rewritten
             self.store.set(f"adopted/{n}/{self.rank}", b"1")  # slot (n+1) % 2 is free again
         else:
             self._inbox.ready.pop(n, None)
