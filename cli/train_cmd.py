@@ -10,6 +10,7 @@ from rich.console import Console
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
+from llamarl_core.runtime.devices import check_host
 from llamarl_core.runtime.live_view import LiveView
 from llamarl_core.runtime.run_dir import resolve_run_dir
 
@@ -25,13 +26,15 @@ def main(argv) -> int:
             print_resolved(recipe, overrides)
             return EXIT_OK
         cfg = load_config(recipe, overrides)
-        nodes = make_plan(cfg, require_data=True).nodes  # validate before creating anything
+        checked = make_plan(cfg, require_data=True)  # validate before creating anything
+        nodes = checked.nodes
         if nodes > 1:
             words = " ".join([f"recipe={recipe}", *overrides])
             raise UsageError(f"llamarl train runs one host, but this plan has {nodes} nodes: write it with "
                              f"`llamarl plan {words} --out RUN_DIR` and start `llamarl node "
                              f"plan=RUN_DIR/plan.json node_rank=K` on every node, or submit "
                              f"`llamarl plan {words} --slurm > job.sbatch`")
+        check_host(checked.to_dict(), cfg.recipe)
         run_dir = resolve_run_dir(cfg)
         plan = make_plan(cfg, run_dir=run_dir, require_data=True)
         console = Console()

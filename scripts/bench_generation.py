@@ -9,7 +9,11 @@ Long tail (`long_tail` in the JSON): continuous vs static batching on the same w
 prompts, sampled at T = 1 with stop tokens planted by a fixed seed (a random model's
 next-token distribution is near uniform, so each token stops a row with probability
 ~stops/vocab: geometric lengths capped at `--long-tail-new-tokens`, max/mean ~3). Tokens/s
-counts the tokens each mode actually generated.
+counts the tokens each mode actually generated. Two static baselines: `static` is the
+engine's static mode (a chunk runs until its longest row ends, but finished rows are
+compacted out once at most half still run, as the engine did before continuous batching);
+`static_padded` keeps every finished row in the batch until its chunk ends (what
+`transformers.generate` does, and what a GPU decode step costs whatever the live rows).
 
     python scripts/bench_generation.py --out benchmarks/results/generation_cpu.json
     python scripts/bench_generation.py --quick --out /tmp/gen.json   # ~2 minutes
@@ -144,6 +148,8 @@ def run_long_tail(args) -> dict:
                             stop_token_ids=tuple(stops), ignore_eos=True)
     engines = {mode: GenerationEngine(model, tokenizer, max_batch_size=args.batch_size, batching=mode)
                for mode in ("continuous", "static")}
+    engines["static_padded"] = GenerationEngine(model, tokenizer, max_batch_size=args.batch_size,
+                                                batching="static", compact_finished_rows=False)
     for engine in engines.values():
         engine.generate(prompts[:args.batch_size], params, seed=1)  # warm-up
     times, tokens, lengths = {m: [] for m in engines}, {m: [] for m in engines}, []
@@ -162,7 +168,10 @@ def run_long_tail(args) -> dict:
             "mean_new_tokens": mean, "max_to_mean_new_tokens": max(lengths) / mean,
             "raw_seconds": times, "tokens": tokens,
             "continuous_tokens_per_s": rate["continuous"], "static_tokens_per_s": rate["static"],
-            "ratio": rate["continuous"] / rate["static"]}
+            "ratio": rate["continuous"] / rate["static"],
+            "static_padded_tokens_per_s": rate["static_padded"],
+            "ratio_vs_padded": rate["continuous"] / rate["static_padded"],
+            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
 def main(argv=None) -> int:
@@ -198,7 +207,8 @@ def main(argv=None) -> int:
         report["long_tail"] = lt = run_long_tail(args)
         print(f"long tail ({lt['preset']}, max/mean {lt['max_to_mean_new_tokens']:.2f}): continuous "
               f"{lt['continuous_tokens_per_s']:.0f} tok/s, static {lt['static_tokens_per_s']:.0f} tok/s, "
-              f"ratio {lt['ratio']:.2f}", flush=True)
+              f"ratio {lt['ratio']:.2f}; static padded {lt['static_padded_tokens_per_s']:.0f} tok/s, "
+              f"ratio {lt['ratio_vs_padded']:.2f}", flush=True)
     table = Table(title=f"generation, batch {args.batch_size}, prompt {args.prompt_len}, "
                         f"{args.new_tokens} new tokens, greedy fp32 (medians)")
     for col in ("model", "params", "threads", "ours tok/s", "HF tok/s", "ratio vs HF", "same tokens"):

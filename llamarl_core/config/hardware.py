@@ -19,6 +19,7 @@ class DeviceSpec:
     ib_gbps: float             # per-device inter-node bandwidth, GB/s
     devices_per_node: int
     is_gpu: bool = True
+    measured: bool = True      # False: `cuda` planned on a host without a GPU (stand-in numbers)
 
 
 DEVICES: dict[str, DeviceSpec] = {
@@ -52,9 +53,30 @@ def cpu_spec(num_cores: int | None = None, memory_gib: float | None = None) -> D
                       nvlink_gbps=5.0, ib_gbps=1.0, devices_per_node=cores, is_gpu=False)
 
 
+def cuda_spec() -> DeviceSpec:
+    """`resources.device=cuda`: any NVIDIA GPU, memory and count read from this host's device 0.
+
+    Speed numbers (for the simulator) are the H100's unless the device names itself an H200.
+    Without a visible GPU the spec is an H100-80GB stand-in with `measured=False`, so a plan
+    can still be printed here; `llamarl train` refuses to start on such a host (runtime/host.py).
+    """
+    import torch
+
+    base = DEVICES["h100-80gb"]
+    if not torch.cuda.is_available():
+        return DeviceSpec("cuda", base.memory_gib, base.bf16_tflops, base.hbm_gbps, base.nvlink_gbps,
+                          base.ib_gbps, base.devices_per_node, measured=False)
+    props = torch.cuda.get_device_properties(0)
+    like = DEVICES["h200-141gb"] if "H200" in props.name else base
+    return DeviceSpec("cuda", props.total_memory / 2**30, like.bf16_tflops, like.hbm_gbps, like.nvlink_gbps,
+                      like.ib_gbps, torch.cuda.device_count())
+
+
 def get_device(name: str) -> DeviceSpec:
     if name == "cpu":
         return cpu_spec()
+    if name == "cuda":
+        return cuda_spec()
     if name not in DEVICES:
         raise KeyError(f"unknown device {name!r}; known: cpu, {', '.join(DEVICES)}")
     return DEVICES[name]

@@ -89,12 +89,14 @@ class RewardResources:
 
 @dataclass
 class ResourcesConfig:
-    device: str = "cpu"                  # cpu | h100-80gb | h200-141gb
+    device: str = "cpu"                  # cpu | cuda (any NVIDIA GPU) | h100-80gb | h200-141gb
     nodes: int = 1
     devices_per_node: int = 0            # 0 = the device type's default (8 GPUs; CPU cores)
     cpu_cores: int = 0                   # 0 = os.cpu_count(); CPU thread budget
     host_memory_gib: float = 0.0         # 0 = read from the host (CPU capacity)
     hostnames: str = "node-{index}"      # multi-node torchrun rendezvous hosts
+    share_devices: bool = False          # async generator and trainer (1 rank each) on one GPU:
+                                         # weights by CUDA IPC, the rest over gloo (NCCL refuses)
     generator: GeneratorResources = field(default_factory=GeneratorResources)
     trainer: TrainerResources = field(default_factory=TrainerResources)
     reward: RewardResources = field(default_factory=RewardResources)
@@ -224,7 +226,7 @@ class ControllerConfig:
     host: str = "127.0.0.1"              # loopback unless told otherwise
     port: int = 0                        # 0 = a free port; a busy port falls back to a free one
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
-    weight_transport: str = "auto"       # auto | collective | shm
+    weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (shared GPU)
     weight_bucket_mb: float = 256.0      # weight sync: a trainer rank's extra memory per sync (2 pieces of half)
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is

@@ -26,6 +26,7 @@ class WorkerContext:
     timeline: Timeline
     groups: dict = field(default_factory=dict)  # "trainer" | "actor" | "weights" → ProcessGroup
     run_id: str = ""
+    device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
     last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread
 
     def progress(self) -> None:

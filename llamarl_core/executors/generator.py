@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 
 from llamarl_core.executors.chunks import ChunkGenerator
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
 from llamarl_core.executors.context import Stopped, WorkerContext
@@ -38,11 +38,15 @@ class GeneratorExecutor:
     def __init__(self, ctx: WorkerContext):
         cfg, g = ctx.cfg, ctx.cfg.resources.generator
         self.ctx = ctx
-        self.model, self.tokenizer = build_model(cfg, dtype=g.dtype)
+        # Built on the meta device and allocated only as this rank's TP slice: every weight
+        # arrives from the trainer (version 0 before the first chunk), so no generator rank
+        # ever reads the checkpoint or holds the full model (tp > 1).
+        self.model, self.tokenizer = build_meta_model(cfg, dtype=g.dtype)
         self.model.requires_grad_(False)
         full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
+        materialize_zeros(self.model, ctx.device)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
         prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, self.rank.replica,

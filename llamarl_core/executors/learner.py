@@ -38,6 +38,10 @@ def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torc
     return tokens, behavior, mask
 
 
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 def _maybe_no_sync(model, last: bool):
     return contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
 
@@ -72,6 +76,9 @@ class Learner:
         t0, self._ratios = time.perf_counter(), []
         advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
         tokens, behavior, mask = completion_targets(batch)
+        device = _device(self.model)  # rollouts arrive in host memory
+        tokens, behavior, mask, advantages, staleness = (
+            x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
         n = tokens.shape[0]
         total_tokens = max(1.0, float(mask.sum()))  # over every row: skipping changes no weight
         trained = (advantages != 0) if self.skip_zero_advantage else torch.ones(n, dtype=torch.bool)  # [N]
@@ -179,6 +186,8 @@ class WarmStart:
         for r, (t, p) in enumerate(seqs):
             tokens[r, :len(t)] = torch.tensor(t)
             loss_mask[r, p - 1:len(t) - 1] = 1.0
+        device = _device(self.model)
+        tokens, loss_mask = tokens.to(device), loss_mask.to(device)
         logits = self.model(tokens)[:, :-1]                                        # [B, L-1, V]
         nll = -token_logprobs(logits, tokens[:, 1:])                               # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()

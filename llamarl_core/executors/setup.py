@@ -13,26 +13,53 @@ import torch
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import Example, default_reward, render_target, resolve_dataset
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
-from llamarl_core.models import ByteTokenizer, Llama, get_preset, load_pretrained
+from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
 
 
-def build_model(cfg: LlamaRLConfig, dtype: str):
+def build_model(cfg: LlamaRLConfig, dtype: str, device: str = "cpu"):
     """(model, tokenizer): the checkpoint if given, else a seeded random init of the preset.
 
-    `dtype` is the role's own (`resources.generator.dtype` or `resources.trainer.dtype`)."""
+    `dtype` is the role's own (`resources.generator.dtype` or `resources.trainer.dtype`);
+    `device` the rank's (a checkpoint is materialised there directly). The preset init runs
+    on the CPU, so every device starts from the same seeded weights."""
     torch_dtype = TORCH_DTYPES[dtype]
     if cfg.model.checkpoint:
-        return load_pretrained(cfg.model.checkpoint, dtype=torch_dtype)
+        return load_pretrained(cfg.model.checkpoint, dtype=torch_dtype, device=device)
     torch.manual_seed(cfg.run.seed)
-    model = Llama(get_preset(cfg.model.preset)).to(torch_dtype)
+    model = Llama(get_preset(cfg.model.preset)).to(device=device, dtype=torch_dtype)
     return model, ByteTokenizer()
 
 
-def model_from_state(cfg: LlamaRLConfig, state: dict[str, torch.Tensor], dtype: str) -> torch.nn.Module:
+def build_meta_model(cfg: LlamaRLConfig, dtype: str):
+    """(model on the meta device, tokenizer): shapes only, for a role whose weights all arrive
+    over the weight sync (the generators receive version 0 before they generate)."""
+    if cfg.model.checkpoint:
+        model, _ = build_empty(cfg.model.checkpoint, device="meta")
+        tokenizer = load_tokenizer(cfg.model.checkpoint, required=False)
+    else:
+        with torch.device("meta"):
+            model, tokenizer = Llama(get_preset(cfg.model.preset)), ByteTokenizer()
+    return model.to(dtype=TORCH_DTYPES[dtype]), tokenizer
+
+
+def materialize_zeros(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    """Allocate a meta model's (possibly TP-sliced) parameters on `device`, zero-filled."""
+    tied = model.output.weight is model.tok_embeddings.weight
+    model.to_empty(device=device)
+    if tied:  # to_empty gives the two names separate storage; one weight again
+        model.output.weight = model.tok_embeddings.weight
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
+def model_from_state(cfg: LlamaRLConfig, state: dict[str, torch.Tensor], dtype: str,
+                     device: str = "cpu") -> torch.nn.Module:
     """A fresh plain model holding exactly `state`. Strict: a name that does not match would
     otherwise leave random weights in an eval or a checkpoint without a word."""
-    model = build_model(cfg, dtype)[0]
+    model = build_model(cfg, dtype, device=device)[0]
     model.load_state_dict(state, strict=True)
     return model
 

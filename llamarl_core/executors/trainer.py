@@ -35,8 +35,9 @@ from llamarl_core.executors.setup import build_model, encode_prompts, load_split
 from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_pretrained
 from llamarl_core.rewards import get_reward
+from llamarl_core.executors.trainer_model import build_trainer_model
 from llamarl_core.transport.membership import role_epoch
-from llamarl_core.transport.parallel import full_state, unwrap, wrap_data_parallel
+from llamarl_core.transport.parallel import full_state, unwrap
 from llamarl_core.wire.rollout import Rollout
 
 
@@ -44,13 +45,12 @@ class TrainerExecutor:
     def __init__(self, ctx: WorkerContext, role: str, make_feed: Callable, make_publisher: Callable):
         cfg, t = ctx.cfg, ctx.cfg.resources.trainer
         self.ctx, self.cfg = ctx, cfg
-        self.raw, self.tokenizer = build_model(cfg, dtype=t.dtype)
+        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, role)
         self.group = ctx.groups.get(role)
-        self.model = wrap_data_parallel(self.raw, self.group, t.strategy)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
         ref = None
         if cfg.algorithm.kl_coef > 0:
-            ref = build_model(cfg, dtype=t.dtype)[0].requires_grad_(False)
+            ref = build_model(cfg, dtype=t.dtype, device=ctx.device)[0].requires_grad_(False)
         self.learner = Learner(self.model, cfg, ref, data_parallel=self.world > 1)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")
@@ -210,12 +210,12 @@ class TrainerExecutor:
         over the trainer ranks) into a fresh unsharded copy.
         """
         sharded = self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1
-        state = full_state(self.model, "fsdp2") if sharded else None
+        state = full_state(self.model, "fsdp2", keep=self.rank == 0) if sharded else None
         if self.rank != 0:
             return None
         if not sharded:
             return unwrap(self.model)
-        return model_from_state(self.cfg, state, self.cfg.resources.trainer.dtype)
+        return model_from_state(self.cfg, state, self.cfg.resources.trainer.dtype, device=self.ctx.device)
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:

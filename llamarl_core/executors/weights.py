@@ -3,7 +3,8 @@
 Both ends build the same plan from the config alone: the trainer's parameter names and
 shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard), G generator
 ranks, the generators' dtype (conversion on the way) and their TP slices. `auto` picks
-shared memory on a single CPU host and point-to-point gloo/NCCL everywhere else.
+shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
+(`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
 Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
 restart): new generator ranks build a receiver there, the trainer ranks a new sender, and
 the trainer sends its current weights before anything is generated (executors/rejoin.py).
@@ -32,6 +33,8 @@ def transport(ctx: WorkerContext) -> str:
     t = ctx.cfg.controller.weight_transport
     if t != "auto":
         return t
+    if ctx.cfg.resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
+        return "cuda_ipc"
     return "shm" if ctx.cfg.resources.device == "cpu" and ctx.plan.get("nodes", 1) == 1 else "collective"
 
 

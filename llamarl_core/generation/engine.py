@@ -35,7 +35,8 @@ class GenerationEngine:
     def __init__(self, model: Llama, tokenizer, max_batch_size: int = 64,
                  max_seq_len: Optional[int] = None, quantization: str = "none",
                  batching: str = "continuous",
-                 token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None):
+                 token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                 compact_finished_rows: bool = True):
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if max_batch_size < 1:
@@ -50,6 +51,9 @@ class GenerationEngine:
         # (their KV caches, stop decisions and step counts must agree). `token_sync` (built in
         # transport/tensor_parallel.py) returns TP rank 0's sampled tokens on every rank.
         self.token_sync = token_sync
+        # False keeps a finished row in the decode batch until its chunk ends (what
+        # `transformers.generate` and a static GPU batch cost): the bench's padded baseline.
+        self.compact_finished_rows = compact_finished_rows
         self.weights = EngineWeights(model, quantization)
         self.proj: dict = {}
         self._cache: Optional[SlotCache] = None

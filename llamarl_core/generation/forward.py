@@ -103,26 +103,44 @@ def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Ten
     return _head(model, proj, last)
 
 
+def _rope_heads(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """RoPE on x [B, N, hd] (the query and key heads of one decode step together):
+    x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1) written as (x2, x1)*(-sin, sin),
+    so one step's q and k take 4 ops instead of apply_rope's 6 per tensor (same products)."""
+    half = x.shape[-1] // 2
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, swapped, sin_signed)
+
+
 def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch.Tensor,
            span: int) -> torch.Tensor:
-    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions)."""
+    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions).
+
+    Per step, not per layer: the RoPE rows, the mask and the flat cache index every layer
+    writes its new K/V at (`index_copy_` into a [slots*KV*max_len, hd] view: one kernel, no
+    advanced-indexing machinery)."""
     B = tokens.shape[0]
     cos_t, sin_t = model.rope(tokens.device)
     h = model.tok_embeddings(tokens)[:, None]  # [B, 1, D]
-    cos, sin = (t[positions][:, None, None].to(h.dtype) for t in (cos_t, sin_t))  # [B,1,1,hd]
-    rows = torch.arange(B, device=tokens.device)
+    cos = cos_t[positions][:, None].to(h.dtype)  # [B, 1, hd]
+    sin = sin_t[positions][:, None].to(h.dtype)
+    half = cos.shape[-1] // 2
+    sin_signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
     hidden = torch.arange(span, device=tokens.device)[None, :] > positions[:, None]  # [B, S]
     mask = torch.zeros(B, 1, 1, span, dtype=h.dtype, device=h.device).masked_fill_(
         hidden[:, None, None], float("-inf"))
+    H, KV, hd = _heads(model.layers[0].attention)
+    L = cache.max_len
+    heads = torch.arange(KV, device=tokens.device)
+    at = ((torch.arange(B, device=tokens.device)[:, None] * KV + heads) * L
+          + positions[:, None]).reshape(-1)  # [B*KV] row of (slot, kv head, position)
     for i, layer in enumerate(model.layers):
-        H, KV, hd = _heads(layer.attention)
-        q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
-        q = apply_rope(q.view(B, 1, H, hd).transpose(1, 2), cos, sin)  # [B, H, 1, hd]
-        k = apply_rope(k.view(B, 1, KV, hd).transpose(1, 2), cos, sin)  # [B, KV, 1, hd]
-        cache.k[i][rows, :, positions] = k[:, :, 0]
-        cache.v[i][rows, :, positions] = v.view(B, KV, hd)
+        qkv = proj[f"{i}.qkv"](layer.attention_norm(h)).view(B, H + 2 * KV, hd)
+        qk = _rope_heads(qkv[:, :H + KV], cos, sin_signed)  # [B, H+KV, hd]
+        cache.k[i].view(-1, hd).index_copy_(0, at, qk[:, H:].reshape(B * KV, hd))
+        cache.v[i].view(-1, hd).index_copy_(0, at, qkv[:, H + KV:].reshape(B * KV, hd))
         keys, values = cache.k[i][:B, :, :span], cache.v[i][:B, :, :span]  # [B, KV, S, hd]
-        out = _attend(q.reshape(B, KV, H // KV, hd), keys, values, mask)  # [B, KV, G, hd]
+        out = _attend(qk[:, :H].reshape(B, KV, H // KV, hd), keys, values, mask)  # [B, KV, G, hd]
         h = h + proj[f"{i}.wo"](out.reshape(B, 1, H * hd))
         h = h.add_(_ffn(proj, i, h, layer))
     return _head(model, proj, h[:, 0])

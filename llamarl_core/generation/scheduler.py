@@ -120,7 +120,8 @@ class Batch:
         live = [s for s in range(B) if self.sample[s] >= 0]
         if not live:
             return
-        if (self.static or not self.waiting) and len(live) <= B // 2:
+        compact = self.engine.compact_finished_rows and (self.static or not self.waiting)
+        if compact and len(live) <= B // 2:
             self._compact(live)
             B = self.used
         span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1

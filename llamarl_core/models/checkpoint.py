@@ -86,37 +86,51 @@ def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor, Path]]
             raise ValueError(f"checkpoint shard {file} is corrupt or unreadable: {err}") from err
 
 
+def build_empty(path, device: str | torch.device = "meta"):
+    """(model with uninitialised weights on `device`, args) from a checkpoint's config.json."""
+    path = Path(path)
+    args = args_from_hf_config(read_config(path), source=str(path / "config.json"))
+    with torch.device(device):
+        model = Llama(args)
+    return model, args
+
+
+def checkpoint_tensors(path, args, shapes: dict[str, tuple]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(our parameter name, tensor) for each weight, one tensor at a time, checked by name and
+    shape against `shapes` (the full, unsharded shapes); raises if any parameter is missing."""
+    path = Path(path)
+    loaded: set[str] = set()
+    for hf_name, tensor, file in _iter_tensors(_weight_files(path)):
+        if _IGNORED_RE.search(hf_name):
+            continue
+        name = hf_to_ours(hf_name)
+        if name is None:
+            raise KeyError(f"{file}: unexpected tensor {hf_name!r} for a Llama checkpoint")
+        if args.tie_embeddings and name == "output.weight":
+            continue  # some tied checkpoints still store lm_head; the embedding wins
+        if tuple(tensor.shape) != tuple(shapes[name]):
+            raise ValueError(f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
+                             f"config.json implies {tuple(shapes[name])}")
+        loaded.add(name)
+        yield name, tensor
+    missing = sorted(set(shapes) - loaded)
+    if missing:
+        hf_missing = [ours_to_hf(name) for name in missing]
+        raise KeyError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {hf_missing[:5]}")
+
+
 def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
     """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory. A
     model-only directory (no tokenizer file) loads too; its tokenizer errors on first use."""
     path = Path(path)
-    args = args_from_hf_config(read_config(path), source=str(path / "config.json"))
-    with torch.device("meta"):
-        model = Llama(args)
+    model, args = build_empty(path)
     model = model.to(dtype=dtype).to_empty(device=device)
     if args.tie_embeddings:  # to_empty breaks the tie; restore it
         model.output.weight = model.tok_embeddings.weight
     params = dict(model.named_parameters())  # tied weights appear once (tok_embeddings)
-    loaded: set[str] = set()
     with torch.no_grad():
-        for hf_name, tensor, file in _iter_tensors(_weight_files(path)):
-            if _IGNORED_RE.search(hf_name):
-                continue
-            name = hf_to_ours(hf_name)
-            if name is None:
-                raise KeyError(f"{file}: unexpected tensor {hf_name!r} for a Llama checkpoint")
-            if args.tie_embeddings and name == "output.weight":
-                continue  # some tied checkpoints still store lm_head; the embedding wins
-            param = params[name]
-            if tuple(tensor.shape) != tuple(param.shape):
-                raise ValueError(f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
-                                 f"config.json implies {tuple(param.shape)}")
-            param.copy_(tensor.to(dtype))
-            loaded.add(name)
-    missing = sorted(set(params) - loaded)
-    if missing:
-        hf_missing = [ours_to_hf(name) for name in missing]
-        raise KeyError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {hf_missing[:5]}")
+        for name, tensor in checkpoint_tensors(path, args, {n: p.shape for n, p in params.items()}):
+            params[name].copy_(tensor.to(dtype))
     return model, load_tokenizer(path, required=False)
 
 

@@ -30,9 +30,11 @@ def torchrun_argv0() -> list[str]:
 
 
 def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], spec: DeviceSpec,
-              plan_path: str, role_index: int, node_rank: int = 0) -> list[str]:
+              plan_path: str, role_index: int, node_rank: int = 0, devices: list[int] | None = None) -> list[str]:
     per_node = num_ranks if len(nodes) == 1 else (cfg.resources.devices_per_node or spec.devices_per_node)
-    argv = torchrun_argv0()
+    # A GPU role sees only its own GPUs, so each rank's device is cuda:<LOCAL_RANK>.
+    argv = ["env", "CUDA_VISIBLE_DEVICES=" + ",".join(map(str, devices))] if devices else []
+    argv += torchrun_argv0()
     if len(nodes) == 1:
         argv += ["--standalone", "--nnodes=1"]
     else:
@@ -45,6 +47,6 @@ def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], s
 
 
 def role_commands(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], spec: DeviceSpec,
-                  plan_path: str, role_index: int) -> list[str]:
-    return [shlex.join(role_argv(cfg, role, num_ranks, nodes, spec, plan_path, role_index, i))
+                  plan_path: str, role_index: int, devices: list[int] | None = None) -> list[str]:
+    return [shlex.join(role_argv(cfg, role, num_ranks, nodes, spec, plan_path, role_index, i, devices))
             for i in range(len(nodes))]

@@ -16,6 +16,7 @@ from llamarl_core.models.args import ModelArgs
 
 GIB = 2**30
 USABLE_FRACTION = 0.9
+MASTER_BYTES = 4  # trainer parameters are fp32 (executors/trainer_model.py MASTER_DTYPE)
 # Activation bytes per token per layer per unit of d, for 16-bit training with fused
 # (flash/SDPA) attention: Korthikanti et al. 2022, "Reducing Activation Recomputation", eq. 2
 # without the 5·a·s/h attention-score term that fused attention never materialises.
@@ -67,10 +68,11 @@ def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
     # FSDP gathers one layer's full weights (plus one prefetched) at a time.
     layer_params = (n - embedding_params(m) - m.dim) / m.n_layers
     gather = 2 * layer_params * b / tp if fsdp > 1 else 0.0
-    weights = n * b / shard + gather
-    gradients = n * b / shard
-    # AdamW: fp32 exp_avg + exp_avg_sq, plus an fp32 master copy when compute is 16-bit.
-    optimizer = n * (8 + (4 if b < 4 else 0)) / shard
+    # The runtime keeps fp32 master parameters whatever the compute dtype b (FSDP2
+    # MixedPrecisionPolicy gathers them in b; gradients are reduced and kept in fp32).
+    weights = n * MASTER_BYTES / shard + gather
+    gradients = n * MASTER_BYTES / shard
+    optimizer = n * 8 / shard  # AdamW exp_avg + exp_avg_sq, fp32
     tokens = micro_batch * seq_tokens
     per_layer_full = ACT_BYTES_PER_TOKEN_DIM_16BIT * (b / 2) * tokens * m.dim / tp
     layers_local = m.n_layers / pp

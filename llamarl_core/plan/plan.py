@@ -21,6 +21,7 @@ from llamarl_core.plan.commands import role_commands
 from llamarl_core.config.hardware import DeviceSpec, cpu_spec, get_device
 from llamarl_core.plan.model_source import check_tokenizer, resolve_model_args
 from llamarl_core.plan.nodes import address_warnings
+from llamarl_core.plan.placement import accelerators, place_roles
 from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
 
@@ -38,6 +39,7 @@ class RolePlan:
     capacity_gib: float
     threads: int                        # torch intra-op threads per rank (CPU)
     uses_accelerator: bool = True
+    devices: list[int] = field(default_factory=list)  # local GPU indices on each of its nodes
     commands: list[str] = field(default_factory=list)
     batching: Optional[str] = None      # generation.batching, for roles that generate
 
@@ -53,7 +55,7 @@ class RolePlan:
             "memory_gib_per_device": self.memory.to_dict(),
             "capacity_gib_per_device": round(self.capacity_gib, 3),
             "fits": mem.fits(self.memory, self.capacity_gib),
-            "threads": self.threads, "uses_accelerator": self.uses_accelerator,
+            "threads": self.threads, "uses_accelerator": self.uses_accelerator, "devices": self.devices,
             "commands": self.commands,
             **({"batching": self.batching} if self.batching else {}),
         }
@@ -65,7 +67,7 @@ class LaunchPlan:
     mode: str                           # "async" | "sync"
     device: str
     total_devices: int                  # accelerators (or CPU compute processes)
-    world_size: int                     # ranks in the global process group
+    world_size: int                     # ranks of all roles (global rank = role offset + RANK)
     nodes: int
     model_preset: str
     num_params: int
@@ -138,19 +140,20 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
                           {"tp": 1, "dp": res.reward.num_devices, "fsdp": 1, "pp": 1}, "float32",
                           "none", mem.reward_memory(), 0.0, 1, uses_accelerator=False))
 
-    nodes = _place_nodes(cfg, spec, roles, compute_devices)
+    nodes = place_roles(cfg, spec, roles, compute_devices)
     capacity = spec.memory_gib
     if not spec.is_gpu:  # CPU "devices" are processes sharing the host's memory
         capacity = spec.memory_gib / max(1, compute_devices)
     for r in roles:
         r.capacity_gib = capacity if r.uses_accelerator else spec.memory_gib
-    _check_fit(roles, spec)
+    _check_fit(roles, spec, cfg.resources.share_devices)
     data_parallel = roles[0].parallelism["dp"] * roles[0].parallelism["fsdp"] if is_sync else \
         roles[1].parallelism["dp"] * roles[1].parallelism["fsdp"]
     validate_batch(cfg, data_parallel, gen_par["dp"] if not is_sync else roles[0].parallelism["dp"])
     data_warnings = validate_data(cfg, require_path=require_data) + address_warnings(cfg)
 
-    plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device, compute_devices,
+    plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device,
+                      accelerators(cfg, compute_devices) if spec.is_gpu else compute_devices,
                       compute_devices + res.reward.num_devices, nodes, model_name,
                       model.num_params(), roles, warnings=data_warnings)
     if spec.name == "cpu" and compute_devices > spec.devices_per_node:
@@ -158,8 +161,11 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
                              f"they will time-share cores")
     plan_path = os.path.join(run_dir or default_run_dir(cfg), "plan.json")
     for i, r in enumerate(roles):
-        r.commands = role_commands(cfg, r.name, r.num_devices, r.nodes, spec, plan_path, i)
-    if spec.is_gpu:
+        r.commands = role_commands(cfg, r.name, r.num_devices, r.nodes, spec, plan_path, i, r.devices)
+    if not spec.measured:
+        plan.warnings.append(f"resources.device={res.device}: no CUDA device on this host, planned against "
+                             f"{spec.memory_gib:.1f} GiB per GPU; `llamarl train` reads the real device")
+    if spec.is_gpu and not res.share_devices:
         plan.predicted = _predict(cfg, model, spec)
     return plan
 
@@ -186,40 +192,17 @@ def _plan_threads(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) ->
     return max(1, cores // compute_devices)
 
 
-def _place_nodes(cfg: LlamaRLConfig, spec: DeviceSpec, roles: list[RolePlan], compute_devices: int) -> int:
-    res = cfg.resources
-    per_node = res.devices_per_node or spec.devices_per_node
-    if not spec.is_gpu and res.nodes == 1:
-        for r in roles:
-            r.nodes = [0]
-        return 1
-    for key, tp in (("resources.generator.tp", cfg.resources.generator.tp),
-                    ("resources.trainer.tp", cfg.resources.trainer.tp)):
-        if tp > per_node:
-            raise ConfigError(f"{key}={tp} exceeds devices_per_node={per_node}: tensor parallelism "
-                              f"must stay inside a node's NVLink domain")
-    capacity = res.nodes * per_node
-    if compute_devices > capacity:
-        raise ConfigError(f"roles need {compute_devices} devices but resources.nodes={res.nodes} x "
-                          f"devices_per_node={per_node} = {capacity}")
-    node, used = 0, []
-    for r in roles:  # each accelerator role starts on a node of its own
-        if not r.uses_accelerator:
-            r.nodes = [0]
-            continue
-        if r.num_devices > per_node and r.num_devices % per_node:
-            raise ConfigError(f"{r.name}: {r.num_devices} devices span nodes but are not a multiple "
-                              f"of resources.devices_per_node={per_node}")
-        n = -(-r.num_devices // per_node)
-        r.nodes = list(range(node, node + n))
-        used.append(f"{r.name} {n}")
-        node += n
-    if node > res.nodes:
-        raise ConfigError(f"roles need {node} nodes ({', '.join(used)}) but resources.nodes={res.nodes}")
-    return res.nodes
-
-
-def _check_fit(roles: list[RolePlan], spec: DeviceSpec) -> None:
+def _check_fit(roles: list[RolePlan], spec: DeviceSpec, shared: bool) -> None:
+    if shared:  # generator and trainer on one GPU: their sum must fit it
+        gen, tr = roles[0], roles[1]
+        both = mem.MemoryEstimate(*(a + b for a, b in zip(
+            (gen.memory.weights, gen.memory.gradients, gen.memory.optimizer, gen.memory.activations, gen.memory.kv_cache),
+            (tr.memory.weights, tr.memory.gradients, tr.memory.optimizer, tr.memory.activations, tr.memory.kv_cache))))
+        if not mem.fits(both, gen.capacity_gib):
+            raise ConfigError(f"resources.share_devices: generator ({gen.memory.total:.1f} GiB) + trainer "
+                              f"({tr.memory.total:.1f} GiB) = {both.total:.1f} GiB on one {spec.name} of "
+                              f"{gen.capacity_gib:.1f} GiB ({mem.USABLE_FRACTION:.0%} usable): lower "
+                              f"resources.generator.max_batch_size or resources.trainer.micro_batch_size")
     for r in roles:
         if r.uses_accelerator and not mem.fits(r.memory, r.capacity_gib):
             m = r.memory

@@ -52,13 +52,48 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
         if total % (g.tp * g.pp):
             raise ConfigError(f"sync mode: {total} actor devices not divisible by "
                               f"resources.generator.tp x pp = {g.tp * g.pp}")
-    if cfg.resources.device == "cpu":
-        for key, v in (("resources.trainer.tp", t.tp), ("resources.trainer.pp", t.pp)):
-            if v != 1:
-                raise ConfigError(f"{key}={v}: tensor/pipeline parallelism runs on GPUs only; "
-                                  f"on resources.device=cpu use 1")
+    # The plan is the truth: layouts the runtime does not build are refused, not planned
+    # (generator layouts: _check_generator_built).
+    for key, v in (("resources.trainer.tp", t.tp), ("resources.trainer.pp", t.pp)):
+        if v != 1:
+            raise ConfigError(f"{key}={v}: not built by the runtime (only 1 is); "
+                              f"shard with resources.trainer.fsdp (FSDP2)")
+    _check_shared(cfg)
+    _check_weight_transport(cfg)
     if g.quantization == "fp8" and cfg.resources.device == "cpu":
         raise ConfigError("resources.generator.quantization=fp8 needs a GPU; on cpu use int8 or none")
+
+
+def _check_shared(cfg: LlamaRLConfig) -> None:
+    r = cfg.resources
+    if not r.share_devices:
+        return
+    if r.device == "cpu":
+        raise ConfigError("resources.share_devices=true shares a GPU; on resources.device=cpu "
+                          "processes already share the host")
+    if cfg.algorithm.max_offpolicy_steps == 0:
+        raise ConfigError("resources.share_devices=true is for async runs; the sync actor "
+                          "(algorithm.max_offpolicy_steps=0) already colocates both phases")
+    if (r.generator.num_devices, r.trainer.num_devices) != (1, 1):
+        raise ConfigError(f"resources.share_devices=true needs resources.generator.num_devices=1 and "
+                          f"resources.trainer.num_devices=1 (got {r.generator.num_devices} and "
+                          f"{r.trainer.num_devices}): one GPU, one process of each")
+
+
+def _check_weight_transport(cfg: LlamaRLConfig) -> None:
+    """Each DDMA transport where it works (executors/weights.py picks one for `auto`)."""
+    t, r = cfg.controller.weight_transport, cfg.resources
+    if t == "auto":
+        return
+    if t == "cuda_ipc" and not r.share_devices:
+        raise ConfigError("controller.weight_transport=cuda_ipc is for a generator and a trainer sharing one "
+                          "GPU (resources.share_devices=true); use auto")
+    if r.share_devices and t != "cuda_ipc":
+        raise ConfigError(f"controller.weight_transport={t}: with resources.share_devices=true the weights "
+                          f"move by CUDA IPC (NCCL refuses two ranks on one GPU); use auto or cuda_ipc")
+    if t == "shm" and r.device != "cpu":
+        raise ConfigError(f"controller.weight_transport=shm puts the generators' weights in host memory; "
+                          f"on resources.device={r.device} use auto (NCCL) or collective")
 
 
 def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:

@@ -37,6 +37,7 @@ from omegaconf import OmegaConf
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.runtime.restarts import may_restart
+from llamarl_core.runtime.devices import backend, rank_device
 from llamarl_core.transport.control import ControlPlane, ControllerUnreachable, RunMismatch, connect_run
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.tensor_parallel import new_replica_groups
@@ -153,13 +154,13 @@ def main(argv: list[str] | None = None) -> int:
           f"threads {torch.get_num_threads()}", flush=True)
     code, executor = 0, None
     try:
-        backend = "gloo" if cfg.resources.device == "cpu" else "cpu:gloo,cuda:nccl"
+        device = rank_device(cfg, role)
         epoch = role_epoch(control.store, role)
-        dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{role}/{epoch}", control.store), rank=rank,
+        dist.init_process_group(backend(cfg), store=dist.PrefixStore(f"pg/{role}/{epoch}", control.store), rank=rank,
                                 world_size=len(role_ranks(plan)[role]), timeout=timedelta(seconds=c.step_timeout_s))
         ctx = WorkerContext(cfg, plan, run_dir, role, rank, global_rank,
                             role_ranks(plan),
-                            control, timeline, build_groups(plan, role), plan.get("run_id", ""))
+                            control, timeline, build_groups(plan, role), plan.get("run_id", ""), device=device)
         executor = executor_for(role)(ctx)
         heartbeat.progress_s = lambda: ctx.last_progress_s
         ctx.progress()

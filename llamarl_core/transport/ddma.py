@@ -30,14 +30,21 @@ point-to-point sends on a process group of the T + G members (gloo on CPU, NCCL 
 GPU); a generator pre-posts its receives for send ``n+1`` into the staging slot as
 soon as it adopts ``n``, so a trainer's send completes at wire speed.
 
+``cuda_ipc`` (a generator and a trainer sharing one GPU, ``resources.share_devices``;
+NCCL refuses two ranks of one group on a device): ``shm``'s protocol, with the slots in
+the generator's GPU memory, mapped by the trainer through CUDA IPC handles
+(``cuda_ipc.py``); both sides synchronise the device before publishing a store key.
+
 Membership epochs: all keys and the process group live under
 ``PrefixStore(f"xfer/{epoch}", store)``; after a restart, build new endpoints with
 the next epoch (nothing of the old one is reused).
 """
 from __future__ import annotations
 
+import base64
 import datetime
 import json
+import pickle
 import threading
 import time
 from itertools import zip_longest
@@ -45,12 +52,13 @@ from itertools import zip_longest
 import torch
 import torch.distributed as dist
 
-from llamarl_core.transport import shm
+from llamarl_core.transport import cuda_ipc, shm
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.ddma_plan import DdmaPlan, dst_block, src_block, tensor_view
 from llamarl_core.transport.weight_sync import SyncStats
 
-TRANSPORTS = ("collective", "shm")
+TRANSPORTS = ("collective", "shm", "cuda_ipc")
+SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
 NUM_SLOTS = 2
 POLL_S = 0.002
 INTERRUPT_POLL_S = 0.01
@@ -154,6 +162,19 @@ class _Endpoint:
                          0, wait_s)
 
 
+def _open_slots(transport: str, published: bytes, nbytes: int) -> list[torch.Tensor]:
+    """A generator's slots as its store key describes them: shm paths or CUDA IPC handles.
+
+    The handles are unpickled (as torch.multiprocessing does) from the run's own store,
+    which only this run's processes reach (it listens on loopback unless told otherwise)."""
+    if transport == "shm":
+        return [shm.open_existing(p, nbytes) for p in json.loads(published)]
+    slots = cuda_ipc.open_shared(pickle.loads(base64.b64decode(published)))
+    if any(s.numel() != nbytes for s in slots):
+        raise ValueError(f"CUDA IPC slots have {[s.numel() for s in slots]} bytes, the plan needs {nbytes}")
+    return slots
+
+
 class DdmaSender(_Endpoint):
     """Trainer rank ``rank``: sends the blocks of its FSDP shard that each generator needs."""
 
@@ -168,14 +189,13 @@ class DdmaSender(_Endpoint):
         self.nbytes = sum(plan.link_nbytes(rank, g) for g in range(plan.generator_ranks))
         self._slots: list[list[torch.Tensor]] = []
         error = ""
-        if transport == "shm":
+        if transport in SLOTTED:
             try:  # generators created their slots before the handshake
                 _wait_keys(self.store, [f"slots/{g}" for g in range(plan.generator_ranks)], timeout_s,
-                           "waiting for the generators' shared-memory slots", interrupt)
+                           "waiting for the generators' slots", interrupt)
                 for g in range(plan.generator_ranks):
-                    paths = json.loads(self.store.get(f"slots/{g}"))
-                    self._slots.append([shm.open_existing(p, plan.slot_nbytes[g]) for p in paths])
-            except (OSError, ValueError) as e:
+                    self._slots.append(_open_slots(transport, self.store.get(f"slots/{g}"), plan.slot_nbytes[g]))
+            except (OSError, ValueError, RuntimeError) as e:
                 error = str(e)
         self._handshake(error)
         if transport == "collective":
@@ -191,7 +211,7 @@ class DdmaSender(_Endpoint):
         self._check(local)
         with torch.no_grad():
             t0 = time.perf_counter()
-            wait_s = self._send_shm(local, version) if self.transport == "shm" else \
+            wait_s = self._send_shm(local, version) if self.transport in SLOTTED else \
                 self._send_collective(local, version)
             seconds = time.perf_counter() - t0 - wait_s
         self.seq += 1
@@ -222,6 +242,8 @@ class DdmaSender(_Endpoint):
             slot = self._slots[g][n % NUM_SLOTS]
             for p in pieces:  # the one copy: trainer shard → generator's staging slot, dtype on the way
                 dst_block(tensor_view(slot, tensors[p.name], self.plan.dtype), p).copy_(src_block(local[p.name], p))
+        if self.transport == "cuda_ipc":
+            cuda_ipc.fence()  # the copies have landed before the generator may read them
         self.store.set(f"done/{n}/{self.rank}", str(version))
         return wait_s
 
@@ -319,6 +341,8 @@ class DdmaReceiver(_Endpoint):
             if transport == "shm":
                 self._paths = shm.new_paths(run_id, NUM_SLOTS)
                 self.slots = [shm.create(p, plan.slot_nbytes[rank]) for p in self._paths]
+            elif transport == "cuda_ipc":  # kept alive by self.slots while trainers map them
+                self.slots = cuda_ipc.create([plan.slot_nbytes[rank]] * NUM_SLOTS, device)
             else:
                 self.slots = [torch.zeros(plan.slot_nbytes[rank], dtype=torch.uint8, device=device)
                               for _ in range(NUM_SLOTS)]
@@ -326,6 +350,8 @@ class DdmaReceiver(_Endpoint):
             error, self._paths, self.slots = str(e), [], []
         if transport == "shm":
             self.store.set(f"slots/{rank}", json.dumps(self._paths))
+        elif transport == "cuda_ipc":
+            self.store.set(f"slots/{rank}", base64.b64encode(pickle.dumps(cuda_ipc.share(self.slots))))
         try:
             self._handshake(error)
         finally:
@@ -371,7 +397,7 @@ class DdmaReceiver(_Endpoint):
     def _ready(self) -> int | None:
         """The version of send #seq if it has fully arrived, else None (never blocks)."""
         n = self.seq
-        if self.transport == "shm":
+        if self.transport in SLOTTED:
             keys = [f"done/{n}/{t}" for t in range(self.plan.trainer_ranks)]
             if not self.store.check(keys):
                 return None
@@ -418,7 +444,9 @@ class DdmaReceiver(_Endpoint):
         for name, p in self.params.items():
             p.data = view[name]  # the swap: compute from the slot the trainers just filled
         self.seq, self.last_version = n + 1, version
-        if self.transport == "shm":
+        if self.transport in SLOTTED:
+            if self.transport == "cuda_ipc":
+                cuda_ipc.fence()  # kernels queued on the old slot have read it before it is rewritten
             self.store.set(f"adopted/{n}/{self.rank}", b"1")  # slot (n+1) % 2 is free again
         else:
             self._inbox.ready.pop(n, None)

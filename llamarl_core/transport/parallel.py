@@ -1,29 +1,104 @@
-"""Data parallelism for the trainer, applied from outside the model (torchtitan style).
+"""Trainer parallelism, applied from outside the model (torchtitan's `parallelize.py` style).
 
-`ddp` wraps the model in DistributedDataParallel over the trainer's group; `fsdp2` shards
-each transformer block and the root with `fully_shard` on a 1-D mesh cut from that group
-(works with gloo on CPU in torch 2.13). `full_state` gives rank 0 the unsharded weights for
-eval and checkpoints; the weight sync never gathers: `local_shards` hands each rank's own rows
-to the DDMA sender.
+    resources.trainer            what wrap_data_parallel builds
+    strategy=ddp                 DistributedDataParallel over the trainer group
+    strategy=fsdp2, dp=1         fully_shard per block + root on a 1-D mesh (FSDP, ZeRO-3)
+    strategy=fsdp2, dp>1         fully_shard on a 2-D mesh (dp_replicate x dp_shard) = HSDP:
+                                 ranks [i*fsdp, (i+1)*fsdp) shard one replica (one node on
+                                 GPUs, so the reduce-scatter stays on NVLink), replicas
+                                 all-reduce across
+    dtype=bfloat16|float16       fp32 master weights and optimizer state, 16-bit compute:
+                                 FSDP2 MixedPrecisionPolicy (16-bit params, fp32 gradient
+                                 reduction); elsewhere torch.autocast around the forward
+    activation_checkpointing     each transformer block's forward recomputed in backward
+
+Checkpointing replaces the block's `forward` on the instance rather than wrapping the module
+(torch's checkpoint_wrapper), so parameter names stay those of the plain model: the weight
+sync and checkpoints address parameters by name.
+
+`full_state` gives rank 0 the unsharded weights for eval and checkpoints; the weight sync
+never gathers: `local_shards` hands each rank's own rows to the DDMA sender.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
+from torch.utils.checkpoint import checkpoint
+
+MESH_DIM_NAMES = ("dp_replicate", "dp_shard")
 
 
-def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type: str = "cpu"):
-    if group is None or dist.get_world_size(group) == 1:
+def apply_activation_checkpointing(model: torch.nn.Module) -> torch.nn.Module:
+    """Recompute each block's activations in backward instead of keeping them."""
+    for block in model.layers:
+        if getattr(block, "_llamarl_checkpointed", False):
+            continue
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+        block._llamarl_checkpointed = True
+    return model
+
+
+def apply_autocast(model: torch.nn.Module, dtype: torch.dtype, device_type: str) -> torch.nn.Module:
+    """16-bit compute over fp32 parameters, for layouts FSDP2's mixed precision does not cover."""
+    inner = model.forward
+
+    @functools.wraps(inner)
+    def forward(*args, **kwargs):
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return inner(*args, **kwargs)
+
+    model.forward = forward
+    return model
+
+
+def trainer_mesh(group, dp: int, fsdp: int, device_type: str):
+    """The trainer's DeviceMesh: 1-D over the group when dp == 1, else 2-D (dp x fsdp).
+
+    Row i of the grid (ranks i*fsdp .. i*fsdp + fsdp - 1 of the group) shards one replica;
+    column j holds the replicas of shard j. Sub-groups are made by their members only
+    (use_local_synchronization), so other roles need not take part.
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+
+    ranks = dist.get_process_group_ranks(group)
+    if dp * fsdp != len(ranks):
+        raise ValueError(f"trainer mesh dp={dp} x fsdp={fsdp} != {len(ranks)} trainer ranks")
+    if dp == 1:
+        return DeviceMesh.from_group(group, device_type)
+    grid = torch.tensor(ranks).view(dp, fsdp)
+    row, col = divmod(ranks.index(dist.get_rank()), fsdp)
+    shard_group = dist.new_group(grid[row].tolist(), use_local_synchronization=True)
+    replicate_group = dist.new_group(grid[:, col].tolist(), use_local_synchronization=True)
+    return DeviceMesh.from_group([replicate_group, shard_group], device_type, mesh=grid,
+                                 mesh_dim_names=MESH_DIM_NAMES)
+
+
+def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type: str = "cpu", *,
+                       dp: int = 0, compute_dtype: torch.dtype = torch.float32,
+                       activation_checkpointing: bool = False) -> torch.nn.Module:
+    """Apply the planned layout; `dp` = replicas of the sharded model (0: all ranks shard)."""
+    if activation_checkpointing:
+        apply_activation_checkpointing(model)
+    world = 1 if group is None else dist.get_world_size(group)
+    mixed = compute_dtype != torch.float32
+    dp = dp or 1
+    if strategy == "fsdp2" and world // dp > 1:  # fsdp=1 (replicas only) is DDP's layout: built as DDP
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = trainer_mesh(group, dp, world // dp, device_type)
+        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if mixed \
+            else MixedPrecisionPolicy()
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         return model
-    if strategy == "ddp":
+    if mixed:
+        apply_autocast(model, compute_dtype, device_type)
+    if world > 1:
         from torch.nn.parallel import DistributedDataParallel
         return DistributedDataParallel(model, process_group=group)
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
-    mesh = DeviceMesh.from_group(group, device_type)
-    for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
     return model
 
 
@@ -31,14 +106,20 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
-def full_state(model: torch.nn.Module, strategy: str) -> dict[str, torch.Tensor]:
-    """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it)."""
+def full_state(model: torch.nn.Module, strategy: str, keep: bool = True) -> dict[str, torch.Tensor]:
+    """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it);
+    ranks that pass keep=False take part in each gather but drop the result at once, so only
+    the rank that uses the weights ever holds a full copy."""
     if strategy == "fsdp2" and hasattr(model, "reshard"):
         # DTensor.full_tensor() all-gathers over the trainer's mesh only. (DCP's
         # get_model_state_dict(cpu_offload=True) keeps tensors on *global* rank 0, which is
         # not the trainer's rank 0 here.)
-        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
-                for n, p in model.named_parameters()}
+        state = {}
+        for n, p in model.named_parameters():
+            full = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+            if keep:
+                state[n] = full
+        return state
     return {n: p.detach() for n, p in unwrap(model).named_parameters()}
 
 

@@ -127,6 +127,21 @@ def test_on_a_long_tail_continuous_batching_needs_fewer_and_fuller_decode_steps(
     assert cont_fill > 1.3 * static_fill
 
 
+def test_a_padded_static_batch_keeps_finished_rows_until_its_chunk_ends_with_the_same_answers(monkeypatch):
+    model = _model(3)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=STOPS)
+    compacting = GenerationEngine(model, TOK, max_batch_size=4, batching="static")
+    padded = GenerationEngine(model, TOK, max_batch_size=4, batching="static", compact_finished_rows=False)
+    results = {}
+    for name, engine in (("compacting", compacting), ("padded", padded)):
+        rows = _decode_steps(monkeypatch)
+        results[name] = (engine.generate(PROMPTS, params), list(rows))  # copied: the next spy wraps this one
+    (want, compact_rows), (got, padded_rows) = results["compacting"], results["padded"]
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    assert min(compact_rows) < 4 and 4 in padded_rows and set(padded_rows) <= {4, 1}  # 9 = 4+4+1
+    assert sum(padded_rows) > sum(compact_rows)
+
+
 def test_weights_swapped_between_decode_steps_are_used_and_recorded_per_sequence():
     model, donor = _model(0), _model(3)
     params = SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)

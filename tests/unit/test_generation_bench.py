@@ -30,6 +30,8 @@ def test_bench_generation_writes_ratio_timings_and_machine_info(tmp_path):
     assert 0 < quant["kl_int8"] < quant["kl_fp8_emulated"] < 1e-2
     tail = report["long_tail"]
     assert tail["ratio"] == pytest.approx(tail["continuous_tokens_per_s"] / tail["static_tokens_per_s"])
+    assert tail["ratio_vs_padded"] == pytest.approx(
+        tail["continuous_tokens_per_s"] / tail["static_padded_tokens_per_s"])
     assert tail["prompts"] == 6 and 1.0 <= tail["max_to_mean_new_tokens"] <= 12
     # Same prompts, weights and stop tokens in both modes: each mode generated real tokens.
-    assert all(n > 6 for mode in ("continuous", "static") for n in tail["tokens"][mode])
+    assert all(n > 6 for mode in ("continuous", "static", "static_padded") for n in tail["tokens"][mode])

@@ -27,16 +27,16 @@ def test_405b_plan_fits_every_role_on_1024_h100s():
 
 
 def test_8b_trainer_memory_matches_the_hand_computation():
-    # Llama-3-8B: N = 8,030,261,248 params; bf16 (2 bytes); trainer fsdp=8, tp=pp=1 → shard 8;
+    # Llama-3-8B: N = 8,030,261,248 params; fp32 master, bf16 compute (2 bytes); trainer fsdp=8, tp=pp=1 → shard 8;
     # micro-batch 4 x (384 + 2400) tokens = 11,136 tokens; activation checkpointing on.
     t = plan_for("8b_gsm8k").role("trainer").memory
     n = 8_030_261_248
     layer = (n - 2 * 128256 * 4096 - 4096) // 32            # 218,112,000 params per layer
     assert layer == 218_112_000
-    weights = n * 2 / 8 + 2 * layer * 2                     # shard + 2 gathered layers (FSDP)
-    assert t.weights * GIB == pytest.approx(weights)        # 2,880,013,312 B = 2.682 GiB
-    assert t.gradients * GIB == pytest.approx(n * 2 / 8)    # 2,007,565,312 B = 1.870 GiB
-    assert t.optimizer * GIB == pytest.approx(n * 12 / 8)   # m, v, fp32 master: 11.218 GiB
+    weights = n * 4 / 8 + 2 * layer * 2                     # fp32 shard + 2 gathered bf16 layers
+    assert t.weights * GIB == pytest.approx(weights)        # 4,887,578,624 B = 4.552 GiB
+    assert t.gradients * GIB == pytest.approx(n * 4 / 8)    # fp32: 4,015,130,624 B = 3.739 GiB
+    assert t.optimizer * GIB == pytest.approx(n * 8 / 8)    # m, v in fp32: 7.479 GiB
     tokens = 4 * 2784
     act = 32 * tokens * 4096 * 2 + 34 * tokens * 4096 + 2 * tokens * 128256 * 4
     assert t.activations * GIB == pytest.approx(act)        # 15,896,150,016 B = 14.804 GiB
@@ -76,7 +76,12 @@ def test_cpu_threads_never_exceed_the_cores():
 @pytest.mark.parametrize("recipe, overrides, words", [
     ("405b_math", ["resources.trainer.num_devices=8"], ["role trainer needs", "GiB", "h100-80gb"]),
     ("70b_gsm8k", ["resources.generator.tp=3"], ["resources.generator.tp=3", "64 attention heads"]),
-    ("8b_gsm8k", ["resources.trainer.tp=16"], ["resources.trainer.tp=16", "devices_per_node=8"]),
+    ("8b_gsm8k", ["resources.generator.tp=16"], ["resources.generator.tp=16", "devices_per_node=8"]),
+    ("8b_gsm8k", ["resources.trainer.tp=2"], ["resources.trainer.tp=2", "not built"]),
+    ("8b_gsm8k", ["resources.trainer.pp=2"], ["resources.trainer.pp=2", "not built"]),
+    ("8b_gsm8k", ["resources.generator.pp=2"], ["resources.generator.pp=2", "not built"]),
+    ("cpu_tiny", ["resources.share_devices=true"], ["resources.share_devices", "cpu"]),
+    ("8b_gsm8k", ["resources.share_devices=true"], ["resources.share_devices", "num_devices=1"]),
     ("8b_gsm8k", ["resources.generator.num_devices=300"], ["nodes", "resources.nodes=32"]),
     ("8b_gsm8k", ["resources.trainer.num_devices=100"], ["resources.trainer.num_devices=100", "fsdp=8"]),
     ("cpu_tiny", ["algorithm.prompts_per_step=3", "algorithm.group_size=3",

@@ -71,7 +71,8 @@ def test_the_script_cleans_the_file_names_weight_sync_uses():
 
 
 def _expected(role, nodes_of_role, node, port, master):
-    argv = torchrun_argv0() + [f"--nnodes={len(nodes_of_role)}", f"--node-rank={nodes_of_role.index(node)}",
+    # Each GPU role's ranks see only the node's 8 GPUs of that role (plan/placement.py).
+    argv = ["env", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"] + torchrun_argv0() + [f"--nnodes={len(nodes_of_role)}", f"--node-rank={nodes_of_role.index(node)}",
                                f"--master-addr={master}", f"--master-port={port}", "--nproc-per-node=8",
                                "--max-restarts=0", "-m", "llamarl_core.runtime.worker", f"role={role}",
                                "plan=/runs/x/plan.json"]

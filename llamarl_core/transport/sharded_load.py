@@ -1,0 +1,44 @@
+"""Load a Hugging Face checkpoint straight into each rank's FSDP2 shard.
+
+The model is created on the meta device, sharded (`parallel.wrap_data_parallel`), then
+materialised: every rank allocates only its own shard of each parameter. The checkpoint is
+streamed one tensor at a time (safetensors maps the file), and each rank copies the rows its
+DTensor owns, so no rank ever holds more than one full tensor, never the full model.
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+from llamarl_core.models import checkpoint_tensors
+
+
+def local_slice(param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """The part of `full` this rank holds of `param` (a DTensor shard, or all of it)."""
+    if not isinstance(param, DTensor):
+        return full
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return full[tuple(slice(o, o + s) for o, s in zip(offset, shape))]
+
+
+def materialize(model: torch.nn.Module, device: str | torch.device) -> torch.nn.Module:
+    """Allocate a meta-device (sharded) model's local storage on `device`, uninitialised."""
+    model.to_empty(device=device)
+    if model.args.tie_embeddings:  # to_empty breaks the tie; restore it
+        model.output.weight = model.tok_embeddings.weight
+    return model
+
+
+@torch.no_grad()
+def load_sharded(model: torch.nn.Module, checkpoint_dir: str) -> int:
+    """Fill every rank's shards from `checkpoint_dir`; returns the bytes this rank holds."""
+    params = dict(model.named_parameters())
+    held = 0
+    for name, tensor in checkpoint_tensors(checkpoint_dir, model.args, {n: p.shape for n, p in params.items()}):
+        param = params[name]
+        local = param.to_local() if isinstance(param, DTensor) else param
+        piece = local_slice(param, tensor)
+        local.copy_(piece.to(local.dtype))
+        held += local.numel() * local.element_size()
+    return held

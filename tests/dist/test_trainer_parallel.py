@@ -1,0 +1,106 @@
+"""CPU twins of the GPU trainer layouts (gloo, 4 ranks): HSDP, checkpointing, sharded load.
+
+One 4-rank run (processes cost seconds here) does every scenario; each test asserts its part:
+- HSDP 2 x 2 (dp_replicate x dp_shard) with activation checkpointing, 3 AdamW steps on a
+  global batch split over the 4 ranks, ends at the weights of one process that trains the
+  plain model on the whole batch (every rank's loss is a mean over the same number of tokens,
+  so the mean of the 4 gradients is the full-batch gradient);
+- a model built on the meta device, sharded 2 x 2 and loaded from HF safetensors rank by rank
+  holds exactly the checkpoint's weights, and each rank stores only its shard;
+- bf16 compute under FSDP2 keeps fp32 master parameters and gradients.
+"""
+import pytest
+import torch
+
+from llamarl_core.models import ByteTokenizer, Llama, load_pretrained, save_pretrained
+from llamarl_core.models.args import BYTE_VOCAB_SIZE, ModelArgs
+
+ARGS = ModelArgs(vocab_size=BYTE_VOCAB_SIZE, dim=32, n_layers=3, n_heads=4, n_kv_heads=2,
+                 ffn_dim=72, rope_theta=10000.0, max_seq_len=64)
+WORLD, DP, STEPS, ROWS, SEQ = 4, 2, 3, 8, 12
+
+
+def _model() -> Llama:
+    torch.manual_seed(0)
+    return Llama(ARGS)
+
+
+def _batch() -> torch.Tensor:
+    return torch.randint(0, BYTE_VOCAB_SIZE, (ROWS, SEQ), generator=torch.Generator().manual_seed(1))
+
+
+def _train(model, rows: torch.Tensor, steps: int = STEPS) -> None:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
+    for _ in range(steps):
+        logits = model(rows)[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _body(rank, world_size, store, ckpt_dir):
+    import torch.distributed as dist
+
+    from llamarl_core.models import build_empty
+    from llamarl_core.transport.parallel import full_state, wrap_data_parallel
+    from llamarl_core.transport.sharded_load import load_sharded, materialize
+
+    group = dist.group.WORLD
+    out = {}
+    # 1. HSDP 2 x 2 + activation checkpointing, 3 steps on this rank's quarter of the batch.
+    model = wrap_data_parallel(_model(), group, "fsdp2", dp=DP, activation_checkpointing=True)
+    mesh = model.tok_embeddings.weight.device_mesh
+    out["mesh"] = (mesh.mesh.tolist(), mesh.mesh_dim_names)
+    per = ROWS // world_size
+    _train(model, _batch()[rank * per:(rank + 1) * per])
+    out["hsdp"] = full_state(model, "fsdp2")
+    # 2. Meta-device model, sharded 2 x 2, loaded from safetensors into each rank's shard.
+    meta, _ = build_empty(ckpt_dir, device="meta")
+    wrap_data_parallel(meta, group, "fsdp2", dp=DP)
+    materialize(meta, "cpu")
+    out["held_bytes"] = load_sharded(meta, ckpt_dir)
+    out["loaded"] = full_state(meta, "fsdp2")
+    # 3. bf16 compute, fp32 master weights and gradients.
+    mixed = wrap_data_parallel(_model(), group, "fsdp2", dp=DP, compute_dtype=torch.bfloat16)
+    _train(mixed, _batch()[rank * per:(rank + 1) * per], steps=1)
+    out["mixed_dtypes"] = sorted({str(p.dtype) for p in mixed.parameters()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(run_workers, tmp_path_factory):
+    ckpt = tmp_path_factory.mktemp("ckpt")
+    torch.manual_seed(5)
+    save_pretrained(Llama(ARGS), ByteTokenizer(), ckpt)
+    return str(ckpt), run_workers(_body, WORLD, str(ckpt), timeout_s=120)
+
+
+def test_hsdp_mesh_puts_consecutive_ranks_in_one_shard_group(results):
+    _, out = results
+    assert out[0]["mesh"] == ([[0, 1], [2, 3]], ("dp_replicate", "dp_shard"))
+
+
+def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights(results):
+    _, out = results
+    reference = _model()
+    _train(reference, _batch())
+    for rank in range(WORLD):
+        for name, p in reference.named_parameters():
+            torch.testing.assert_close(out[rank]["hsdp"][name], p.detach(), rtol=0, atol=1e-5, msg=name)
+
+
+def test_meta_device_sharded_load_equals_a_full_load(results):
+    ckpt, out = results
+    full, _ = load_pretrained(ckpt)
+    total = sum(p.numel() * p.element_size() for p in full.parameters())
+    for rank in range(WORLD):
+        for name, p in full.named_parameters():
+            assert torch.equal(out[rank]["loaded"][name], p.detach()), name
+        assert out[rank]["held_bytes"] <= total / 2 + 4096  # one of 2 shards (+ uneven-row slack)
+    assert sum(out[r]["held_bytes"] for r in (0, 1)) == total  # one replica's shards are the model
+
+
+def test_bf16_compute_under_fsdp2_keeps_fp32_master_weights(results):
+    _, out = results
+    assert all(o["mixed_dtypes"] == ["torch.float32"] for o in out)
