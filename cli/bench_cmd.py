@@ -3,6 +3,7 @@
     llamarl bench --sync-vs-async [recipe=R] [--steps N] [--repeats N] [--out FILE]
     llamarl bench --quality [recipe=R] [--seeds N] [--steps N] [--out FILE]
     llamarl bench --sync-vs-async --simulate [recipe=R] [--out FILE]
+    llamarl bench --sync-vs-async --simulate recipe=cpu_tiny [--measured FILE] [--steps N] [--repeats N] [--out FILE]
     llamarl bench --weight-sync [--sizes-mb 10 64 256 1024] [--repeats N] [--out FILE]
     llamarl bench --weight-sync --layout 1:1 --layout 2:1 --layout 2:2 [--sizes-mb 1024] [--out FILE]
 
@@ -45,6 +46,9 @@ def _parser():
     p.add_argument("--layout", action="append", default=[], metavar="T:G",
                    help="--weight-sync: DDMA from T trainer ranks to G generator ranks (repeatable); "
                         "adds a 'layouts' list to the JSON, keeping its other cases")
+    p.add_argument("--measured", default=None, metavar="FILE",
+                   help="--simulate on a CPU recipe: reuse this measured --sync-vs-async JSON (its run "
+                        "directories must still exist) instead of running the measured bench")
     p.add_argument("--work-dir", default=None, help="where the runs go (default: a temp dir)")
     p.add_argument("--out", default=None, help="JSON path (PNGs go beside it)")
     return p
@@ -66,6 +70,9 @@ def main(argv) -> int:
             raise UsageError("llamarl bench: choose --sync-vs-async [--simulate], --quality or --weight-sync")
         if args.simulate:
             recipe_given = any(w.startswith("recipe=") for w in args.words)
+            cfg = load_config(recipe, overrides) if recipe_given else None
+            if cfg is not None and cfg.resources.device == "cpu":
+                return _simulate_cpu(cfg, recipe, overrides, args, argv)
             return _simulate(recipe if recipe_given else None, overrides, args.out)
         return _sync_vs_async(recipe, overrides, args, argv)
 
@@ -196,4 +203,34 @@ def _simulate(recipe, overrides, out) -> int:
     cfg = load_config(recipe, overrides) if recipe else None
     result = simulate_recipe(cfg, console)
     _write(out, result, console)
+    return EXIT_OK
+
+
+def _simulate_cpu(cfg, recipe, overrides, args, argv) -> int:
+    """Predicted (sim/cpu.py, this CPU's constants) beside measured (the sync-vs-async bench)."""
+    from llamarl_core.bench.report import predicted_vs_measured_table
+    from llamarl_core.bench.sim_cpu import simulate_cpu_recipe
+    from llamarl_core.bench.sync_vs_async import BenchRunFailed, run_sync_vs_async
+
+    repeats = 2 if args.repeats is None else args.repeats
+    steps = 8 if args.steps is None else args.steps
+    if steps < 1 or repeats < 1:
+        raise UsageError(f"llamarl bench: --steps={steps} and --repeats={repeats} must be >= 1")
+    if args.measured and not os.path.exists(args.measured):
+        raise UsageError(f"llamarl bench: --measured {args.measured}: no such file")
+    console = Console()
+    command = " ".join(["llamarl", "bench", *map(shlex.quote, argv)])
+
+    def run_measured(log):
+        return run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
+                                 target_accuracy=args.target_accuracy, work_dir=args.work_dir, log=log,
+                                 command=command)
+    try:
+        result = simulate_cpu_recipe(cfg, run_measured, measured_json=args.measured, log=console.print)
+    except BenchRunFailed as e:
+        print(f"llamarl bench: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    result["command"] = command
+    console.print(predicted_vs_measured_table(result))
+    _write(args.out, result, console)
     return EXIT_OK

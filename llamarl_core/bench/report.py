@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamarl_core.sim.adapter import simulate_config
-from llamarl_core.sim.simulator import PUBLISHED_STEP_S, calibrate, format_table
+from llamarl_core.sim.cases import PUBLISHED_STEP_S, calibrate, format_table
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 
@@ -92,4 +92,39 @@ def simulate_recipe(cfg: LlamaRLConfig | None, console: Console | None = None) -
                   f"{published['async']:.2f}", f"{published['sync'] / published['async']:.2f}x", "")
     console.print(t)
     return {**out, **result, "recipe": cfg.recipe, "model_preset": preset,
+            "weight_sync_s": result["async"]["weight_sync_s"],
+            "sensitivity": recipe_sensitivity(cfg, model, get_device(cfg.resources.device)),
             "published": {"case": case, **published} if published else None}
+
+
+def recipe_sensitivity(cfg: LlamaRLConfig, model, spec) -> dict:
+    """Each fitted SimConstants field at x0.8 and x1.2, alone (docs/SIMULATOR.md quotes these)."""
+    from llamarl_core.sim.adapter import sim_inputs_from_config
+    from llamarl_core.sim.constants import DEFAULT_CONSTANTS, FITTED
+    from llamarl_core.sim.sensitivity import sensitivity
+    from llamarl_core.sim.simulator import simulate
+
+    return sensitivity(lambda c: simulate(sim_inputs_from_config(cfg, model, spec, c), c),
+                       DEFAULT_CONSTANTS, FITTED)
+
+
+def predicted_vs_measured_table(result: dict) -> Table:
+    """The CPU simulator's step times beside the measured bench's (sim/cpu.py, bench/sim_cpu.py)."""
+    p, m = result["predicted"], result["measured"]
+    t = Table(title=f"simulator vs measured, {result['recipe']} on this CPU (seconds per RL step)")
+    for col in ("mode", "predicted", "measured (median)", "error", "pred gen", "meas gen", "pred train",
+                "meas train", "pred weight sync"):
+        t.add_column(col, justify="right")
+    for mode in ("sync", "async"):
+        ph = m[mode]["phase_s_per_step"]
+        t.add_row(mode, f"{p[mode]['step_s']:.3f}", f"{m[mode]['step_s']:.3f}",
+                  f"{result['relative_error'][mode]:+.0%}", f"{p[mode]['generation_s']:.3f}",
+                  f"{ph['generate']:.3f}", f"{p[mode]['training_s']:.3f}", f"{ph['train']:.3f}",
+                  f"{p[mode]['weight_sync_s']:.4f}")
+    c = result["measured_constants"]
+    t.caption = (f"speedup predicted {p['speedup']:.2f}x, measured {m['speedup']:.2f}x; within ±20 %: "
+                 f"{'yes' if result['within_20_percent'] else 'NO'}. Constants: matmul "
+                 f"{c['decode_flops_per_s'] / 1e9:.0f} / {c['train_flops_per_s'] / 1e9:.0f} GFLOP/s per thread "
+                 f"(decode / train shape), memcpy {c['memcpy_bytes_per_s'] / 1e9:.1f} GB/s, gloo "
+                 f"{c['gloo_bytes_per_s'] / 1e9:.1f} GB/s")
+    return t

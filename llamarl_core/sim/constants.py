@@ -4,9 +4,10 @@ Everything else the simulator uses comes from the model's sizes (`ModelArgs`) an
 device's datasheet peaks (`DeviceSpec`). These constants turn peaks into achievable rates;
 ONE set is shared by every model, GPU count and split, and each one sits in the range that
 published measurements support (sources in docs/SIMULATOR.md, section "Constants").
-They were calibrated once so that the paper's 8B and 70B step times are reproduced within
-about +-25% (docs/SIMULATOR.md, section "Calibration": they land within 10%); the 405B
-case was not used to set them (its split was, see the "Honesty note" there).
+They were calibrated once against the paper's 8B and 70B step times, with the splits and the
+streaming-generator assumption of that time (docs/SIMULATOR.md, "Calibration"); they were not
+refitted when the simulator learned the system as built (recipes' splits, whole chunks, DDMA
+link bytes), so what moved is the model of our system, not the constants.
 """
 from __future__ import annotations
 
@@ -68,4 +69,11 @@ class SimConstants:
 
 DEFAULT_CONSTANTS = SimConstants()
 
-__all__ = ["SimConstants", "DEFAULT_CONSTANTS", "GIB"]
+# The constants that were fitted (the rest are definitions: bytes per parameter and element);
+# `llamarl bench --simulate` reports each one's sensitivity (sim/sensitivity.py).
+FITTED = ("train_mfu", "prefill_mfu", "decode_mfu", "decode_hbm_efficiency", "nvlink_efficiency",
+          "ib_efficiency", "nvlink_hop_latency_s", "ib_hop_latency_s", "train_comm_overlap",
+          "decode_layer_overhead_s", "max_to_mean_new_tokens", "step_overhead_s",
+          "weight_sync_overhead_s", "reserved_gib")
+
+__all__ = ["SimConstants", "DEFAULT_CONSTANTS", "FITTED", "GIB"]

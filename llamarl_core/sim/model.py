@@ -103,15 +103,36 @@ def kv_capacity_sequences(model: ModelArgs, device: DeviceSpec, c: SimConstants,
     return max(0, math.floor(free / per_seq))
 
 
+def chunk_decode_steps(sequences: int, batch: int, new_tokens: float, tail_factor: float,
+                       batching: str) -> float:
+    """Decode steps one replica runs for a chunk of `sequences` samples, at most `batch` at a
+    time, mean length `new_tokens`, longest `tail_factor` x the mean: the engine as built
+    (generation/scheduler.py). A chunk ends when its longest row ends (the generator loop
+    hands the trainer whole chunks), so both modes pay the tail.
+
+    continuous: a finished row's slot is refilled at once, so the slots stay full for
+        sequences x mean / batch steps, then the last rows drain: + (longest - mean). With
+        every row in one batch that is just the longest row.
+    static:     each batch of rows runs until its longest row ends.
+    streaming:  (not built; the simulator's what-if) the next chunk's prompts fill the slots
+        this chunk's finished rows free, so no chunk pays a tail: sequences x mean / batch."""
+    longest = new_tokens * tail_factor
+    if batching == "static":
+        return math.ceil(sequences / batch) * longest
+    if batching == "streaming":
+        return sequences * new_tokens / batch
+    if batching != "continuous":
+        raise ValueError(f"batching must be 'continuous' or 'static', got {batching!r}")
+    return max(sequences / batch, 1.0) * new_tokens + (longest - new_tokens)
+
+
 def generation_seconds(model: ModelArgs, device: DeviceSpec, c: SimConstants, *, tp: int,
                        replicas: int, sequences: int, prompt_tokens: float,
                        new_tokens: float, bytes_per_param: float, resident_bytes: float,
-                       wait_for_longest: bool) -> dict:
-    """Time for `replicas` TP groups to generate `sequences` samples.
-
-    Each replica runs continuous batching at the largest batch its KV cache holds; decode
-    steps = tokens it must produce / batch. A synchronous step must also wait for its
-    longest sample, which adds (max - mean) new tokens of steps at the end."""
+                       batching: str = "continuous", max_batch_size: int = 0) -> dict:
+    """Time for `replicas` TP groups to generate `sequences` samples, one chunk each, at the
+    largest batch the KV cache and the engine's slots (`max_batch_size`, 0 = no cap) hold; decode steps by `chunk_decode_steps` (every step priced
+    at the full batch: decode is memory-bound, a thinner batch saves little)."""
     per_replica = math.ceil(sequences / replicas)
     max_new = new_tokens * c.max_to_mean_new_tokens
     capacity = kv_capacity_sequences(model, device, c, tp, resident_bytes,
@@ -121,10 +142,8 @@ def generation_seconds(model: ModelArgs, device: DeviceSpec, c: SimConstants, *,
             f"no KV cache fits: {resident_bytes / GIB:.1f} GiB resident + "
             f"{c.reserved_gib} GiB reserved on a {device.memory_gib:.1f} GiB {device.name} "
             f"(tp={tp}); raise the TP degree or use fewer bytes per parameter")
-    batch = min(per_replica, capacity)
-    steps = per_replica * new_tokens / batch
-    if wait_for_longest:
-        steps += max_new - new_tokens
+    batch = min(per_replica, capacity, max_batch_size or capacity)
+    steps = chunk_decode_steps(per_replica, batch, new_tokens, c.max_to_mean_new_tokens, batching)
     step_s = decode_step_seconds(model, device, c, tp, batch,
                                  prompt_tokens + new_tokens / 2, bytes_per_param)
     prefill_s = prefill_seconds(model, device, c, tp, per_replica * prompt_tokens)

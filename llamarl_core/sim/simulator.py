@@ -17,10 +17,11 @@ and must wait for the longest sample before it can train.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llamarl_core.sim import model as m
 from llamarl_core.sim.constants import DEFAULT_CONSTANTS, GIB, SimConstants
+from llamarl_core.sim.ddma_bytes import link_bytes
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.config.hardware import DeviceSpec
 
@@ -42,9 +43,14 @@ class SimInputs:
     prompt_tokens: int
     new_tokens: int  # mean generated tokens per sample
     max_offpolicy_steps: int = 1
-    # generation.batching: "continuous" streams (no tail); "static" waits for each batch's
-    # longest sample in async mode too
+    # generation.batching as the engine builds it (sim/model.py `chunk_decode_steps`)
     batching: str = "continuous"
+    # bytes per weight on the weight-sync wire (the generators' dtype as built: 2 = bf16),
+    # and bytes of a per-row scale that travels with each quantized matrix row
+    wire_bytes_per_param: float = 2.0
+    wire_scale_bytes_per_row: float = 0.0
+    # resources.generator.max_batch_size: the engine's slots (0 = as many as the KV cache holds)
+    max_batch_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("generator_devices", "generator_tp", "trainer_devices", "trainer_fsdp",
@@ -108,7 +114,7 @@ def simulate_sync(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
         inp.model, inp.device, c, tp=tp, replicas=devices // tp, sequences=inp.sequences,
         prompt_tokens=inp.prompt_tokens, new_tokens=inp.new_tokens,
         bytes_per_param=c.train_bytes_per_param, resident_bytes=state + gen_weights,
-        wait_for_longest=True)
+        batching=inp.batching, max_batch_size=inp.max_batch_size)
     train = m.training_seconds(inp.model, inp.device, c, devices=devices,
                                fsdp=inp.trainer_fsdp, tp=inp.trainer_tp,
                                tokens=inp.tokens_per_step, seq_tokens=seq)
@@ -127,6 +133,22 @@ def simulate_sync(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
             "train_state_gib_per_device": state / GIB, "train_detail": train}
 
 
+def ddma_seconds(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
+    """One DDMA weight sync as built: every trainer rank sends the rows it owns
+    (`fsdp_rows` over all trainer ranks) of every parameter to each generator rank whose TP
+    slice holds them, in the wire dtype (sim/ddma_bytes.py counts the bytes of each link).
+    Each GPU has its own NIC and the roles sit on different nodes, so a sync lasts as long as
+    the busiest sender or receiver needs at InfiniBand pace, plus a fixed cost."""
+    b = link_bytes(inp.model, trainer_ranks=inp.trainer_devices,
+                   generator_ranks=inp.generator_devices, tp=inp.generator_tp,
+                   bytes_per_elem=inp.wire_bytes_per_param,
+                   scale_bytes_per_row=inp.wire_scale_bytes_per_row)
+    ib = inp.device.ib_gbps * 1e9 * c.ib_efficiency
+    return {"seconds": max(b["send_max"], b["recv_max"]) / ib + c.weight_sync_overhead_s,
+            "send_bytes_max": b["send_max"], "recv_bytes_max": b["recv_max"],
+            "total_bytes": b["total"], "wire_bytes_per_param": inp.wire_bytes_per_param}
+
+
 def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
     seq = inp.prompt_tokens + inp.new_tokens
     n = inp.model.num_params()
@@ -136,8 +158,7 @@ def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
         inp.model, inp.device, c, tp=inp.generator_tp, replicas=replicas,
         sequences=inp.sequences, prompt_tokens=inp.prompt_tokens,
         new_tokens=inp.new_tokens, bytes_per_param=inp.generator_bytes_per_param,
-        resident_bytes=gen_weights,
-        wait_for_longest=inp.max_offpolicy_steps == 0 or inp.batching == "static")
+        resident_bytes=gen_weights, batching=inp.batching, max_batch_size=inp.max_batch_size)
     state = m.train_state_bytes_per_device(inp.model, c, inp.trainer_fsdp, inp.trainer_tp)
     if state + c.reserved_gib * GIB > inp.device.memory_gib * GIB:
         raise ValueError(f"trainer: {state / GIB:.1f} GiB of training state per device + "
@@ -146,19 +167,19 @@ def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
     train = m.training_seconds(inp.model, inp.device, c, devices=inp.trainer_devices,
                                fsdp=inp.trainer_fsdp, tp=inp.trainer_tp,
                                tokens=inp.tokens_per_step, seq_tokens=seq)
-    # DDMA: every generator rank receives its TP shard; every trainer rank sends its share
-    # of all replicas' copies. Roles sit on different nodes, so the path is InfiniBand.
-    recv_bytes = gen_weights
-    send_bytes = n * inp.generator_bytes_per_param * replicas / inp.trainer_devices
-    ib = inp.device.ib_gbps * 1e9 * c.ib_efficiency
-    sync_s = max(recv_bytes, send_bytes) / ib + c.weight_sync_overhead_s
-    if inp.max_offpolicy_steps == 0:  # knob at 0: no overlap, the trainer waits
-        busy_s = gen["seconds"] + train["seconds"]
+    sync = ddma_seconds(inp, c)
+    sync_s = sync["seconds"]
+    # The trainer sends version v+1 (blocking until its bytes are out) before it takes the
+    # next batch; the generator receives into a staging slot and swaps between decode steps,
+    # so only the trainer's side of a step carries the sync (executors/trainer.py,
+    # executors/generator.py). Knob at 0: no overlap (the plan runs it as sync).
+    if inp.max_offpolicy_steps == 0:
+        busy_s = gen["seconds"] + train["seconds"] + sync_s
     else:
-        busy_s = max(gen["seconds"], train["seconds"])
-    step_s = busy_s + sync_s + c.step_overhead_s
+        busy_s = max(gen["seconds"], train["seconds"] + sync_s)
+    step_s = busy_s + c.step_overhead_s
     return {"step_s": step_s, "generation_s": gen["seconds"], "training_s": train["seconds"],
-            "weight_sync_s": sync_s, "overhead_s": c.step_overhead_s,
+            "weight_sync_s": sync_s, "weight_sync": sync, "overhead_s": c.step_overhead_s,
             "devices": inp.generator_devices + inp.trainer_devices,
             "gen_tp": inp.generator_tp, "gen_replicas": replicas,
             "gen_batch_per_replica": gen["batch_per_replica"],
@@ -172,8 +193,14 @@ def simulate(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> dic
     sync = simulate_sync(inp, constants)
     asyn = simulate_async(inp, constants)
     ideal = sync["step_s"] / max(asyn["generation_s"], asyn["training_s"])
+    # Not built: a generator that admits the next chunk's prompts while this chunk's last rows
+    # drain (the paper's streaming generator). Reported so the gap has a number.
+    streaming = simulate_async(replace(inp, batching="streaming"), constants)
     return {"sync": sync, "async": asyn, "speedup": sync["step_s"] / asyn["step_s"],
             "ideal_speedup": ideal, "constants": constants.to_dict(),
+            "what_if_streaming_chunks": {"async_step_s": streaming["step_s"],
+                                         "async_generation_s": streaming["generation_s"],
+                                         "speedup": sync["step_s"] / streaming["step_s"]},
             "inputs": {k: v for k, v in vars(inp).items() if k not in ("model", "device")}
             | {"device": inp.device.name, "params_b": inp.model.num_params() / 1e9}}
 
@@ -182,83 +209,3 @@ def predict_step_time(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANT
     """Predicted seconds per step of the configured mode (for `llamarl plan`)."""
     result = simulate(inp, constants)
     return result["sync" if inp.max_offpolicy_steps == 0 else "async"]["step_s"]
-
-
-# ---- calibration against the paper -------------------------------------------------------
-# Published RL step times on H100 (arXiv 2505.24034, section 6): synchronous
-# DeepSpeed-Chat-like baseline vs LlamaRL. 8B and 70B were used to set the constants;
-# 405B was not (its split was chosen by balancing the async roles; docs/SIMULATOR.md).
-PUBLISHED_STEP_S: dict[str, dict] = {
-    "8b": {"sync": 22.45, "async": 8.90, "devices": 256, "fitted": True},
-    "70b": {"sync": 82.32, "async": 20.67, "devices": 256, "fitted": True},
-    "405b": {"sync": 635.8, "async": 59.5, "devices": 1024, "fitted": False},
-}
-
-# The split and workload of each recipe (recipes/8b_gsm8k.yaml, 70b_gsm8k.yaml,
-# 405b_math.yaml copy these numbers). The paper does not publish every per-role GPU count;
-# the reasoning behind each choice is in docs/SIMULATOR.md, section "Cases".
-CASES: dict[str, dict] = {
-    "8b": dict(model="llama3-8b", device="h100-80gb",
-               generator_devices=128, generator_tp=1, generator_bytes_per_param=2.0,
-               trainer_devices=128, trainer_fsdp=8, trainer_tp=1,
-               prompts_per_step=256, group_size=8, prompt_tokens=200, new_tokens=800),
-    "70b": dict(model="llama3-70b", device="h100-80gb",
-                generator_devices=64, generator_tp=4, generator_bytes_per_param=1.0,
-                trainer_devices=192, trainer_fsdp=64, trainer_tp=1,
-                prompts_per_step=256, group_size=8, prompt_tokens=200, new_tokens=800),
-    "405b": dict(model="llama3.1-405b", device="h100-80gb",
-                 generator_devices=256, generator_tp=8, generator_bytes_per_param=1.0,
-                 trainer_devices=768, trainer_fsdp=256, trainer_tp=1,
-                 prompts_per_step=256, group_size=8, prompt_tokens=300, new_tokens=1000),
-}
-
-
-def case_inputs(name: str) -> SimInputs:
-    """SimInputs of a named calibration case (see CASES)."""
-    from llamarl_core.models.args import get_preset
-    from llamarl_core.config.hardware import get_device
-
-    if name not in CASES:
-        raise KeyError(f"unknown simulator case {name!r}; known: {', '.join(CASES)}")
-    spec = dict(CASES[name])
-    return SimInputs(model=get_preset(spec.pop("model")), device=get_device(spec.pop("device")),
-                     **spec)
-
-
-def calibrate(constants: SimConstants = DEFAULT_CONSTANTS) -> list[dict]:
-    """Run every paper case; each row holds predicted and published step times."""
-    rows = []
-    for name, published in PUBLISHED_STEP_S.items():
-        result = simulate(case_inputs(name), constants)
-        rows.append({
-            "case": name, "devices": published["devices"], "fitted": published["fitted"],
-            "sync": {"predicted_s": result["sync"]["step_s"], "published_s": published["sync"],
-                     "ratio": result["sync"]["step_s"] / published["sync"]},
-            "async": {"predicted_s": result["async"]["step_s"],
-                      "published_s": published["async"],
-                      "ratio": result["async"]["step_s"] / published["async"]},
-            "speedup": {"predicted": result["speedup"],
-                        "published": published["sync"] / published["async"]},
-            "result": result,
-        })
-    return rows
-
-
-def format_table(rows: list[dict]):
-    """A rich Table of predicted vs published step times (rows from `calibrate`)."""
-    from rich.table import Table
-
-    table = Table(title="Scale simulator vs LlamaRL paper (H100, seconds per RL step)")
-    for column in ("case", "GPUs", "sync pred", "sync paper", "async pred", "async paper",
-                   "speedup pred", "speedup paper", "fitted"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(
-            row["case"], str(row["devices"]),
-            f"{row['sync']['predicted_s']:.1f} ({row['sync']['ratio'] - 1:+.0%})",
-            f"{row['sync']['published_s']:.2f}",
-            f"{row['async']['predicted_s']:.1f} ({row['async']['ratio'] - 1:+.0%})",
-            f"{row['async']['published_s']:.2f}",
-            f"{row['speedup']['predicted']:.2f}x", f"{row['speedup']['published']:.2f}x",
-            "yes" if row["fitted"] else "no (check)")
-    return table

@@ -24,6 +24,8 @@ from typing import Callable, Optional
 
 import torch
 
+from llamarl_core.models.tp_slices import fsdp_rows  # noqa: F401 (re-exported: the plan's row rule)
+
 ALIGN_BYTES = 64
 NamedShapes = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # (name, full shape, tp_rank, tp_size) -> (dim, start, length) of that rank's slice; None = whole tensor
@@ -47,12 +49,6 @@ def megatron_slice(name: str, shape: tuple[int, ...], tp_rank: int, tp_size: int
         raise ValueError(f"generator tp={tp_size} does not divide dim {dim} of '{name}' {tuple(shape)}")
     length = shape[dim] // tp_size
     return dim, tp_rank * length, length
-
-
-def fsdp_rows(dim0: int, world: int, rank: int) -> tuple[int, int]:
-    """Rows of dim 0 FSDP2 gives ``rank`` of ``world`` (``torch.chunk``: ceil-sized, tail may be empty)."""
-    per = math.ceil(dim0 / world) if dim0 else 0
-    return min(rank * per, dim0), min((rank + 1) * per, dim0)
 
 
 def _as_2d(shape: tuple[int, ...]) -> tuple[int, int]:

@@ -1,90 +1,16 @@
-"""Which slice of each full parameter a generator tensor-parallel rank holds. Pure arithmetic.
+"""TP slices as tensors: views of the full weights a generator tensor-parallel rank holds.
 
-Megatron-style split of a Llama block (the layout `tensor_parallel.shard_model_` builds):
-
-    column-parallel (dim 0, output rows):  attention.wq / wk / wv, feed_forward.w1 / w3
-    row-parallel    (dim 1, input cols):   attention.wo, feed_forward.w2
-    replicated:                            embeddings, norms, output head
-
-wq rows are split by whole heads: rank r holds query heads [r·H/tp, (r+1)·H/tp). wk/wv rows
-are split by whole KV heads when tp divides n_kv_heads; when tp is a multiple of n_kv_heads
-(e.g. 8 KV heads at tp=16) each KV head is replicated on the tp/KV ranks whose query heads
-use it, so rank r holds KV head r // (tp / KV). wo's columns follow wq's rows.
-
-The contract `tp_slices(...) -> {name: TPSlice(dim, start, stop)}` covers every parameter
-(replicated ones as the full dim-0 range), so the weight sync (which bytes rank r needs) and
-the checksums (the sha256 of the slice a rank holds) use one definition.
+The slice arithmetic (which rows or columns, `tp_slice`) lives in models/tp_slices.py, below
+the simulator, so the simulator and the weight sync count the same bytes; it is re-exported
+here for the transport's callers.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 
 from llamarl_core.models.args import ModelArgs
-
-COLUMN_PARALLEL = ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1", "feed_forward.w3")
-ROW_PARALLEL = ("attention.wo", "feed_forward.w2")
-
-
-class TPSlice(NamedTuple):
-    dim: int
-    start: int
-    stop: int
-
-    @property
-    def size(self) -> int:
-        return self.stop - self.start
-
-
-def check_tp(args: ModelArgs, tp_size: int) -> None:
-    """The same rule the planner applies (plan/validate.py), for callers outside a plan."""
-    if tp_size < 1 or args.n_heads % tp_size:
-        raise ValueError(f"tensor parallel size {tp_size} does not divide {args.n_heads} attention heads")
-    if args.n_kv_heads % tp_size and tp_size % args.n_kv_heads:
-        raise ValueError(f"tensor parallel size {tp_size} neither divides nor is a multiple of "
-                         f"{args.n_kv_heads} KV heads")
-    if args.ffn_dim % tp_size:
-        raise ValueError(f"tensor parallel size {tp_size} does not divide ffn_dim={args.ffn_dim}")
-
-
-def local_heads(args: ModelArgs, tp_size: int) -> tuple[int, int]:
-    """(query heads, KV heads) one TP rank holds."""
-    check_tp(args, tp_size)
-    return args.n_heads // tp_size, max(1, args.n_kv_heads // tp_size)
-
-
-def _kind(name: str) -> str:
-    module = name.rsplit(".", 1)[0]  # "layers.3.attention.wq"
-    if not module.startswith("layers."):
-        return "replicated"
-    if module.endswith(COLUMN_PARALLEL):
-        return "column"
-    if module.endswith(ROW_PARALLEL):
-        return "row"
-    return "replicated"
-
-
-def tp_slice(name: str, shape: tuple[int, ...], args: ModelArgs, tp_rank: int, tp_size: int) -> TPSlice:
-    """The slice of full parameter `name` (of `shape`) that TP rank `tp_rank` of `tp_size` holds."""
-    if not 0 <= tp_rank < tp_size:
-        raise ValueError(f"tp_rank={tp_rank} is not in [0, {tp_size})")
-    check_tp(args, tp_size)
-    kind = _kind(name)
-    if kind == "replicated" or tp_size == 1:
-        return TPSlice(0, 0, shape[0])
-    dim = 0 if kind == "column" else 1
-    if name.endswith(("attention.wk.weight", "attention.wv.weight")) and tp_size > args.n_kv_heads:
-        head = tp_rank // (tp_size // args.n_kv_heads)  # replicated KV head this rank's queries use
-        return TPSlice(0, head * args.head_dim, (head + 1) * args.head_dim)
-    size = shape[dim] // tp_size
-    return TPSlice(dim, tp_rank * size, (tp_rank + 1) * size)
-
-
-def tp_slices(named_shapes: dict[str, tuple[int, ...]], args: ModelArgs, tp_rank: int,
-              tp_size: int) -> dict[str, TPSlice]:
-    """{name: TPSlice} for every parameter of the full model (names as in `named_parameters`)."""
-    return {n: tp_slice(n, tuple(s), args, tp_rank, tp_size) for n, s in named_shapes.items()}
+from llamarl_core.models.tp_slices import (COLUMN_PARALLEL, ROW_PARALLEL, TPSlice, check_tp,  # noqa: F401
+                                           local_heads, tp_slice, tp_slices)
 
 
 def take(full: torch.Tensor, s: TPSlice) -> torch.Tensor:

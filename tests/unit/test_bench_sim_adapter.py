@@ -5,7 +5,6 @@ import pytest
 
 from llamarl_cli.main import main
 from llamarl_core.sim.adapter import sim_inputs_from_config, simulate_config
-from llamarl_core.sim.simulator import CASES
 from llamarl_core.config.load import load_config
 from llamarl_core.config.hardware import get_device
 from llamarl_core.plan.model_source import resolve_model_args
@@ -17,12 +16,13 @@ def inputs_for(recipe, *overrides):
     return sim_inputs_from_config(cfg, model, get_device(cfg.resources.device))
 
 
-def test_8b_recipe_maps_to_the_simulators_8b_case_with_its_own_lengths():
+def test_8b_recipe_maps_its_split_and_workload_into_the_simulator_inputs():
     inp = inputs_for("8b_gsm8k")
-    case = CASES["8b"]
-    for key in ("generator_devices", "generator_tp", "generator_bytes_per_param", "trainer_devices",
-                "trainer_fsdp", "trainer_tp", "prompts_per_step", "group_size"):
-        assert getattr(inp, key) == case[key], key
+    expected = dict(generator_devices=128, generator_tp=1, generator_bytes_per_param=2.0,
+                    trainer_devices=128, trainer_fsdp=8, trainer_tp=1, prompts_per_step=256,
+                    group_size=8, batching="continuous", wire_bytes_per_param=2.0)
+    for key, value in expected.items():  # recipes/8b_gsm8k.yaml, read by hand
+        assert getattr(inp, key) == value, key
     assert inp.prompt_tokens == 384          # generation.max_prompt_tokens
     assert inp.new_tokens == 800             # max_new_tokens 2400 / max_to_mean_new_tokens 3.0
     assert inp.max_offpolicy_steps == 1
@@ -59,7 +59,8 @@ def test_bench_simulate_writes_the_recipes_prediction_beside_the_papers(tmp_path
 
 @pytest.mark.parametrize("argv, words", [
     (["bench"], ["--sync-vs-async", "--weight-sync"]),
-    (["bench", "--sync-vs-async", "--simulate", "recipe=cpu_tiny"], ["cpu"]),
+    (["bench", "--sync-vs-async", "--simulate", "recipe=cpu_tiny", "--measured", "/nonexistent.json"],
+     ["--measured", "no such file"]),
     (["bench", "--sync-vs-async", "--steps", "0"], ["--steps=0"]),
     (["bench", "--sync-vs-async", "--weight-sync"], ["not allowed"]),
 ])
@@ -71,12 +72,20 @@ def test_bench_bad_input_exits_2_with_one_line(capsys, argv, words):
         assert w in err
 
 
-def test_static_batching_makes_the_async_generator_wait_for_each_batchs_longest_sample():
+def test_static_batching_makes_both_modes_wait_for_each_batchs_longest_sample():
     results = {}
     for mode in ("continuous", "static"):
-        cfg = load_config("8b_gsm8k", [f"generation.batching={mode}"])
+        # 8 slots for 16 samples per replica: continuous refills them, static runs 2 full waves
+        words = [f"generation.batching={mode}", "resources.generator.max_batch_size=8"]
+        cfg = load_config("8b_gsm8k", words)
         model, _ = resolve_model_args(cfg.model)
-        assert inputs_for("8b_gsm8k", f"generation.batching={mode}").batching == mode
+        inp = inputs_for("8b_gsm8k", *words)
+        assert (inp.batching, inp.max_batch_size) == (mode, 8)
         results[mode] = simulate_config(cfg, model, get_device(cfg.resources.device))
+    # async: 16 samples per replica (mean 800, longest 2400) in 8 slots:
+    # continuous 16 * 800 / 8 + (2400 - 800) = 3200 steps; static 2 waves x 2400 = 4800
+    assert results["continuous"]["async"]["decode_steps"] == 3200
+    assert results["static"]["async"]["decode_steps"] == 4800
     assert results["static"]["async"]["step_s"] > results["continuous"]["async"]["step_s"]
-    assert results["static"]["sync"]["step_s"] == results["continuous"]["sync"]["step_s"]
+    # sync: 8 samples per replica fill its 8 slots once: one wave either way
+    assert results["static"]["sync"]["decode_steps"] == results["continuous"]["sync"]["decode_steps"] == 2400

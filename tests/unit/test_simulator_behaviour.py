@@ -8,16 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from llamarl_core.sim.simulator import (CASES, PUBLISHED_STEP_S, SimInputs, calibrate,
-                                          case_inputs, format_table, predict_step_time,
-                                          simulate)
+from llamarl_core.sim.cases import CASE_RECIPES, PUBLISHED_STEP_S, calibrate, case_inputs, format_table
+from llamarl_core.sim.simulator import SimInputs, predict_step_time, simulate
 from llamarl_core.models.args import PRESETS
 
 
 def test_more_generator_gpus_make_async_generation_faster():
-    base = case_inputs("70b")  # 64 generator GPUs of TP 4 (fp8) beside 192 trainer GPUs
+    base = case_inputs("70b")  # 128 generator GPUs of TP 4 (fp8) beside 128 trainer GPUs (fsdp 128)
     times = [simulate(replace(base, generator_devices=g))["async"]["generation_s"]
-             for g in (64, 128, 192)]
+             for g in (128, 256, 384)]
     assert times[0] > times[1] > times[2]
 
 
@@ -38,7 +37,7 @@ def test_more_devices_make_the_sync_baseline_faster():
 
 
 def test_more_trainer_gpus_make_training_faster():
-    base = case_inputs("70b")
+    base = case_inputs("8b")  # fsdp 8: any multiple of 8 trainer GPUs holds the state
     times = [simulate(replace(base, generator_devices=256 - t, trainer_devices=t))
              ["async"]["training_s"] for t in (64, 128, 192)]
     assert times[0] > times[1] > times[2]
@@ -98,7 +97,8 @@ def test_simulate_returns_json_with_the_documented_keys():
 
 def test_calibrate_runs_every_published_case_and_the_table_has_a_row_each():
     rows = calibrate()
-    assert [r["case"] for r in rows] == list(PUBLISHED_STEP_S) == list(CASES)
+    assert [r["case"] for r in rows] == list(PUBLISHED_STEP_S) == list(CASE_RECIPES)
+    assert [r["recipe"] for r in rows] == ["8b_gsm8k", "70b_gsm8k", "405b_math"]
     assert rows[0]["sync"]["published_s"] == 22.45 and rows[0]["async"]["published_s"] == 8.90
     assert format_table(rows).row_count == len(rows)
     json.dumps([{k: v for k, v in r.items()} for r in rows])
@@ -112,7 +112,7 @@ def test_calibrate_runs_every_published_case_and_the_table_has_a_row_each():
     ("max_offpolicy_steps", -1, "SimInputs.max_offpolicy_steps must be >= 0"),
 ])
 def test_bad_inputs_name_the_field(field, value, message):
-    spec = dict(CASES["8b"], model=PRESETS["llama3-8b"], device=case_inputs("8b").device)
+    spec = dict(vars(case_inputs("8b")))
     spec[field] = value
     with pytest.raises(ValueError, match=message):
         SimInputs(**spec)

@@ -1,0 +1,155 @@
+"""The simulator on a CPU host: predicted sync and async step times of a CPU recipe.
+
+Why: the cluster simulator (simulator.py) cannot be checked against a cluster we do not have;
+this twin uses the same three rules (the engine as built, the weight sync as built, the overlap
+as built) with the constants of the machine it runs on, so its step times can be checked
+against what `llamarl bench --sync-vs-async` measures on that machine (docs/SIMULATOR.md,
+section "Tested on this CPU").
+
+Measured constants (`CpuMeasured`, from `bench/cpu_constants.py` at the start of the bench):
+matmul FLOP/s of one thread at the recipe's decode and training shapes, alone and while the
+other core runs the same matmul; memcpy and gloo bytes/s. Fitted constants (`CpuFitted`,
+four, with their sensitivity in docs/SIMULATOR.md): the fractions of the matmul rate the
+engine's decode and a training step reach, the engine's host cost per layer per decode step,
+and a fixed cost per step.
+The workload (mean prompt and completion lengths, the longest completion of a chunk, the share
+of rows the async trainer trains) is an input, taken from the samples the runs generated.
+
+    sync  (k = 0, the colocated actor on every rank; ranks = generator + trainer devices):
+          step = gen(rows / ranks) + train(rows / ranks) + gradient all-reduce + c0
+    async (k >= 1, generator and trainer on their own cores, overlapping):
+          step = max(gen(rows), train(trained rows) + weight sync) + c0
+Both cores are busy in sync (the two actor ranks run the same phase); in async the faster
+role finishes first and the slower one then runs at the one-thread-alone rate.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from llamarl_core.models.args import ModelArgs
+from llamarl_core.sim.ddma_bytes import link_bytes
+from llamarl_core.sim.model import chunk_decode_steps, matmul_params
+
+
+@dataclass(frozen=True)
+class CpuMeasured:
+    decode_flops_per_s: float  # one thread, [batch, dim] x [dim, ffn], the other core busy
+    train_flops_per_s: float  # one thread, [micro-batch tokens, dim] x [dim, ffn], other core busy
+    alone_speedup: float  # matmul FLOP/s with the other core idle / with it busy (>= 1)
+    memcpy_bytes_per_s: float
+    gloo_bytes_per_s: float  # point to point between two processes of this host
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CpuFitted:
+    """Fitted once on a calibration run (docs/SIMULATOR.md, "Tested on this CPU"), then held."""
+    # Engine FLOP/s / matmul FLOP/s at the decode shape: attention over the KV cache, norms,
+    # RoPE, sampling over the vocabulary and cache writes cost time the matmuls do not.
+    decode_matmul_efficiency: float = 0.48
+    # Host cost of one transformer layer per decode step (the part that does not grow with
+    # the batch: Python, op dispatch); from the engine alone at batch 32..256.
+    decode_layer_overhead_s: float = 0.17e-3
+    # Training step FLOP/s / matmul FLOP/s at the training shape: backward kernels, elementwise
+    # ops, the loss over the vocabulary and the optimizer step.
+    train_matmul_efficiency: float = 0.68
+    # Per step: reward round trip, store traffic, logging, the engine's refresh.
+    step_overhead_s: float = 0.05
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CpuWorkload:
+    rows: int  # samples per step = prompts_per_step x group_size
+    prompt_tokens: float  # mean
+    new_tokens: float  # mean completion length
+    longest_new_tokens: float  # the longest completion of a chunk (mean over chunks)
+    async_trained_fraction: float = 1.0  # rows the one-rank trainer does not skip (advantage != 0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CpuSystem:
+    """What the recipe configures (the same for both modes, only k differs)."""
+    model: ModelArgs
+    max_batch_size: int
+    micro_batch_size: int
+    batching: str  # "continuous" | "static"
+    sync_ranks: int  # actor ranks in sync mode (= generator + trainer devices)
+    param_bytes: int  # trainer and generator dtype bytes (float32: 4)
+    weight_transport: str  # "shm" (one memcpy) | "collective" (gloo)
+
+
+def generation_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
+                       rows: int) -> dict:
+    """One replica generating `rows` samples on one thread with the other core busy."""
+    nm, m = matmul_params(s.model), s.model
+    ctx = w.prompt_tokens + w.new_tokens / 2
+    flops = rows * (w.prompt_tokens * 2 * nm
+                    + w.new_tokens * (2 * nm + 4 * m.n_layers * m.dim * ctx))
+    steps = chunk_decode_steps(rows, s.max_batch_size, w.new_tokens,
+                               w.longest_new_tokens / w.new_tokens, s.batching)
+    compute_s = flops / (c.decode_flops_per_s * f.decode_matmul_efficiency)
+    overhead_s = steps * m.n_layers * f.decode_layer_overhead_s
+    return {"seconds": compute_s + overhead_s, "compute_s": compute_s, "overhead_s": overhead_s,
+            "decode_steps": steps, "flops": flops}
+
+
+def training_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
+                     rows: float) -> dict:
+    """One trainer rank's forward + backward + optimizer over `rows` rows, each padded to the
+    micro-batch's longest (prompt + longest completion)."""
+    seq = w.prompt_tokens + w.longest_new_tokens
+    m = s.model
+    flops = rows * seq * (6 * matmul_params(m) + 6 * m.n_layers * m.dim * seq)
+    return {"seconds": flops / (c.train_flops_per_s * f.train_matmul_efficiency), "flops": flops}
+
+
+def weight_sync_seconds(s: CpuSystem, c: CpuMeasured) -> dict:
+    """DDMA from one trainer rank to one generator rank: shm is one copy into the generator's
+    staging slot (memcpy), collective is one gloo send."""
+    b = link_bytes(s.model, trainer_ranks=1, generator_ranks=1, tp=1, bytes_per_elem=s.param_bytes)
+    rate = c.memcpy_bytes_per_s if s.weight_transport == "shm" else c.gloo_bytes_per_s
+    return {"seconds": max(b["send_max"], b["recv_max"]) / rate, "bytes": b["send_max"]}
+
+
+def simulate_sync(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
+    per_rank = w.rows / s.sync_ranks
+    gen = generation_seconds(s, w, c, f, math.ceil(per_rank))
+    train = training_seconds(s, w, c, f, per_rank)
+    n = s.sync_ranks  # DDP ring all-reduce of the fp32 gradients over gloo
+    allreduce_s = 2 * (n - 1) / n * s.model.num_params() * s.param_bytes / c.gloo_bytes_per_s
+    step = gen["seconds"] + train["seconds"] + allreduce_s + f.step_overhead_s
+    return {"step_s": step, "generation_s": gen["seconds"], "training_s": train["seconds"],
+            "allreduce_s": allreduce_s, "weight_sync_s": 0.0, "overhead_s": f.step_overhead_s,
+            "decode_steps": gen["decode_steps"], "layers": s.model.n_layers, "rows_per_rank": per_rank}
+
+
+def simulate_async(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
+    gen_busy = generation_seconds(s, w, c, f, w.rows)["seconds"]
+    train_busy = training_seconds(s, w, c, f, w.rows * w.async_trained_fraction)["seconds"]
+    # Both roles compute at the both-cores-busy rate until the faster one is done; the
+    # slower one's remaining work then runs at the alone rate.
+    short, long_ = sorted((gen_busy, train_busy))
+    long_s = short + (long_ - short) / c.alone_speedup
+    gen_s, train_s = (gen_busy, long_s) if train_busy >= gen_busy else (long_s, train_busy)
+    sync = weight_sync_seconds(s, c)
+    step = max(gen_s, train_s + sync["seconds"]) + f.step_overhead_s
+    return {"step_s": step, "generation_s": gen_s, "training_s": train_s,
+            "weight_sync_s": sync["seconds"], "weight_sync_bytes": sync["bytes"],
+            "overhead_s": f.step_overhead_s, "bottleneck": "trainer" if train_s + sync["seconds"] >= gen_s
+            else "generator"}
+
+
+def simulate_cpu(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted = CpuFitted()) -> dict:
+    sync, asyn = simulate_sync(s, w, c, f), simulate_async(s, w, c, f)
+    return {"sync": sync, "async": asyn, "speedup": sync["step_s"] / asyn["step_s"],
+            "weight_sync_s": asyn["weight_sync_s"], "measured_constants": c.to_dict(),
+            "fitted_constants": f.to_dict(), "workload": w.to_dict()}

@@ -1,0 +1,74 @@
+"""Bytes each link of a DDMA weight sync carries, counted the way the transport plans them.
+
+The transport's plan (transport/ddma_plan.py `build_plan`, wired in executors/weights.py) sends
+trainer rank t's rows of each parameter, `fsdp_rows(dim0, T, t)` over *all* T trainer ranks, to
+every generator rank g whose TP slice (`tp_slice`, generator rank g = TP rank g % tp) overlaps
+them, in the wire dtype. Both rules live in models/tp_slices.py, so this module and the plan
+count the same rows; tests/unit/test_sim_ddma_bytes.py checks it against `build_plan` itself.
+
+The simulator needs only the busiest sender and the busiest receiver (every GPU has its own
+NIC, so a sync takes as long as the rank with the most bytes). Replicas hold identical slices,
+so a trainer rank sends `replicas` times what it sends to one replica; identical layers are
+counted once, times the number of layers, which keeps 405B (T = 512) to a few thousand steps.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from llamarl_core.models.args import ModelArgs
+from llamarl_core.models.tp_slices import fsdp_rows, tp_slice
+
+
+def param_shapes(model: ModelArgs) -> dict[str, tuple[int, ...]]:
+    """Full parameter shapes of `Llama(model)` by name (names as in `named_parameters`)."""
+    d, kv, f = model.dim, model.n_kv_heads * model.head_dim, model.ffn_dim
+    shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (model.vocab_size, d)}
+    for i in range(model.n_layers):
+        p = f"layers.{i}."
+        shapes |= {p + "attention_norm.weight": (d,), p + "attention.wq.weight": (d, d),
+                   p + "attention.wk.weight": (kv, d), p + "attention.wv.weight": (kv, d),
+                   p + "attention.wo.weight": (d, d), p + "ffn_norm.weight": (d,),
+                   p + "feed_forward.w1.weight": (f, d), p + "feed_forward.w2.weight": (d, f),
+                   p + "feed_forward.w3.weight": (f, d)}
+    shapes["norm.weight"] = (d,)
+    if not model.tie_embeddings:
+        shapes["output.weight"] = (model.vocab_size, d)
+    return shapes
+
+
+def _generic(name: str) -> str:
+    """`layers.7.attention.wq.weight` -> `layers.0.attention.wq.weight` (layers are identical)."""
+    if name.startswith("layers."):
+        return "layers.0." + name.split(".", 2)[2]
+    return name
+
+
+def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp: int,
+               bytes_per_elem: float, scale_bytes_per_row: float = 0.0) -> dict:
+    """Per-sync bytes: `send_max` (busiest trainer rank), `recv_max` (busiest generator rank),
+    `total` (all links), and the send/recv lists per rank of one replica.
+
+    `scale_bytes_per_row`: bytes of a per-output-channel scale travelling with each row of a
+    quantized matrix (ndim 2); vectors travel without one."""
+    if generator_ranks % tp:
+        raise ValueError(f"generator ranks {generator_ranks} are not a multiple of tp={tp}")
+    replicas = generator_ranks // tp
+    counts = Counter(_generic(n) for n in param_shapes(model))
+    shapes = param_shapes(model)
+    send = [0.0] * trainer_ranks
+    recv = [0.0] * tp
+    for name, times in counts.items():
+        shape = shapes[name]
+        cols = shape[1] if len(shape) == 2 else 1
+        row_scale = scale_bytes_per_row if len(shape) == 2 else 0.0
+        for r in range(tp):
+            s = tp_slice(name, shape, model, r, tp)
+            r0, r1 = (s.start, s.stop) if s.dim == 0 else (0, shape[0])
+            width = s.size if s.dim == 1 else cols
+            row_bytes = width * bytes_per_elem + row_scale
+            recv[r] += times * (r1 - r0) * row_bytes
+            for t in range(trainer_ranks):
+                a0, a1 = fsdp_rows(shape[0], trainer_ranks, t)
+                send[t] += times * max(0, min(a1, r1) - max(a0, r0)) * row_bytes * replicas
+    return {"send_max": max(send), "recv_max": max(recv), "total": sum(send),
+            "send_per_trainer_rank": send, "recv_per_tp_rank": recv, "replicas": replicas}

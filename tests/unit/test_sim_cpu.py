@@ -1,0 +1,84 @@
+"""The CPU twin of the simulator (sim/cpu.py): each formula against numbers worked by hand.
+
+Toy model: vocab 4, dim 2, 1 layer, 1 head, ffn 2 -> 50 parameters, 42 in matmuls (the input
+embedding, 4 x 2, is a lookup). Workload: 4 rows, 2 prompt tokens, 3 new tokens on average,
+the longest 6.
+"""
+import pytest
+
+from llamarl_core.bench.sim_cpu import fit_efficiencies
+from llamarl_core.models.args import ModelArgs
+from llamarl_core.sim.cpu import (CpuFitted, CpuMeasured, CpuSystem, CpuWorkload, generation_seconds,
+                                  simulate_async, simulate_sync, training_seconds)
+from llamarl_core.sim.model import chunk_decode_steps
+
+TOY = ModelArgs(vocab_size=4, dim=2, n_layers=1, n_heads=1, n_kv_heads=1, ffn_dim=2)
+SYSTEM = CpuSystem(model=TOY, max_batch_size=8, micro_batch_size=4, batching="continuous", sync_ranks=2,
+                   param_bytes=4, weight_transport="shm")
+LOAD = CpuWorkload(rows=4, prompt_tokens=2, new_tokens=3, longest_new_tokens=6, async_trained_fraction=0.5)
+# decode: 4 rows x (2 prompt x 2*42 + 3 new x (2*42 + 4*1*2*ctx 3.5)) = 4 x (168 + 336) = 2016 FLOPs
+# train:  per row (2 + 6) tokens x (6*42 + 6*1*2*8) = 8 x 348 = 2784 FLOPs
+MEASURED = CpuMeasured(decode_flops_per_s=2016.0, train_flops_per_s=2784.0, alone_speedup=2.0,
+                       memcpy_bytes_per_s=100.0, gloo_bytes_per_s=50.0)
+FITTED = CpuFitted(decode_matmul_efficiency=1.0, decode_layer_overhead_s=0.1, train_matmul_efficiency=0.5,
+                   step_overhead_s=0.5)
+
+
+def test_a_chunk_decodes_until_its_longest_row_ends_continuous_or_static():
+    assert chunk_decode_steps(4, 8, 800, 3.0, "continuous") == 2400      # one wave: the longest row
+    assert chunk_decode_steps(16, 8, 800, 3.0, "continuous") == 3200     # 16*800/8 + (2400 - 800)
+    assert chunk_decode_steps(16, 8, 800, 3.0, "static") == 4800         # 2 waves x 2400
+    assert chunk_decode_steps(16, 8, 800, 3.0, "streaming") == 1600      # what-if: no tail, 16*800/8
+    with pytest.raises(ValueError, match="batching"):
+        chunk_decode_steps(4, 8, 800, 3.0, "paged")
+
+
+def test_generation_is_flops_over_the_engines_rate_plus_host_cost_per_layer_step():
+    g = generation_seconds(SYSTEM, LOAD, MEASURED, FITTED, rows=4)
+    assert g["flops"] == 2016 and g["decode_steps"] == 6
+    assert g["seconds"] == pytest.approx(1.0 + 6 * 1 * 0.1)
+
+
+def test_training_pads_rows_to_the_longest_completion_and_runs_at_the_fitted_efficiency():
+    t = training_seconds(SYSTEM, LOAD, MEASURED, FITTED, rows=4)
+    assert t["flops"] == 4 * 2784
+    assert t["seconds"] == pytest.approx(4 * 2784 / (2784 * 0.5))  # 8 s
+
+
+def test_sync_step_is_half_the_rows_generated_then_trained_then_gradients_all_reduced():
+    s = simulate_sync(SYSTEM, LOAD, MEASURED, FITTED)
+    # 2 rows per rank: generate 1008/2016 + 0.6 = 1.1 s; train 2 x 2784 / 1392 = 4 s;
+    # all-reduce 2(2-1)/2 x 50 params x 4 B / 50 B/s = 4 s; + 0.5 s per step
+    assert s["generation_s"] == pytest.approx(1.1)
+    assert s["training_s"] == pytest.approx(4.0)
+    assert s["allreduce_s"] == pytest.approx(4.0)
+    assert s["step_s"] == pytest.approx(9.6)
+
+
+def test_async_step_overlaps_the_roles_and_the_slower_one_speeds_up_once_alone():
+    a = simulate_async(SYSTEM, LOAD, MEASURED, FITTED)
+    # generator 4 rows: 1.6 s; trainer 2 rows (half skipped): 4 s at the busy rate, of which
+    # 1.6 s overlap and the remaining 2.4 s run alone at 2x: 1.6 + 1.2 = 2.8 s.
+    # Weight sync: one copy of 50 x 4 B at 100 B/s = 2 s, on the trainer's side of the step.
+    assert a["generation_s"] == pytest.approx(1.6)
+    assert a["training_s"] == pytest.approx(2.8)
+    assert a["weight_sync_s"] == pytest.approx(2.0)
+    assert a["step_s"] == pytest.approx(max(1.6, 2.8 + 2.0) + 0.5)
+    assert a["bottleneck"] == "trainer"
+
+
+def test_gloo_weight_transport_prices_the_sync_at_the_gloo_rate():
+    gloo = CpuSystem(**{**vars(SYSTEM), "weight_transport": "collective"})
+    assert simulate_async(gloo, LOAD, MEASURED, FITTED)["weight_sync_s"] == pytest.approx(200 / 50)
+
+
+def test_fitting_the_efficiencies_makes_the_sync_phases_match_what_was_measured():
+    predicted = simulate_sync(SYSTEM, LOAD, MEASURED, FITTED)  # gen 1.1 (0.6 host), train 4.0
+    result = {"predicted": {"sync": predicted}, "fitted_constants": FITTED.to_dict(),
+              "measured": {"sync": {"phase_s_per_step": {"generate": 1.6, "train": 8.0}}}}
+    fitted = fit_efficiencies(result, FITTED)
+    # decode compute 0.5 s at efficiency 1 took 1.6 - 0.6 = 1.0 s: 0.5; train 2 s at 1 took 8 s: 0.25
+    assert fitted.decode_matmul_efficiency == pytest.approx(0.5)
+    assert fitted.train_matmul_efficiency == pytest.approx(0.25)
+    refit = simulate_sync(SYSTEM, LOAD, MEASURED, fitted)
+    assert refit["generation_s"] == pytest.approx(1.6) and refit["training_s"] == pytest.approx(8.0)

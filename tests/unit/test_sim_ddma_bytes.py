@@ -1,0 +1,51 @@
+"""The simulator counts the bytes of each DDMA link as the transport's plan moves them."""
+import pytest
+
+from llamarl_core.models.args import ModelArgs, get_preset
+from llamarl_core.models.llama import Llama
+from llamarl_core.models.tp_slices import tp_slice
+from llamarl_core.sim.ddma_bytes import link_bytes, param_shapes
+from llamarl_core.transport.ddma_plan import build_plan
+
+TOY = ModelArgs(vocab_size=4, dim=2, n_layers=1, n_heads=1, n_kv_heads=1, ffn_dim=2)  # 50 params
+
+
+def test_param_shapes_are_the_modules_own():
+    args = get_preset("tiny-2m")
+    assert param_shapes(args) == {n: tuple(p.shape) for n, p in Llama(args).named_parameters()}
+
+
+def test_one_trainer_to_one_generator_carries_the_whole_model_in_the_wire_dtype():
+    b = link_bytes(get_preset("tiny-2m"), trainer_ranks=1, generator_ranks=1, tp=1, bytes_per_elem=4)
+    assert b["send_max"] == b["recv_max"] == b["total"] == 2_506_496 * 4  # = the run's sync/bytes
+
+
+def test_a_trainer_rank_past_the_ceil_sized_shards_sends_nothing():
+    # T=3: a 4-row tensor splits 2/2/0, a 2-row one 1/1/0 (torch.chunk), so ranks 0 and 1 each
+    # send 25 of the 50 elements (by hand: embedding 4, output 4, seven 2x2 matrices 1 row = 2
+    # each, three norms 1 each) and rank 2 sends none; the generator receives all 50.
+    b = link_bytes(TOY, trainer_ranks=3, generator_ranks=1, tp=1, bytes_per_elem=2)
+    assert b["send_per_trainer_rank"] == [50, 50, 0]
+    assert b["recv_max"] == 100 and b["send_max"] == 50
+
+
+def test_scales_travel_once_per_matrix_row_and_never_with_vectors():
+    # 50 elements at 1 byte; matrix rows: embedding 4 + output 4 + seven 2-row matrices 14 = 22
+    b = link_bytes(TOY, trainer_ranks=1, generator_ranks=1, tp=1, bytes_per_elem=1, scale_bytes_per_row=4)
+    assert b["recv_max"] == 50 + 22 * 4
+
+
+@pytest.mark.parametrize("T,G,tp", [(2, 2, 2), (2, 4, 2), (3, 2, 1)])
+def test_link_bytes_equal_the_transport_plans(T, G, tp):
+    args = get_preset("tiny-2m")
+    shapes = param_shapes(args)
+    import torch
+
+    def slice_fn(name, shape, r, size):  # the executors' slice rule (executors/weights.py)
+        s = tp_slice(name, shape, args, r, size)
+        return s.dim, s.start, s.size
+    plan = build_plan({n: (s, torch.bfloat16) for n, s in shapes.items()}, trainer_ranks=T,
+                      generator_ranks=G, tp_size=tp, slice_fn=slice_fn)
+    b = link_bytes(args, trainer_ranks=T, generator_ranks=G, tp=tp, bytes_per_elem=2)
+    assert b["send_per_trainer_rank"] == [sum(plan.link_nbytes(t, g) for g in range(G)) for t in range(T)]
+    assert b["recv_per_tp_rank"] == [sum(plan.link_nbytes(t, g) for t in range(T)) for g in range(tp)]
