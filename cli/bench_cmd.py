@@ -221,10 +221,10 @@ def _simulate_cpu(cfg, recipe, overrides, args, argv) -> int:
     console = Console()
     command = " ".join(["llamarl", "bench", *map(shlex.quote, argv)])
 
-    def run_measured(log):
+    def run_measured(log, between_runs):
         return run_sync_vs_async(recipe, overrides, steps=steps, repeats=repeats,
                                  target_accuracy=args.target_accuracy, work_dir=args.work_dir, log=log,
-                                 command=command)
+                                 command=command, between_runs=between_runs)
     try:
         result = simulate_cpu_recipe(cfg, run_measured, measured_json=args.measured, log=console.print)
     except BenchRunFailed as e:

@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,6 +69,16 @@ def machine_info() -> dict:
     return {"platform": platform.platform(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
             "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+
+
+def git_commit():
+    """HEAD of the checkout this script runs from (None outside git), so a JSON names its code."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def timed(fn) -> float:
@@ -227,6 +238,7 @@ def main(argv=None) -> int:
             qtable.add_row(q["preset"], f"{q['int8_speed_ratio']:.2f}x", f"{q['kl_int8']:.2e}",
                            f"{q['kl_fp8_emulated']:.2e}")
         console.print(qtable)
+    report["commit"] = git_commit()
     report["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)

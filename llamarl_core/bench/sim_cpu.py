@@ -1,14 +1,15 @@
 """`llamarl bench --sync-vs-async --simulate recipe=<a cpu recipe>`: predicted beside measured.
 
-1. Measure this CPU's constants (bench/cpu_constants.py, ~10 s), before anything else runs.
-2. Run the measured bench (`run_sync_vs_async`: sync and async alternating), or reuse the
-   JSON of one (`measured=`) whose run directories still exist.
-3. Read the workload each mode generated from its runs: mean prompt length (the recipe's
+1. Run the measured bench (`run_sync_vs_async`: sync and async alternating), measuring this
+   CPU's constants (bench/cpu_constants.py, ~5 s) before each run and after the last; each
+   mode is priced with the median of the measurements around its runs. Or reuse the JSON of
+   one (`measured=`) whose run directories still exist, with constants measured once, now.
+2. Read the workload each mode generated from its runs: mean prompt length (the recipe's
    prompts, tokenized), mean and longest completion per chunk, and the share of rows the
    async trainer trained (`trainer/trained_rows_frac`: groups that all scored alike are
    skipped). These are inputs, not timings: every second in `predicted` comes from
    sim/cpu.py with the constants of step 1 and the fitted constants `CpuFitted`.
-4. One JSON: `predicted` beside `measured` (median step seconds per mode), the relative error
+3. One JSON: `predicted` beside `measured` (median step seconds per mode), the relative error
    of each, `within_20_percent`, each fitted constant's sensitivity, and the whole measured
    result under `measured_bench`.
 """
@@ -93,37 +94,60 @@ def measured_summary(result: dict) -> dict:
     return out
 
 
-def predict(system: CpuSystem, loads: dict, constants: CpuMeasured, fitted: CpuFitted) -> dict:
-    """Each mode predicted on the workload its own runs generated."""
-    sync = simulate_cpu(system, loads["sync"], constants, fitted)["sync"]
-    asyn = simulate_cpu(system, loads["async"], constants, fitted)["async"]
+def predict(system: CpuSystem, loads: dict, constants: dict, fitted: CpuFitted) -> dict:
+    """Each mode predicted on the workload its own runs generated, with the constants measured
+    around its runs (`constants[mode]`)."""
+    sync = simulate_cpu(system, loads["sync"], constants["sync"], fitted)["sync"]
+    asyn = simulate_cpu(system, loads["async"], constants["async"], fitted)["async"]
     return {"sync": sync, "async": asyn, "speedup": sync["step_s"] / asyn["step_s"],
             "workload": {m: w.to_dict() for m, w in loads.items()}}
 
 
+def bracketing_constants(measurements: list[dict]) -> dict:
+    """Per mode, the element-wise median of the constants measured right before and right after
+    each of its runs (`measurements`: {"before": mode or None, ...constants} in run order), so
+    a run is priced at the machine's speed around it (the host is shared; a neighbour's load
+    moves the rates by 20 % or more between minutes)."""
+    out = {}
+    for mode in ("sync", "async"):
+        near = [m for k, m in enumerate(measurements) if m["before"] == mode
+                or (k > 0 and measurements[k - 1]["before"] == mode)]
+        out[mode] = CpuMeasured(**{f: statistics.median(m[f] for m in near)
+                                   for f in CpuMeasured.__dataclass_fields__})
+    return out
+
+
 def simulate_cpu_recipe(cfg: LlamaRLConfig, run_measured, measured_json: str | None = None,
                         fitted: CpuFitted = CpuFitted(), log=print) -> dict:
-    """`run_measured(log=...)` runs the measured bench (skipped when `measured_json` is given)."""
+    """`run_measured(log=..., between_runs=...)` runs the measured bench (skipped when
+    `measured_json` is given: then the constants are measured once, now)."""
     t0 = time.perf_counter()
     system = cpu_system(cfg)
-    log("measuring this CPU's constants (matmul, memcpy, gloo)")
-    constants = measure_for(cfg)
-    measured_constants = CpuMeasured(**{k: constants[k] for k in CpuMeasured.__dataclass_fields__})
+    measurements: list[dict] = []
+
+    def measure(before) -> None:
+        log(f"measuring this CPU's constants (matmul, memcpy, gloo) before {before or 'the end'}")
+        measurements.append({"before": before, **measure_for(cfg)})
+
     if measured_json:
+        measure("sync")
+        measurements.append({**measurements[0], "before": "async"})
         with open(measured_json) as f:
             result = json.load(f)
     else:
-        result = run_measured(log=log)
+        result = run_measured(log=log, between_runs=measure)
+    constants = bracketing_constants(measurements)
     prompt_tokens = mean_prompt_tokens(cfg)
     dirs = {m: [r["run_dir"] for r in result[m]["runs"]] for m in ("sync", "async")}
     loads = {m: workload(cfg, dirs[m], prompt_tokens) for m in ("sync", "async")}
-    predicted = predict(system, loads, measured_constants, fitted)
+    predicted = predict(system, loads, constants, fitted)
     measured = measured_summary(result)
     return {"benchmark": "sync_vs_async_simulated", "recipe": cfg.recipe,
-            "measured_constants": constants, "fitted_constants": fitted.to_dict(),
+            "measured_constants": {m: c.to_dict() for m, c in constants.items()},
+            "constant_measurements": measurements, "fitted_constants": fitted.to_dict(),
             "weight_sync_s": predicted["async"]["weight_sync_s"],
             "predicted": predicted, "measured": measured, **compare(predicted, measured),
-            "sensitivity": sensitivity(lambda f: predict(system, loads, measured_constants, f), fitted,
+            "sensitivity": sensitivity(lambda f: predict(system, loads, constants, f), fitted,
                                        tuple(CpuFitted.__dataclass_fields__)),
             "measured_bench": result,  # the whole `llamarl bench --sync-vs-async` result
             "measured_json": measured_json, "wall_s": time.perf_counter() - t0}

@@ -135,8 +135,10 @@ def machine() -> dict:
 
 def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = None, steps: int = 8,
                       repeats: int = 2, target_accuracy: float = 0.5, work_dir: str | None = None,
-                      log=print, command: str | None = None) -> dict:
-    """Alternate sync and async runs of `recipe`; return the JSON-able result."""
+                      log=print, command: str | None = None, between_runs=None) -> dict:
+    """Alternate sync and async runs of `recipe`; return the JSON-able result.
+    `between_runs(next_mode)` is called before each run and once after the last (`None`):
+    the CPU simulator measures the machine's constants there (bench/sim_cpu.py)."""
     if steps < 1 or repeats < 1:
         raise ValueError(f"--steps ({steps}) and --repeats ({repeats}) must be >= 1")
     recipe, overrides = recipe or DEFAULT_RECIPE, list(overrides or [])
@@ -155,9 +157,13 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     for i in range(repeats):
         for mode in MODES:
             log(f"repeat {i + 1}/{repeats}: {mode}")
+            if between_runs:
+                between_runs(mode)
             run_dir = os.path.join(work_dir, f"{mode}_{i}")
             run_one(frozen, mode_overrides(mode, async_k, steps, run_dir, warm and warm["dir"]), log)
             per_mode[mode].append(run_stats(run_dir, target_accuracy))
+    if between_runs:
+        between_runs(None)
     sync, asyn = aggregate_mode(per_mode["sync"]), aggregate_mode(per_mode["async"])
     command = command or " ".join(shlex.quote(a) for a in sys.argv)
     return {"benchmark": "sync_vs_async", "command": command,

@@ -27,7 +27,8 @@ from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
 from llamarl_core.executors.context import Stopped, WorkerContext
-from llamarl_core.executors.weights import make_receiver
+from llamarl_core.executors import fp8_weights
+from llamarl_core.executors.weights import fp8_wire, make_receiver
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
@@ -53,9 +54,14 @@ class GeneratorExecutor:
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
         # Read after the engine adopted its storage (fused projections): what this rank holds.
         self.params = dict(self.model.named_parameters())
+        self.fp8_wire = fp8_wire(ctx)
+        if self.fp8_wire:  # the engine's linears arrive quantized (fp8 + scales): receive those
+            self.params = fp8_weights.wire_params(self.params)
+            fp8_weights.release_full_precision(self.model)
+            fp8_weights.bind(self.chunks.engine, self.model, self.params)
         # DDMA: this rank receives only its TP slice, straight into its staging slot.
         self.receiver = make_receiver(ctx, self.params, full, self.model.args)
-        self.quant_kl = QuantKL(self.model, g.quantization)
+        self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
         self.held = -1
         self.last_sync: dict = {}
 

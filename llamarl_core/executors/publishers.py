@@ -14,7 +14,8 @@ the controller's verdict (`on_broken`) and does the same.
 from __future__ import annotations
 
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.weights import generator_epoch, make_sender
+from llamarl_core.executors.fp8_weights import engine_quantizes
+from llamarl_core.executors.weights import fp8_wire, generator_epoch, make_sender
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport import checksums
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -72,11 +73,13 @@ class WeightSync:
             if self.rank == 0:
                 wire = TORCH_DTYPES[cfg.resources.generator.dtype]
                 state = {n: t.to(wire) for n, t in state.items()}
+                fp8 = engine_quantizes if fp8_wire(self.ctx) else None  # what the generators hold
                 if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
                     checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
-                                            self.args, self.ctx.generator_tp)
+                                            self.args, self.ctx.generator_tp, fp8=fp8)
                 else:
-                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version, state)
+                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
+                                     checksums.fp8_state(state, fp8) if fp8 else state)
         return self._stats(stats)
 
     @staticmethod

@@ -2,7 +2,8 @@
 
 Both ends build the same plan from the config alone: the trainer's parameter names and
 shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard), G generator
-ranks, the generators' dtype (conversion on the way) and their TP slices. `auto` picks
+ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
+quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
 (`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
 Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
@@ -16,6 +17,7 @@ import time
 import torch
 
 from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
@@ -52,7 +54,13 @@ def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torc
     return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
                       generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
-                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2)
+                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
+                      fp8=engine_quantizes if fp8_wire(ctx) else None)
+
+
+def fp8_wire(ctx: WorkerContext) -> bool:
+    """An fp8 generator gets fp8 weights and per-row scales on the wire (executors/fp8_weights.py)."""
+    return ctx.cfg.resources.generator.quantization == "fp8"
 
 
 def make_sender(ctx: WorkerContext, model: torch.nn.Module, epoch: int) -> DdmaSender:

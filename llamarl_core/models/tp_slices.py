@@ -28,6 +28,14 @@ COLUMN_PARALLEL = ("attention.wq", "attention.wk", "attention.wv", "feed_forward
 ROW_PARALLEL = ("attention.wo", "feed_forward.w2")
 
 
+def is_block_linear(name: str) -> bool:
+    """A transformer block's linear weight (the ones TP splits and the engine quantizes; the
+    embedding and output head are not): fp8 on the weight-sync wire carries exactly these."""
+    module = name.rsplit(".", 1)[0]
+    return (name.endswith(".weight") and module.startswith("layers.")
+            and module.endswith(COLUMN_PARALLEL + ROW_PARALLEL))
+
+
 class TPSlice(NamedTuple):
     dim: int
     start: int

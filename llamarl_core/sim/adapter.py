@@ -18,8 +18,8 @@ a recipe speaks in devices, parallel sizes and *caps*. The mapping, one rule per
 |                             | step reaches the cap, at 3x the mean (docs/SIMULATOR.md)     |
 | max_offpolicy_steps         | `algorithm.max_offpolicy_steps`                              |
 | batching, max_batch_size    | `generation.batching`, `generator.max_batch_size` (the engine)|
-| wire_bytes_per_param        | the generators' dtype bytes: what DDMA carries as built      |
-|                             | (executors/weights.py plans the wire in `generator.dtype`)   |
+| wire_bytes_per_param, fp8   | the generators' dtype bytes; quantization fp8 → block linears |
+|                             | as fp8 + row scales (executors/weights.py plans the same)    |
 
 Pipeline parallelism (pp > 1) is not modelled by the simulator: the adapter refuses it rather
 than predict something else. A layout the simulator cannot hold (e.g. the sync baseline's
@@ -56,7 +56,8 @@ def sim_inputs_from_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpe
         prompt_tokens=gen.max_prompt_tokens,
         new_tokens=max(1, round(gen.max_new_tokens / constants.max_to_mean_new_tokens)),
         max_offpolicy_steps=cfg.algorithm.max_offpolicy_steps, batching=gen.batching,
-        wire_bytes_per_param=float(DTYPE_BYTES[g.dtype]), max_batch_size=g.max_batch_size)
+        wire_bytes_per_param=float(DTYPE_BYTES[g.dtype]), wire_fp8=g.quantization == "fp8",
+        max_batch_size=g.max_batch_size)
 
 
 def simulate_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec,

@@ -5,7 +5,8 @@ device's datasheet peaks (`DeviceSpec`). These constants turn peaks into achieva
 ONE set is shared by every model, GPU count and split, and each one sits in the range that
 published measurements support (sources in docs/SIMULATOR.md, section "Constants").
 They were calibrated once against the paper's 8B and 70B step times, with the splits and the
-streaming-generator assumption of that time (docs/SIMULATOR.md, "Calibration"); they were not
+streaming-generator assumption of that time (docs/SIMULATOR.md, "Constants and their
+sensitivity"); they were not
 refitted when the simulator learned the system as built (recipes' splits, whole chunks, DDMA
 link bytes), so what moved is the model of our system, not the constants.
 """

@@ -46,16 +46,17 @@ class CpuMeasured:
 
 @dataclass(frozen=True)
 class CpuFitted:
-    """Fitted once on a calibration run (docs/SIMULATOR.md, "Tested on this CPU"), then held."""
+    """Fitted once on a calibration run (benchmarks/results/sync_vs_async_cpu_calibration.json,
+    `bench/sim_cpu.py fit_efficiencies`; docs/SIMULATOR.md, "Tested on this CPU"), then held."""
     # Engine FLOP/s / matmul FLOP/s at the decode shape: attention over the KV cache, norms,
     # RoPE, sampling over the vocabulary and cache writes cost time the matmuls do not.
-    decode_matmul_efficiency: float = 0.48
+    decode_matmul_efficiency: float = 0.3588
     # Host cost of one transformer layer per decode step (the part that does not grow with
     # the batch: Python, op dispatch); from the engine alone at batch 32..256.
     decode_layer_overhead_s: float = 0.17e-3
     # Training step FLOP/s / matmul FLOP/s at the training shape: backward kernels, elementwise
     # ops, the loss over the vocabulary and the optimizer step.
-    train_matmul_efficiency: float = 0.68
+    train_matmul_efficiency: float = 0.7591
     # Per step: reward round trip, store traffic, logging, the engine's refresh.
     step_overhead_s: float = 0.05
 

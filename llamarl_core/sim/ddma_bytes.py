@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections import Counter
 
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.models.tp_slices import fsdp_rows, tp_slice
+from llamarl_core.models.tp_slices import fsdp_rows, is_block_linear, tp_slice
+
+SCALE_BYTES = 4  # a float32 scale per row of an fp8 matrix (transport/ddma_plan.py)
 
 
 def param_shapes(model: ModelArgs) -> dict[str, tuple[int, ...]]:
@@ -44,12 +46,13 @@ def _generic(name: str) -> str:
 
 
 def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp: int,
-               bytes_per_elem: float, scale_bytes_per_row: float = 0.0) -> dict:
+               bytes_per_elem: float, fp8_blocks: bool = False) -> dict:
     """Per-sync bytes: `send_max` (busiest trainer rank), `recv_max` (busiest generator rank),
     `total` (all links), and the send/recv lists per rank of one replica.
 
-    `scale_bytes_per_row`: bytes of a per-output-channel scale travelling with each row of a
-    quantized matrix (ndim 2); vectors travel without one."""
+    `fp8_blocks`: the block linears (`is_block_linear`) travel as fp8, one byte per weight plus
+    a float32 scale per row of the generator's local tensor (the plan's fp8 wire); everything
+    else at `bytes_per_elem`."""
     if generator_ranks % tp:
         raise ValueError(f"generator ranks {generator_ranks} are not a multiple of tp={tp}")
     replicas = generator_ranks // tp
@@ -60,12 +63,12 @@ def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp
     for name, times in counts.items():
         shape = shapes[name]
         cols = shape[1] if len(shape) == 2 else 1
-        row_scale = scale_bytes_per_row if len(shape) == 2 else 0.0
+        fp8 = fp8_blocks and is_block_linear(name)
         for r in range(tp):
             s = tp_slice(name, shape, model, r, tp)
             r0, r1 = (s.start, s.stop) if s.dim == 0 else (0, shape[0])
             width = s.size if s.dim == 1 else cols
-            row_bytes = width * bytes_per_elem + row_scale
+            row_bytes = width * 1 + SCALE_BYTES if fp8 else width * bytes_per_elem
             recv[r] += times * (r1 - r0) * row_bytes
             for t in range(trainer_ranks):
                 a0, a1 = fsdp_rows(shape[0], trainer_ranks, t)

@@ -45,10 +45,10 @@ class SimInputs:
     max_offpolicy_steps: int = 1
     # generation.batching as the engine builds it (sim/model.py `chunk_decode_steps`)
     batching: str = "continuous"
-    # bytes per weight on the weight-sync wire (the generators' dtype as built: 2 = bf16),
-    # and bytes of a per-row scale that travels with each quantized matrix row
+    # bytes per weight on the weight-sync wire (the generators' dtype: 2 = bf16); with
+    # `wire_fp8` the block linears travel as fp8 + a float32 scale per row instead
     wire_bytes_per_param: float = 2.0
-    wire_scale_bytes_per_row: float = 0.0
+    wire_fp8: bool = False
     # resources.generator.max_batch_size: the engine's slots (0 = as many as the KV cache holds)
     max_batch_size: int = 0
 
@@ -136,17 +136,17 @@ def simulate_sync(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
 def ddma_seconds(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
     """One DDMA weight sync as built: every trainer rank sends the rows it owns
     (`fsdp_rows` over all trainer ranks) of every parameter to each generator rank whose TP
-    slice holds them, in the wire dtype (sim/ddma_bytes.py counts the bytes of each link).
+    slice holds them, in the wire dtype (an fp8 generator: block linears as fp8 + row scales) (sim/ddma_bytes.py counts the bytes of each link).
     Each GPU has its own NIC and the roles sit on different nodes, so a sync lasts as long as
     the busiest sender or receiver needs at InfiniBand pace, plus a fixed cost."""
     b = link_bytes(inp.model, trainer_ranks=inp.trainer_devices,
                    generator_ranks=inp.generator_devices, tp=inp.generator_tp,
-                   bytes_per_elem=inp.wire_bytes_per_param,
-                   scale_bytes_per_row=inp.wire_scale_bytes_per_row)
+                   bytes_per_elem=inp.wire_bytes_per_param, fp8_blocks=inp.wire_fp8)
     ib = inp.device.ib_gbps * 1e9 * c.ib_efficiency
     return {"seconds": max(b["send_max"], b["recv_max"]) / ib + c.weight_sync_overhead_s,
             "send_bytes_max": b["send_max"], "recv_bytes_max": b["recv_max"],
-            "total_bytes": b["total"], "wire_bytes_per_param": inp.wire_bytes_per_param}
+            "total_bytes": b["total"], "wire_bytes_per_param": inp.wire_bytes_per_param,
+            "wire_fp8": inp.wire_fp8}
 
 
 def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:

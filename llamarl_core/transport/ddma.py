@@ -4,9 +4,10 @@ Each generator rank owns two *slots*: flat buffers laid out like its (TP-sliced)
 parameters in its dtype. Its parameters are views into the slot it computes from; the
 other slot is the staging buffer the next version lands in. Each trainer rank writes
 (shm) or sends (collective) only the blocks of its own FSDP shard that a generator
-needs (``ddma_plan``), converting dtype on the way, straight into that generator's
-staging slot. So a sync is one copy, nobody materialises the full model, and the
-bytes leave all trainer ranks at once.
+needs (``ddma_plan``), converting dtype on the way (or quantizing to fp8 with per-row
+scales, for the tensors the plan marks), straight into that generator's staging slot.
+So a sync is one copy, nobody materialises the full model, and the bytes leave all
+trainer ranks at once.
 
 The generator swaps at a decode-step boundary, whenever it likes: ``poll()`` adopts
 a complete version by re-pointing its parameters to the staging slot (no copy), and
@@ -54,7 +55,8 @@ import torch.distributed as dist
 
 from llamarl_core.transport import cuda_ipc, shm
 from llamarl_core.transport.membership import MembershipChanged
-from llamarl_core.transport.ddma_plan import DdmaPlan, dst_block, src_block, tensor_view
+from llamarl_core.transport.ddma_plan import (DdmaPlan, dst_block, fp8_rows, scale_name, scale_view, src_block,
+                                              tensor_view)
 from llamarl_core.transport.weight_sync import SyncStats
 
 TRANSPORTS = ("collective", "shm", "cuda_ipc")
@@ -241,7 +243,14 @@ class DdmaSender(_Endpoint):
             tensors = {t.name: t for t in self.plan.slots[g]}
             slot = self._slots[g][n % NUM_SLOTS]
             for p in pieces:  # the one copy: trainer shard → generator's staging slot, dtype on the way
-                dst_block(tensor_view(slot, tensors[p.name], self.plan.dtype), p).copy_(src_block(local[p.name], p))
+                t = tensors[p.name]
+                dst = dst_block(tensor_view(slot, t, self.plan.dtype), p)
+                if t.fp8:
+                    q, scales = fp8_rows(src_block(local[p.name], p), self.plan.dtype)
+                    dst.copy_(q)
+                    scale_view(slot, t)[p.dst_rows[0]:p.dst_rows[1]].copy_(scales)
+                else:
+                    dst.copy_(src_block(local[p.name], p))
         if self.transport == "cuda_ipc":
             cuda_ipc.fence()  # the copies have landed before the generator may read them
         self.store.set(f"done/{n}/{self.rank}", str(version))
@@ -252,6 +261,7 @@ class DdmaSender(_Endpoint):
         works = [self.pg.send([torch.tensor([version], dtype=torch.int64, device=self.device)], T + g, 0)
                  for g in range(self.plan.generator_ranks)]
         temp_work, waited = [None, None], set()  # a gloo work must be waited on only once
+        keep: list = []
         k = 0
         for row in zip_longest(*[[(g, p) for p in ps] for g, ps in enumerate(self.links)]):
             for item in row:  # round-robin over generators: every link busy at once
@@ -259,6 +269,12 @@ class DdmaSender(_Endpoint):
                     continue
                 g, p = item
                 src = src_block(local[p.name], p)
+                if p.name in self.plan.fp8_names:  # fresh tensors, kept until their sends are waited
+                    q, scales = fp8_rows(src, self.plan.dtype)
+                    keep.append((q, scales))
+                    works += [self.pg.send([q.view(torch.uint8).reshape(-1)], T + g, 0),
+                              self.pg.send([scales], T + g, 0)]
+                    continue
                 if p.src_contiguous and src.dtype == self.plan.dtype and src.is_contiguous():
                     works.append(self.pg.send([src.reshape(-1)], T + g, 0))  # straight from the shard
                     continue
@@ -358,6 +374,8 @@ class DdmaReceiver(_Endpoint):
             shm.unlink(self._paths)  # every trainer has mapped them (or setup failed)
         # Views made once, outside any inference_mode, so a swap inside one is a pointer move.
         self.views = [{t.name: tensor_view(s, t, plan.dtype) for t in self.tensors} for s in self.slots]
+        for view, slot in zip(self.views, self.slots):  # fp8 on the wire: the per-row scales too
+            view.update({scale_name(t.name): scale_view(slot, t) for t in self.tensors if t.fp8})
         self.nbytes = sum(plan.link_nbytes(t, rank) for t in range(plan.trainer_ranks))
         self._inbox = None
         if transport == "collective":
@@ -369,9 +387,13 @@ class DdmaReceiver(_Endpoint):
             p = params.get(t.name)
             if p is None:
                 return f"parameter '{t.name}' is missing on this generator"
-            if tuple(p.shape) != t.shape or p.dtype != self.plan.dtype:
+            want = self.plan.wire_dtype(t.name)
+            if tuple(p.shape) != t.shape or p.dtype != want:
                 return (f"parameter '{t.name}' has shape {tuple(p.shape)} dtype {p.dtype}, the plan gives "
-                        f"this TP rank {t.shape} {self.plan.dtype}")
+                        f"this TP rank {t.shape} {want}")
+            scales = params.get(scale_name(t.name))
+            if t.fp8 and (scales is None or tuple(scales.shape) != t.shape[:1] or scales.dtype != torch.float32):
+                return f"fp8 parameter '{t.name}' needs its float32 scales {t.shape[:1]} as '{scale_name(t.name)}'"
         return ""
 
     def _recv_send(self, n: int) -> int:
@@ -387,9 +409,14 @@ class DdmaReceiver(_Endpoint):
         version = versions.pop()
         if version == CLOSE_VERSION:
             return version
-        view = self.views[n % NUM_SLOTS]
-        works = [self.pg.recv([dst_block(view[p.name], p).reshape(-1)], p.trainer, 0)
-                 for t in range(T) for p in self.plan.pieces_between(t, self.rank)]
+        view, works = self.views[n % NUM_SLOTS], []
+        for t in range(T):  # in each trainer's send order: per piece its rows (and fp8 scales)
+            for p in self.plan.pieces_between(t, self.rank):
+                if p.name in self.plan.fp8_names:
+                    works += [self.pg.recv([dst_block(view[p.name], p).view(torch.uint8).reshape(-1)], t, 0),
+                              self.pg.recv([view[scale_name(p.name)][p.dst_rows[0]:p.dst_rows[1]]], t, 0)]
+                else:
+                    works.append(self.pg.recv([dst_block(view[p.name], p).reshape(-1)], t, 0))
         for w in works:
             w.wait(timeout)
         return version

@@ -13,6 +13,12 @@ generator tensor's full width, so it is a contiguous run of rows there and can b
 received or written in place; the source block is contiguous only when it spans the
 trainer's full width (dim-0 TP slices, replicated tensors).
 
+fp8 on the wire (``fp8=`` names, when the generators quantize to fp8): those tensors travel
+as float8_e4m3fn with one float32 scale per row of the generator's local tensor (placed right
+after its data in the slot), computed by the sender exactly as the generator's engine would
+quantize the weight it holds (`fp8_rows`): its rows span the generator's full local width, so
+each row's scale is the one the engine computes, and the generator computes from what arrived.
+
 Pure: no torch.distributed. Sender and receivers derive the same plan from the same
 ``named_shapes`` and sizes, so no offsets travel.
 """
@@ -27,6 +33,9 @@ import torch
 from llamarl_core.models.tp_slices import fsdp_rows  # noqa: F401 (re-exported: the plan's row rule)
 
 ALIGN_BYTES = 64
+FP8_DTYPE = torch.float8_e4m3fn
+SCALE_BYTES = 4  # one float32 scale per row of an fp8 tensor
+SCALE_SUFFIX = "#scale"
 NamedShapes = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # (name, full shape, tp_rank, tp_size) -> (dim, start, length) of that rank's slice; None = whole tensor
 SliceFn = Callable[[str, tuple[int, ...], int, int], Optional[tuple[int, int, int]]]
@@ -88,6 +97,11 @@ class GeneratorTensor:
     shape: tuple[int, ...]  # the generator's local shape
     offset_bytes: int
     nbytes: int
+    scale_offset_bytes: int = -1  # fp8 on the wire: float32 per-row scales here; -1: none
+
+    @property
+    def fp8(self) -> bool:
+        return self.scale_offset_bytes >= 0
 
 
 @dataclass(frozen=True)
@@ -99,27 +113,38 @@ class DdmaPlan:
     pieces: tuple[Piece, ...]
     slots: tuple[tuple[GeneratorTensor, ...], ...]  # per generator rank
     slot_nbytes: tuple[int, ...]
+    fp8_names: frozenset = frozenset()  # tensors that travel as fp8 + per-row scales
+
+    def wire_dtype(self, name: str) -> torch.dtype:
+        return FP8_DTYPE if name in self.fp8_names else self.dtype
+
+    def piece_nbytes(self, p: Piece) -> int:
+        """Bytes of one piece on the wire (fp8: one byte per element + a float32 scale per row)."""
+        if p.name in self.fp8_names:
+            return p.numel + (p.dst_rows[1] - p.dst_rows[0]) * SCALE_BYTES
+        return p.numel * self.dtype.itemsize
 
     def pieces_between(self, trainer: int, generator: int) -> list[Piece]:
         return [p for p in self.pieces if p.trainer == trainer and p.generator == generator]
 
     def link_nbytes(self, trainer: int, generator: int) -> int:
         """Bytes one sync moves from ``trainer`` to ``generator``."""
-        return sum(p.numel for p in self.pieces_between(trainer, generator)) * self.dtype.itemsize
+        return sum(self.piece_nbytes(p) for p in self.pieces_between(trainer, generator))
 
     def spec(self) -> list:
         """What both sides must agree on, as plain data (for the handshake)."""
         return [self.trainer_ranks, self.generator_ranks, self.tp_size, str(self.dtype),
-                [[(t.name, list(t.shape)) for t in s] for s in self.slots]]
+                [[(t.name, list(t.shape), t.fp8) for t in s] for s in self.slots]]
 
 
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
                dtype: torch.dtype | None = None, slice_fn: SliceFn = megatron_slice,
-               max_piece_bytes: int = 64 << 20) -> DdmaPlan:
+               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
     cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded.
+    ``fp8(name)``: whether that (matrix) tensor travels as fp8 with per-row scales.
     """
     if trainer_ranks < 1 or generator_ranks < 1 or tp_size < 1 or generator_ranks % tp_size:
         raise ValueError(f"DDMA plan needs trainer_ranks>=1 and generator_ranks a multiple of tp_size, got "
@@ -129,6 +154,7 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     dtypes = {d for _, d in named_shapes.values()}
     dtype = dtype or (dtypes.pop() if len(dtypes) == 1 else torch.float32)
     pieces: list[Piece] = []
+    fp8_names: set[str] = set()
     slots: list[list[GeneratorTensor]] = [[] for _ in range(generator_ranks)]
     sizes = [0] * generator_ranks
     for name in sorted(named_shapes):
@@ -143,10 +169,17 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
             local = list(shape)
             if sl is not None:
                 local[sl[0]] = sl[2]
-            nbytes = (r1 - r0) * (c1 - c0) * dtype.itemsize
-            slots[g].append(GeneratorTensor(name, tuple(local), sizes[g], nbytes))
-            sizes[g] = _align(sizes[g] + nbytes)
-            band = max(1, max_piece_bytes // max(1, (c1 - c0) * dtype.itemsize))
+            quantized = fp8 is not None and fp8(name)
+            if quantized and len(shape) != 2:
+                raise ValueError(f"'{name}' {shape}: fp8 on the wire (per-row scales) needs a matrix")
+            itemsize = 1 if quantized else dtype.itemsize
+            nbytes = (r1 - r0) * (c1 - c0) * itemsize
+            scale_at = _align(sizes[g] + nbytes) if quantized else -1
+            slots[g].append(GeneratorTensor(name, tuple(local), sizes[g], nbytes, scale_at))
+            sizes[g] = _align(scale_at + (r1 - r0) * SCALE_BYTES if quantized else sizes[g] + nbytes)
+            if quantized:
+                fp8_names.add(name)
+            band = max(1, max_piece_bytes // max(1, (c1 - c0) * itemsize))
             for t in range(trainer_ranks):
                 a0, a1 = fsdp_rows(rows, trainer_ranks, t)
                 lo, hi = max(a0, r0), min(a1, r1)
@@ -154,12 +187,33 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
                     e = min(s + band, hi)
                     pieces.append(Piece(name, t, g, (s - a0, e - a0), (c0, c1), (s - r0, e - r0), cols))
     return DdmaPlan(trainer_ranks, generator_ranks, tp_size, dtype, tuple(pieces),
-                    tuple(tuple(s) for s in slots), tuple(sizes))
+                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names))
 
 
 def tensor_view(slot: torch.Tensor, t: GeneratorTensor, dtype: torch.dtype) -> torch.Tensor:
-    """The generator's parameter ``t`` inside its uint8 slot buffer (no copy)."""
-    return slot[t.offset_bytes:t.offset_bytes + t.nbytes].view(dtype).view(t.shape)
+    """The generator's parameter ``t`` inside its uint8 slot buffer (no copy; fp8 tensors are
+    viewed as fp8 whatever ``dtype`` says)."""
+    return slot[t.offset_bytes:t.offset_bytes + t.nbytes].view(FP8_DTYPE if t.fp8 else dtype).view(t.shape)
+
+
+def scale_view(slot: torch.Tensor, t: GeneratorTensor) -> torch.Tensor:
+    """The float32 per-row scales of fp8 tensor ``t`` inside the slot (no copy)."""
+    return slot[t.scale_offset_bytes:t.scale_offset_bytes + t.shape[0] * SCALE_BYTES].view(torch.float32)
+
+
+def scale_name(name: str) -> str:
+    """The key of a tensor's per-row scales in the receiver's ``params``."""
+    return name + SCALE_SUFFIX
+
+
+def fp8_rows(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q float8_e4m3fn [r, c], scale float32 [r]) of ``block`` held in ``dtype`` (the generators'
+    dtype): the engine's own per-output-channel quantization (generation/quant.py
+    `QuantizedLinear`), so what arrives equals what the generator would compute from its weights."""
+    from llamarl_core.generation.quant import QuantizedLinear
+
+    quantized = QuantizedLinear(block.to(dtype), "fp8")
+    return quantized.q, quantized.scale
 
 
 def src_block(local: torch.Tensor, p: Piece) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """DDMA weight sync on gloo: every generator rank ends each sync holding exactly its TP slice
 of the trainer's full weights (sha256 per tensor), for T ∈ {1, 2} trainer ranks, generator
-TP ∈ {1, 2}, fp32 and bf16, over shared memory and gloo point-to-point.
+TP ∈ {1, 2}, fp32 and bf16, over shared memory and gloo point-to-point; and with fp8 on the
+wire, exactly the engine's quantization (generation/quant.py) of that slice, q and scales.
 
 One 4-process world runs every scenario (ranks 0..T-1 trainers, T..T+G-1 generators, the
 rest idle); each scenario is its own membership epoch, so it also shows endpoints being
@@ -17,6 +18,13 @@ SHAPES = {  # odd first dims: a 2-way FSDP split is uneven (4+3, 5+5, 7+6)
 }
 SCENARIOS = [(t, tp, dt, tr) for tr in ("shm", "collective") for dt in ("float32", "bfloat16")
              for t in (1, 2) for tp in (1, 2)]
+# fp8 on the wire for the block matrices (the engine's quantized linears), generators in bf16
+FP8_SCENARIOS = [(1, 1, "fp8", "collective"), (2, 2, "fp8", "collective"), (2, 1, "fp8", "shm")]
+FP8_NAMES = ("attention.wq.weight", "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w2.weight")
+
+
+def _is_fp8(name: str) -> bool:
+    return name.endswith(FP8_NAMES)
 VERSIONS = (1, 2, 3)
 
 
@@ -29,24 +37,31 @@ def _sha(t: torch.Tensor) -> str:
     return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def _expected(version: int, tp_rank: int, tp: int, dtype) -> dict[str, str]:
-    from llamarl_core.transport.ddma_plan import megatron_slice
+def _expected(version: int, tp_rank: int, tp: int, dtype, fp8: bool = False) -> dict[str, str]:
+    from llamarl_core.generation.quant import QuantizedLinear
+    from llamarl_core.transport.ddma_plan import megatron_slice, scale_name
     out = {}
     for n, t in _full(version).items():
         sl = megatron_slice(n, tuple(t.shape), tp_rank, tp)
-        out[n] = _sha((t.narrow(sl[0], sl[1], sl[2]) if sl else t).to(dtype))
+        mine = (t.narrow(sl[0], sl[1], sl[2]) if sl else t).to(dtype)
+        if fp8 and _is_fp8(n):  # the engine's quantization of the whole slice it would hold
+            quantized = QuantizedLinear(mine, "fp8")
+            out[n], out[scale_name(n)] = _sha(quantized.q), _sha(quantized.scale)
+        else:
+            out[n] = _sha(mine)
     return out
 
 
 def _scenario(rank, store, epoch, T, tp, dtype_name, transport):
     from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
-    from llamarl_core.transport.ddma_plan import build_plan, fsdp_rows
-    dtype = getattr(torch, dtype_name)
+    from llamarl_core.transport.ddma_plan import build_plan, fsdp_rows, scale_name
+    fp8 = dtype_name == "fp8"
+    dtype = torch.bfloat16 if fp8 else getattr(torch, dtype_name)
     G = tp  # one generator replica of TP size tp
     if rank >= T + G:
         return []
     plan = build_plan({n: (s, torch.float32) for n, s in SHAPES.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, dtype=dtype)
+                      generator_ranks=G, tp_size=tp, dtype=dtype, fp8=_is_fp8 if fp8 else None)
     kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=30)
     bad = []
     if rank < T:
@@ -58,15 +73,16 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport):
         sender.close()
         return bad
     g = rank - T
-    params = {t.name: torch.nn.Parameter(torch.zeros(t.shape, dtype=dtype), requires_grad=False)
+    params = {t.name: torch.nn.Parameter(torch.zeros(t.shape, dtype=plan.wire_dtype(t.name)), requires_grad=False)
               for t in plan.slots[g]}
+    params |= {scale_name(t.name): torch.zeros(t.shape[0]) for t in plan.slots[g] if t.fp8}
     receiver = DdmaReceiver(plan, g, params, **kw, run_id=f"ddma-test-{epoch}")
     for v in VERSIONS:
         if receiver.poll() is not None:
             bad.append(f"v{v}: adopted before it was sent")
         store.set(f"e{epoch}/polled/{v}/{g}", "1")
         stats = receiver.receive()
-        want = _expected(v, g % tp, tp, dtype)
+        want = _expected(v, g % tp, tp, dtype, fp8)
         got = {n: _sha(p.detach()) for n, p in params.items()}
         bad += [f"v{v} {n}" for n in want if got[n] != want[n]]
         if stats.version != v:
@@ -99,7 +115,7 @@ def _fsdp_rows_match(rank, store):
 def _body(rank, world_size, store):
     torch.manual_seed(0)
     results = {"fsdp_rows": _fsdp_rows_match(rank, store)}
-    for epoch, (T, tp, dt, tr) in enumerate(SCENARIOS):
+    for epoch, (T, tp, dt, tr) in enumerate(SCENARIOS + FP8_SCENARIOS):
         results[(T, tp, dt, tr)] = _scenario(rank, store, epoch, T, tp, dt, tr)
     return results
 
@@ -109,7 +125,7 @@ def results(run_workers):
     return run_workers(_body, 4, timeout_s=120)
 
 
-@pytest.mark.parametrize("case", SCENARIOS, ids=lambda c: f"T{c[0]}-tp{c[1]}-{c[2]}-{c[3]}")
+@pytest.mark.parametrize("case", SCENARIOS + FP8_SCENARIOS, ids=lambda c: f"T{c[0]}-tp{c[1]}-{c[2]}-{c[3]}")
 def test_every_generator_rank_holds_exactly_its_slice_after_every_sync(results, case):
     for rank, res in enumerate(results):
         assert res[case] == [], f"rank {rank}: {res[case]}"

@@ -55,3 +55,29 @@ def test_every_generator_byte_is_written_exactly_once_and_matches_its_slice():
 def test_a_tp_size_that_does_not_divide_a_dimension_is_refused_naming_the_tensor():
     with pytest.raises(ValueError, match="wo.weight"):
         build_plan({WO: ((6, 5), torch.float32)}, trainer_ranks=1, generator_ranks=2, tp_size=2)
+
+
+def test_fp8_on_the_wire_carries_one_byte_per_weight_and_a_float32_scale_per_row():
+    # wo [6, 4] in bf16, fp8 on the wire, T=2, tp=2: each generator holds [6, 2] fp8 (12 B) with
+    # 6 scales (24 B) placed after its data, 64-byte aligned; trainer 0 sends it rows 0-2:
+    # 3 x 2 B of fp8 + 3 x 4 B of scales = 18 B (bf16 would be 12 B, fp32 24 B)
+    from llamarl_core.transport.ddma_plan import FP8_DTYPE, fp8_rows, scale_view
+    norm = "norm.weight"
+    plan = build_plan({WO: ((6, 4), torch.bfloat16), norm: ((4,), torch.bfloat16)}, trainer_ranks=2,
+                      generator_ranks=2, tp_size=2, dtype=torch.bfloat16, fp8=lambda n: n == WO)
+    assert plan.fp8_names == {WO} and plan.wire_dtype(WO) == FP8_DTYPE and plan.wire_dtype(norm) == torch.bfloat16
+    wo, nrm = plan.slots[1]
+    assert (wo.offset_bytes, wo.nbytes, wo.scale_offset_bytes) == (0, 12, 64) and not nrm.fp8
+    assert nrm.offset_bytes == 128  # after 24 B of scales at 64, aligned
+    assert plan.link_nbytes(0, 1) == 3 * 2 + 3 * 4 + 2 * 2  # + trainer 0's 2 norm elements in bf16
+    slot = torch.zeros(plan.slot_nbytes[1], dtype=torch.uint8)
+    assert tensor_view(slot, wo, torch.bfloat16).dtype == FP8_DTYPE and scale_view(slot, wo).shape == (6,)
+    # the scale of a row is its absmax / 448, and the row's largest element lands on 448 exactly
+    q, s = fp8_rows(torch.tensor([[1.0, -2.0], [0.5, 0.25]]), torch.bfloat16)
+    assert s.tolist() == pytest.approx([2.0 / 448, 0.5 / 448], rel=1e-6) and s.dtype == torch.float32
+    assert q.float()[0, 1].item() == -448.0
+
+
+def test_fp8_on_the_wire_refuses_a_vector():
+    with pytest.raises(ValueError, match="needs a matrix"):
+        build_plan({"norm.weight": ((4,), torch.float32)}, trainer_ranks=1, generator_ranks=1, fp8=lambda n: True)

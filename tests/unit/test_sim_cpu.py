@@ -82,3 +82,15 @@ def test_fitting_the_efficiencies_makes_the_sync_phases_match_what_was_measured(
     assert fitted.train_matmul_efficiency == pytest.approx(0.25)
     refit = simulate_sync(SYSTEM, LOAD, MEASURED, fitted)
     assert refit["generation_s"] == pytest.approx(1.6) and refit["training_s"] == pytest.approx(8.0)
+
+
+def test_each_mode_is_priced_with_the_constants_measured_around_its_runs():
+    from llamarl_core.bench.sim_cpu import bracketing_constants
+
+    def m(before, rate):
+        return {"before": before, "decode_flops_per_s": rate, "train_flops_per_s": rate, "alone_speedup": 1.0,
+                "memcpy_bytes_per_s": 1.0, "gloo_bytes_per_s": 1.0, "shapes": {}}
+    # order: before sync_0 (10), before async_0 (20), before sync_1 (30), before async_1 (40), end (50)
+    c = bracketing_constants([m("sync", 10), m("async", 20), m("sync", 30), m("async", 40), m(None, 50)])
+    assert c["sync"].train_flops_per_s == 25    # median of 10, 20 (around sync_0) and 30, 40 (sync_1)
+    assert c["async"].train_flops_per_s == 35   # median of 20, 30 and 40, 50

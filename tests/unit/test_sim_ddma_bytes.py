@@ -3,7 +3,7 @@ import pytest
 
 from llamarl_core.models.args import ModelArgs, get_preset
 from llamarl_core.models.llama import Llama
-from llamarl_core.models.tp_slices import tp_slice
+from llamarl_core.models.tp_slices import is_block_linear, tp_slice
 from llamarl_core.sim.ddma_bytes import link_bytes, param_shapes
 from llamarl_core.transport.ddma_plan import build_plan
 
@@ -29,14 +29,15 @@ def test_a_trainer_rank_past_the_ceil_sized_shards_sends_nothing():
     assert b["recv_max"] == 100 and b["send_max"] == 50
 
 
-def test_scales_travel_once_per_matrix_row_and_never_with_vectors():
-    # 50 elements at 1 byte; matrix rows: embedding 4 + output 4 + seven 2-row matrices 14 = 22
-    b = link_bytes(TOY, trainer_ranks=1, generator_ranks=1, tp=1, bytes_per_elem=1, scale_bytes_per_row=4)
-    assert b["recv_max"] == 50 + 22 * 4
+def test_fp8_blocks_travel_as_one_byte_per_weight_plus_a_scale_per_row():
+    # seven 2x2 block linears: 28 weights at 1 B + 14 rows x 4 B of scales = 84 B; the rest
+    # (embedding 8, output head 8, three norms 2 each = 22 elements) stays at 2 B: 44 B
+    b = link_bytes(TOY, trainer_ranks=1, generator_ranks=1, tp=1, bytes_per_elem=2, fp8_blocks=True)
+    assert b["recv_max"] == 28 + 14 * 4 + 22 * 2
 
 
-@pytest.mark.parametrize("T,G,tp", [(2, 2, 2), (2, 4, 2), (3, 2, 1)])
-def test_link_bytes_equal_the_transport_plans(T, G, tp):
+@pytest.mark.parametrize("T,G,tp,fp8", [(2, 2, 2, False), (2, 4, 2, False), (3, 2, 1, False), (2, 4, 2, True)])
+def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8):
     args = get_preset("tiny-2m")
     shapes = param_shapes(args)
     import torch
@@ -45,7 +46,7 @@ def test_link_bytes_equal_the_transport_plans(T, G, tp):
         s = tp_slice(name, shape, args, r, size)
         return s.dim, s.start, s.size
     plan = build_plan({n: (s, torch.bfloat16) for n, s in shapes.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, slice_fn=slice_fn)
-    b = link_bytes(args, trainer_ranks=T, generator_ranks=G, tp=tp, bytes_per_elem=2)
+                      generator_ranks=G, tp_size=tp, slice_fn=slice_fn, fp8=is_block_linear if fp8 else None)
+    b = link_bytes(args, trainer_ranks=T, generator_ranks=G, tp=tp, bytes_per_elem=2, fp8_blocks=fp8)
     assert b["send_per_trainer_rank"] == [sum(plan.link_nbytes(t, g) for g in range(G)) for t in range(T)]
     assert b["recv_per_tp_rank"] == [sum(plan.link_nbytes(t, g) for t in range(T)) for g in range(tp)]
