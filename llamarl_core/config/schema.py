@@ -184,7 +184,7 @@ class DataConfig:
     num_eval_examples: int = 200
     digits: int = 2                      # built-in task difficulty
     num_operands: int = 2
-    solution_style: str = "columns"      # built-in task's worked solution: columns | short
+    solution_style: str = "columns"      # built-in task's worked solution: columns | digit_sums | short
     seed: int = 0                        # picks the problems and the train/test split; run.seed
                                          # varies the run (init, prompt order, sampling), not these
 
@@ -192,7 +192,7 @@ class DataConfig:
         _check_choice("data.template", self.template, ("plain", "chat"))
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
         _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
-        _check_choice("data.solution_style", self.solution_style, ("columns", "short"))
+        _check_choice("data.solution_style", self.solution_style, ("columns", "digit_sums", "short"))
         _check_positive("data.num_train_examples", self.num_train_examples)
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
 

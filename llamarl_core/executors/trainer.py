@@ -33,11 +33,12 @@ from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, model_from_state, reward_name
 from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
-from llamarl_core.models import save_pretrained
+from llamarl_core.models import save_pretrained, save_streamed
+from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.trainer_model import build_trainer_model
 from llamarl_core.transport.membership import role_epoch
-from llamarl_core.transport.parallel import full_state, unwrap
+from llamarl_core.transport.parallel import full_state, iter_full_tensors, unwrap
 from llamarl_core.wire.rollout import Rollout
 
 
@@ -161,11 +162,25 @@ class TrainerExecutor:
         return report
 
     def checkpoint(self, name: str) -> None:
-        model = self._full_model()
-        if model is None:
+        """An HF checkpoint. Under FSDP2 the parameters are gathered one tensor at a time into the
+        file being written, so no rank ever holds the full model (70B/405B)."""
+        path = os.path.join(self.ctx.run_dir, "checkpoints", name)
+        if self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1:
+            raw = unwrap(self.model)
+            shapes = {n: tuple(p.shape) for n, p in raw.named_parameters()}
+            tensors = iter_full_tensors(self.model, keep=self.rank == 0)
+            if self.rank != 0:
+                for _ in tensors:  # take part in every gather
+                    pass
+                return
+            with self.ctx.timeline.span("checkpoint"):
+                save_streamed(tensors, shapes, TORCH_DTYPES[self.cfg.resources.trainer.dtype], raw.args,
+                              self.tokenizer, path)
+            return
+        if self.rank != 0:  # DDP replicas hold the same weights
             return
         with self.ctx.timeline.span("checkpoint"):
-            save_pretrained(model, self.tokenizer, os.path.join(self.ctx.run_dir, "checkpoints", name))
+            save_pretrained(unwrap(self.model), self.tokenizer, path)
 
     def save_checkpoint(self, step: int) -> None:
         """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""

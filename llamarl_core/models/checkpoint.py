@@ -9,13 +9,15 @@ checkpoint is never held twice in memory.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 
 from .hf_config import args_from_hf_config, hf_config_from_args, read_config
+from .args import ModelArgs
 from .llama import Llama
 from .tokenizer import load_tokenizer
 
@@ -136,35 +138,51 @@ def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torc
 
 def save_pretrained(model: Llama, tokenizer, path, max_shard_bytes: int = 5 * 2**30) -> None:
     """Write config.json, safetensors shard(s) (+ index when more than one) and the tokenizer."""
+    params = list(model.named_parameters())  # tied output weight is skipped (deduplicated)
+    dtype = params[0][1].dtype
+    save_streamed(((n, p.detach()) for n, p in params), {n: tuple(p.shape) for n, p in params}, dtype,
+                  model.args, tokenizer, path, max_shard_bytes)
+
+
+def save_streamed(tensors: Iterable[tuple[str, torch.Tensor]], shapes: dict[str, tuple[int, ...]],
+                  dtype: torch.dtype, args: ModelArgs, tokenizer, path, max_shard_bytes: int = 5 * 2**30) -> None:
+    """`save_pretrained` from tensors that arrive one at a time, in `shapes`' order (for example
+    gathered from FSDP shards): the shard layout is fixed from the shapes first, so at most one
+    shard file's tensors are held on the host at once, never the whole model."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    state = {}
-    for name, param in model.named_parameters():  # tied output weight is skipped (deduplicated)
-        state[ours_to_hf(name)] = param.detach().to("cpu").contiguous()
-    shards: list[dict[str, torch.Tensor]] = [{}]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    sizes = {ours_to_hf(n): math.prod(s) * itemsize for n, s in shapes.items()}
+    layout: list[list[str]] = [[]]
     shard_bytes = 0
-    for name, tensor in state.items():
-        size = tensor.numel() * tensor.element_size()
-        if shards[-1] and shard_bytes + size > max_shard_bytes:
-            shards.append({})
+    for name, size in sizes.items():
+        if layout[-1] and shard_bytes + size > max_shard_bytes:
+            layout.append([])
             shard_bytes = 0
-        shards[-1][name] = tensor
+        layout[-1].append(name)
         shard_bytes += size
-    if len(shards) == 1:
-        save_file(shards[0], str(path / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        weight_map = {}
-        for i, shard in enumerate(shards):
-            file_name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(path / file_name), metadata={"format": "pt"})
-            weight_map.update({name: file_name for name in shard})
-        total = sum(t.numel() * t.element_size() for t in state.values())
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    files = ["model.safetensors"] if len(layout) == 1 else \
+        [f"model-{i + 1:05d}-of-{len(layout):05d}.safetensors" for i in range(len(layout))]
+    stream = iter(tensors)
+    for names, file_name in zip(layout, files):
+        shard = {}
+        for want in names:
+            name, tensor = next(stream)
+            if ours_to_hf(name) != want:
+                raise ValueError(f"save_streamed: got tensor {name!r} where {want!r} was expected (order differs)")
+            shard[want] = tensor.to(device="cpu", dtype=dtype).contiguous()
+        save_file(shard, str(path / file_name), metadata={"format": "pt"})
+    if len(layout) > 1:
+        weight_map = {name: f for names, f in zip(layout, files) for name in names}
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
         (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
-    config = hf_config_from_args(model.args, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id,
-                                 dtype_name)
+    _write_config(path, args, tokenizer, dtype)
+
+
+def _write_config(path: Path, args: ModelArgs, tokenizer, dtype: torch.dtype) -> None:
+    dtype_name = str(dtype).removeprefix("torch.")
+    config = hf_config_from_args(args, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id, dtype_name)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     tokenizer.save(path)

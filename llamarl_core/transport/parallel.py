@@ -123,6 +123,16 @@ def full_state(model: torch.nn.Module, strategy: str, keep: bool = True) -> dict
     return {n: p.detach() for n, p in unwrap(model).named_parameters()}
 
 
+def iter_full_tensors(model: torch.nn.Module, keep: bool = True):
+    """(name, unsharded parameter) one at a time, moved to the host (collective under FSDP2:
+    every trainer rank iterates in the same order); ranks with keep=False yield (name, None).
+    The device never holds more than one gathered tensor at once."""
+    for n, p in unwrap(model).named_parameters():
+        full = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+        yield n, (full.cpu() if keep else None)
+        del full
+
+
 def local_shards(model: torch.nn.Module, world: int, rank: int) -> dict[str, torch.Tensor]:
     """This trainer rank's dim-0 rows of every parameter, without any collective.
 

@@ -23,3 +23,8 @@ def test_cpu_parallel_recipe_trains_and_every_slice_checksum_matches(tmp_path):
     assert {x["tp_rank"] for x in held} == {0, 1}
     assert all(sent[(x["version"], x["tp_rank"])] == x["sha256"] for x in held)
     assert len({x["sha256"] for x in held if x["version"] == 0}) == 2  # the slices differ
+    # The final HF export was streamed from the FSDP2 shards (one gathered tensor at a time).
+    from llamarl_core.models import load_pretrained
+    model, _ = load_pretrained(run_dir / "checkpoints" / "final")
+    assert all(bool(p.isfinite().all()) for p in model.parameters())
+    assert model.args.dim == 256

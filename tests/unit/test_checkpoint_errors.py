@@ -92,3 +92,30 @@ def test_legacy_pytorch_bin_checkpoint_loads_through_weights_only(tmp_path):
                tmp_path / "pytorch_model.bin")
     loaded, _ = load_pretrained(tmp_path)
     assert torch.equal(loaded.layers[1].feed_forward.w3.weight, model.layers[1].feed_forward.w3.weight)
+
+
+def test_a_streamed_save_writes_the_same_files_as_a_plain_save(tmp_path):
+    from llamarl_core.models import save_streamed
+    torch.manual_seed(0)
+    model = Llama(ARGS)
+    params = list(model.named_parameters())
+
+    def one_at_a_time():  # as FSDP2 gathers: a tensor exists only once it is asked for
+        for n, p in params:
+            yield n, p.detach().clone()
+
+    save_streamed(one_at_a_time(), {n: tuple(p.shape) for n, p in params}, torch.float32, ARGS,
+                  ByteTokenizer(), tmp_path / "streamed", max_shard_bytes=40_000)
+    save_pretrained(model, ByteTokenizer(), tmp_path / "plain", max_shard_bytes=40_000)
+    for f in sorted(p.name for p in (tmp_path / "plain").iterdir()):
+        assert (tmp_path / "streamed" / f).read_bytes() == (tmp_path / "plain" / f).read_bytes(), f
+    index = json.loads((tmp_path / "streamed" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+
+
+def test_a_streamed_save_refuses_tensors_out_of_order(tmp_path):
+    from llamarl_core.models import save_streamed
+    params = list(Llama(ARGS).named_parameters())
+    with pytest.raises(ValueError, match="order differs"):
+        save_streamed(((n, p.detach()) for n, p in reversed(params)), {n: tuple(p.shape) for n, p in params},
+                      torch.float32, ARGS, ByteTokenizer(), tmp_path)
