@@ -52,7 +52,7 @@ class RewardExecutor:
         self.partial: dict[tuple[int, int], list] = {}  # (replica, chunk) -> scored groups
 
     def run(self) -> None:
-        ctx, a = self.ctx, self.ctx.cfg.algorithm
+        ctx = self.ctx
         # No chunk exists before version 0 is published; a receive posted now would wait
         # through the trainer's warm start and first eval and could time out.
         with ctx.timeline.span("wait"):
