@@ -1,6 +1,11 @@
 """Summarize a run directory into one JSON: accuracy before/after RL, wall time, step stats.
 
     python scripts/summarize_run.py runs/cpu_tiny --out benchmarks/results/default_run_cpu.json
+
+Several run directories (runs started side by side, each on a share of the machine) give one
+JSON with each run's summary under "runs" and the headline numbers as lists:
+
+    python scripts/summarize_run.py /tmp/slowA /tmp/slowB --note "..." --out benchmarks/results/default_run_cpu_slow_machine.json
 """
 from __future__ import annotations
 
@@ -40,10 +45,21 @@ def summarize(run_dir: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path)
+    p.add_argument("--command", default="", help="the command that made the run(s)")
+    p.add_argument("--note", default="", help="how the runs were made (machine, load, what ran beside)")
     args = p.parse_args()
-    result = summarize(args.run_dir)
+    runs = [summarize(d) for d in args.run_dirs]
+    result = runs[0] if len(runs) == 1 else {
+        key: [r[key] for r in runs] for key in ("accuracy_before", "accuracy_after", "accuracy_gain_points",
+                                                "rl_steps", "run_wall_s")}
+    if len(runs) > 1:
+        result["step_s_median"] = [r["step_s"]["median"] for r in runs]
+        result["config_yaml"] = runs[0]["config_yaml"]
+        result["runs"] = [{k: v for k, v in r.items() if k != "config_yaml"} for r in runs]
+    head = {k: v for k, v in (("command", args.command), ("note", args.note)) if v}
+    result = {**head, **result}
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

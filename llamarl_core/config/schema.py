@@ -184,7 +184,7 @@ class DataConfig:
     num_eval_examples: int = 200
     digits: int = 2                      # built-in task difficulty
     num_operands: int = 2
-    solution_style: str = "columns"      # built-in task's worked solution: columns | short
+    solution_style: str = "columns"      # built-in task's worked solution: columns | digit_sums | short
     seed: int = 0                        # picks the problems and the train/test split; run.seed
                                          # varies the run (init, prompt order, sampling), not these
 
@@ -192,7 +192,7 @@ class DataConfig:
         _check_choice("data.template", self.template, ("plain", "chat"))
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
         _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
-        _check_choice("data.solution_style", self.solution_style, ("columns", "short"))
+        _check_choice("data.solution_style", self.solution_style, ("columns", "digit_sums", "short"))
         _check_positive("data.num_train_examples", self.num_train_examples)
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
 
@@ -233,15 +233,13 @@ class ControllerConfig:
                                          # hung; must exceed one chunk's generation or one eval
     startup_timeout_s: float = 120.0
     step_timeout_s: float = 600.0        # the longest any role waits on another
-    max_restarts: int = 0                # restarts of a dead generator/reward group (only 0 yet: any death ends the run)
+    max_restarts: int = 3                # restarts of a dead generator/reward group, per role (0: a death ends the run)
 
     def __post_init__(self):
         _check_choice("controller.weight_transport", self.weight_transport, WEIGHT_TRANSPORTS)
         if self.weight_bucket_mb <= 0:
             raise ConfigError(f"controller.weight_bucket_mb={self.weight_bucket_mb} must be > 0")
-        if self.max_restarts != 0:  # docs/ARCHITECTURE.md "Restart protocol": designed, not built
-            raise ConfigError(f"controller.max_restarts={self.max_restarts}: restarting a dead role "
-                              "group is not implemented yet; only 0 (a death ends the run) is supported")
+        _check_positive("controller.max_restarts", self.max_restarts, 0)
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
 

@@ -4,8 +4,9 @@ Why this default: the CPU recipe trains a ~2.5M-parameter byte-level Llama for a
 minute of supervised warm start and three minutes of RL on 2 cores. Fixed-width 2-digit
 addition (``23+45``) was measured to reach ~37% greedy accuracy after ~185 supervised
 steps and 65-83% after RL, while ``a+b-c`` learned too slowly; so the default is two
-2-digit operands and ``+``. Bytes are tokens, so prompts and solutions stay short:
-prompt ``23+45``, solution ``23+45=68\\n#### 68``.
+2-digit operands and ``+``. Bytes are tokens, so prompts and solutions stay short: prompt
+``27+48``, worked solution (``solution_style``) ``7+8=15\\n2+4+1=7\\n#### 75`` (cpu_tiny's
+``digit_sums``) or ``27+48=75\\n#### 75`` (``short``).
 
 Train and test are disjoint for a given seed: every problem text is assigned to one split
 by a seeded CRC32 hash (``TEST_SHARE`` of the space goes to test), and each split only
@@ -21,6 +22,7 @@ from llamarl_core.data.example import Example
 TEST_SHARE_PER_MILLE = 100  # 10% of the problem space is reserved for the test split
 MAX_DUPLICATE_STREAK = 2000  # repeated draws in a row: the split is used up, allow repeats
 MAX_DRAWS_WITHOUT_HIT = 100_000  # draws before declaring a split empty
+SOLUTION_STYLES = ("columns", "digit_sums", "short")
 
 
 def arith_examples(
@@ -39,10 +41,14 @@ def arith_examples(
     ``solution_style``: ``columns`` works a sum of non-negative operands digit by digit with
     carries and the answer written so far (``7+8=15 -> 5`` / ``2+4+1=7 -> 75`` / ``#### 75``),
     so each generated token depends on a one-digit fact or a copy from the line above, which a
-    tiny model learns quickly; ``short`` is ``27+48=75\n#### 75``.
+    tiny model learns quickly; ``digit_sums`` is the same column sums without the running
+    answer (``7+8=15`` / ``2+4+1=7`` / ``#### 75``): a third fewer tokens to generate and
+    train on, and measured to learn faster per supervised step (docs/ALGORITHMS.md, "The
+    default run"); ``short`` is ``27+48=75\n#### 75``.
     Subtraction always uses ``short``."""
-    if solution_style not in ("columns", "short"):
-        raise ValueError(f"arith: solution_style must be 'columns' or 'short', got {solution_style!r}")
+    if solution_style not in SOLUTION_STYLES:
+        raise ValueError(f"arith: solution_style must be one of {', '.join(SOLUTION_STYLES)}, "
+                         f"got {solution_style!r}")
     _check(split, num_examples, digits, num_operands, ops)
     rng = random.Random(f"arith:{seed}:{split}")
     low, high = 10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1
@@ -79,7 +85,10 @@ def arith_examples(
 def _solution(text: str, operands: list[int], operators: list[str], answer: str, style: str) -> str:
     if style == "short" or any(op != "+" for op in operators):
         return f"{text}={answer}\n#### {answer}"
-    return "\n".join(column_steps(operands)) + f"\n#### {answer}"
+    steps = column_steps(operands)
+    if style == "digit_sums":
+        return "\n".join(step.split(" -> ")[0] for step in steps) + f"\n#### {answer}"
+    return "\n".join(steps) + f"\n#### {answer}"
 
 
 def column_steps(operands: list[int]) -> list[str]:

@@ -57,5 +57,5 @@ class WorkerContext:
         return len(self.ranks("generator") or self.ranks("actor")) // self.generator_tp
 
     def reward_rank_for(self, replica: int) -> int:
-        rewards = self.ranks("reward")
-        return rewards[replica % len(rewards)]
+        """The reward rank (within its role) that scores generator replica `replica`."""
+        return replica % len(self.ranks("reward"))

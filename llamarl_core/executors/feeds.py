@@ -7,17 +7,25 @@
 
 `start()` is called once version 0 is published: no chunk can arrive before that, and a
 receive posted earlier would wait through the warm start and first eval (and time out).
+
+Restarts (executors/rejoin.py): while a feed waits it calls the trainer's `on_wait()`, which
+returns the roles restarted since (after handling what the trainer itself must do, such as
+sending the current weights to new generators); a broken link goes to `on_broken(error)`,
+which waits for the controller's verdict. A restarted reward role means new links here.
 """
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
-from llamarl_core.transport.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
+from llamarl_core.executors import rejoin
+from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender,
+                                             LinkBroken)
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 
 Collected = tuple[Rollout, torch.Tensor, float]  # (rows, staleness per row, seconds waited)
@@ -33,29 +41,69 @@ def counts_drops_of(rank: int, replicas: int, trainers: int, prompts: int, group
             if chunk_slices_for_trainers(i, replicas, trainers, prompts, group_size)[0][0] == rank}
 
 
-class RewardFeed:
+def no_restarts() -> set[str]:
+    return set()
+
+
+class _Waits:
+    """What both feeds share: waiting on a receiver while restarts are handled."""
+
+    ctx: WorkerContext
+    on_wait: Callable[[], set[str]] = staticmethod(no_restarts)
+    on_broken: Callable[[BaseException], set[str]]
+
+    def _get(self, inbox: Callable[[], AsyncReceiver], reopen: Callable[[], None]) -> Rollout | None:
+        """The next rollout of `inbox()`; after a reward restart `reopen()` makes new receivers.
+        None: a restart cut the wait short (the caller decides what to redo)."""
+        restarted: set[str] = set()
+
+        def stop() -> bool:
+            if self.ctx.should_stop():
+                raise Stopped()
+            restarted.update(self.on_wait())
+            return bool(restarted)
+        try:
+            got = inbox().get(stop)
+        except LinkBroken as e:
+            restarted = self.on_broken(e)
+            got = None
+        if "reward" in restarted:
+            reopen()
+        return got
+
+
+class RewardFeed(_Waits):
     def __init__(self, ctx: WorkerContext, rank: int, world: int):
         a = ctx.cfg.algorithm
-        self.ctx, self.rank, self.replicas = ctx, rank, ctx.generator_replicas
+        self.ctx, self.rank, self.world, self.replicas = ctx, rank, world, ctx.generator_replicas
         self.sources = replicas_for_trainer(rank, self.replicas, world, a.prompts_per_step)
         self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
         self.inboxes: dict[int, AsyncReceiver] = {}
         self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
+        self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
 
     def start(self) -> None:
-        self.inboxes = {i: AsyncReceiver(self.ctx.reward_rank_for(i), TAG_TO_TRAINER_BASE + i)
+        self.links = rejoin.links(self.ctx)
+        self._open()
+
+    def _open(self) -> None:
+        self.links.drop("reward")
+        me = rejoin.my_endpoint(self.ctx)
+        self.inboxes = {i: AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(i)),
+                                                        me, sending=False), TAG_TO_TRAINER_BASE + i)
                         for i in self.sources}
 
     def collect(self, step: int, version: int) -> Collected:
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
         chunks, t0 = [], time.time()
         with ctx.timeline.span("wait", step=step):
-            for i, inbox in self.inboxes.items():
+            for i in self.sources:
                 while True:
-                    r = inbox.get(ctx.should_stop)
-                    if r is None:
-                        raise Stopped()
+                    r = self._get(lambda: self.inboxes[i], self._open)
+                    if r is None or r.chunk < self.next_chunk.get(i, 0):
+                        continue  # a restart cut the wait short, or a chunk consumed before it came again
                     self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
+                    ctx.control.set_expected(i, self.rank, r.chunk + 1)
                     if r.policy_version >= version - k:
                         chunks.append(r)
                         break
@@ -63,11 +111,26 @@ class RewardFeed:
                         ctx.control.add_dropped(i)
         return concat(chunks), staleness_per_row(chunks, version), time.time() - t0
 
+    def wait_for_peers(self, step: int) -> None:
+        """Every trainer rank has its rows of `step` before any enters the step's collectives:
+        a rank stuck in an all-reduce could not join the weight sync that new generators
+        need before they can produce the rows its peer still waits for."""
+        if self.world == 1:
+            return
+        key = f"collected/{step}"
+        self.ctx.control.store.add(key, 1)
+        while self.ctx.control.get_int(key) < self.world:
+            if self.ctx.should_stop():
+                raise Stopped()
+            if "reward" in self.on_wait():
+                self._open()
+            time.sleep(0.005)
+
     def close(self) -> None:
         pass
 
 
-class OwnChunks:
+class OwnChunks(_Waits):
     def __init__(self, ctx: WorkerContext, rank: int, world: int, model, tokenizer, prompts):
         self.ctx, self.rank, self.replicas = ctx, rank, world
         self.chunks = ChunkGenerator(ctx.cfg, model, tokenizer, prompts, rank, world,
@@ -75,19 +138,39 @@ class OwnChunks:
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
         self.next_chunk: dict[int, int] = {}  # chunk n is step n: the data position
+        self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
 
     def start(self) -> None:
-        self.inbox = AsyncReceiver(self.ctx.reward_rank_for(self.rank), TAG_TO_TRAINER_BASE + self.rank)
+        self.links = rejoin.links(self.ctx)
+        self._open()
+
+    def _open(self) -> None:
+        """Links to and from this rank's reward rank, in the epochs of now."""
+        self.links.drop("reward")
+        me = rejoin.my_endpoint(self.ctx)
+        reward = rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(self.rank))
+        self.outbox = AsyncSender("actor-sender")
+        self.to_reward = self.links.get(me, reward, sending=True)
+        self.inbox = AsyncReceiver(self.links.get(reward, me, sending=False), TAG_TO_TRAINER_BASE + self.rank)
 
     def collect(self, step: int, version: int) -> Collected:
         ctx, t0 = self.ctx, time.time()
         with ctx.timeline.span("generate", step=step, version=version):
             rollout = self.chunks.generate(step, version)
-        self.outbox.send(rollout, ctx.reward_rank_for(self.rank), TAG_TO_REWARD)
-        with ctx.timeline.span("wait", step=step):
-            scored = self.inbox.get(ctx.should_stop)
-        if scored is None:
-            raise Stopped()
+        scored, send = None, True
+        while scored is None:  # sent again when the reward role was restarted meanwhile
+            if send:
+                try:
+                    self.outbox.send(rollout, self.to_reward, TAG_TO_REWARD)
+                    send = False
+                except LinkBroken as e:
+                    if "reward" in self.on_broken(e):
+                        self._open()
+                    continue
+            inbox = self.inbox
+            with ctx.timeline.span("wait", step=step):
+                scored = self._get(lambda: self.inbox, self._open)
+            send = self.inbox is not inbox  # new links: the new reward rank never saw it
         self.next_chunk[self.rank] = step + 1
         ctx.control.set_stats("generator", self.rank,
                               {**self.chunks.stats(since=ctx.timeline.t_start), **ctx.timeline.totals()})
@@ -95,6 +178,9 @@ class OwnChunks:
 
     def weights_changed(self) -> None:
         self.chunks.engine.refresh_weights()  # the engine shares the trained module
+
+    def wait_for_peers(self, step: int) -> None:
+        pass  # no generator role to restart: nothing to wait for
 
     def close(self) -> None:
         pass

@@ -24,13 +24,14 @@ import time
 
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
-from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender
+from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors import fp8_weights
 from llamarl_core.executors.weights import fp8_wire, make_receiver
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
+from llamarl_core.executors import rejoin
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
 
@@ -85,29 +86,56 @@ class GeneratorExecutor:
         if not self.rank.is_leader:
             self._follow()
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
-        reward_rank = ctx.reward_rank_for(self.rank.replica)
-        sender = AsyncSender("rollout-sender")
-        chunk = ctx.control.next_chunk(self.rank.replica)  # > 0 on resume: the first untrained chunk
+        self.links, self.watch = rejoin.links(ctx), rejoin.watch(ctx, ["reward"])
+        sender, link = self._connect()
+        # > 0 on resume or after a restart: the first chunk the trainer has not consumed
+        chunk = rejoin.start_chunk(ctx, self.rank.replica)
         t0 = time.time()
         while not ctx.should_stop():
-            if self.receiver.ready():
-                self.steps.announce("sync")
-                self._receive()
+            try:
+                if self.watch.poll():  # the reward role was restarted: what it held is lost
+                    sender, link = self._connect()
+                    chunk = rejoin.start_chunk(ctx, self.rank.replica)
+                    continue
+                if self.receiver.ready():
+                    self.steps.announce("sync")
+                    self._receive()
+                    continue
+                if not self._may_generate(sender, chunk, k):
+                    with ctx.timeline.span("wait"):
+                        self._wait_until_ready(sender, chunk, k)
+                    continue
+                self.steps.announce("generate", chunk=chunk, version=self.held)
+                with ctx.timeline.span("generate", chunk=chunk, version=self.held):
+                    rollout = self.chunks.generate(
+                        chunk, self.held, on_group=lambda part: self._send(sender, part, link),
+                        between_steps=self._swap_if_published)
+            except LinkBroken as e:  # the reward rank died: wait for the controller's verdict
+                rejoin.await_verdict(ctx, self.watch, e)
+                sender, link = self._connect()
+                chunk = rejoin.start_chunk(ctx, self.rank.replica)
                 continue
-            if not self._may_generate(sender, chunk, k):
-                with ctx.timeline.span("wait"):
-                    self._wait_until_ready(sender, chunk, k)
-                continue
-            self.steps.announce("generate", chunk=chunk, version=self.held)
-            with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                rollout = self.chunks.generate(
-                    chunk, self.held, on_group=lambda part: sender.send(part, reward_rank, TAG_TO_REWARD),
-                    between_steps=self._swap_if_published)
             self.quant_kl.measure(rollout, self.held)
             chunk += 1
             self._publish_stats(t0)
         self.steps.announce("stop")
         raise Stopped()
+
+    @staticmethod
+    def _send(sender: AsyncSender, part, link) -> None:
+        """Hand a prompt group to the sender; a broken link is not raised inside the engine's
+        decode loop (the chunk ends cleanly and is generated again): `sender.idle()` raises
+        it at the loop's next turn."""
+        try:
+            sender.send(part, link, TAG_TO_REWARD)
+        except LinkBroken:
+            pass
+
+    def _connect(self) -> tuple[AsyncSender, object]:
+        """A fresh sender and link to this replica's reward rank, in the epochs of now."""
+        self.links.drop("reward")
+        reward = rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(self.rank.replica))
+        return AsyncSender("rollout-sender"), self.links.get(rejoin.my_endpoint(self.ctx), reward, sending=True)
 
     def _follow(self) -> None:
         """TP ranks 1..: do the leader's steps; their copy of each rollout is dropped."""

@@ -5,12 +5,18 @@
     InPlace     (sync):  the colocated engine already shares the trained module; it only
         refreshes what it derived from the weights, and rank 0 announces the version.
 Both return the metrics of the publish (empty when nothing moved).
+
+`rejoin(version)`: the generator role was restarted; WeightSync builds a sender for the new
+ranks (membership epoch) and sends them `version`, the trainer's current weights, so they
+generate nothing before holding them. A publish that finds its generators gone waits for
+the controller's verdict (`on_broken`) and does the same.
 """
 from __future__ import annotations
 
 from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.fp8_weights import engine_quantizes
-from llamarl_core.executors.weights import fp8_wire, make_sender
+from llamarl_core.executors.weights import fp8_wire, generator_epoch, make_sender
+from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport import checksums
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.parallel import full_state, local_shards, unwrap
@@ -20,12 +26,46 @@ class WeightSync:
     def __init__(self, ctx: WorkerContext, rank: int, model, raw):
         self.ctx, self.rank, self.model, self.args = ctx, rank, model, raw.args
         self.world = len(ctx.ranks("trainer"))
-        self.sender = make_sender(ctx, unwrap(model))  # every trainer rank sends its own rows
+        self.on_broken = None  # set by the trainer: waits for the controller's verdict
+        self.abandoned: list = []  # senders of replaced epochs: never closed (their peers are gone)
+        self.sender = self._build()  # every trainer rank sends its own rows
+
+    def _build(self):
+        while True:
+            try:
+                return make_sender(self.ctx, unwrap(self.model), generator_epoch(self.ctx))
+            except MembershipChanged:
+                continue  # replaced again while joining: join the newest
+
+    def _current(self) -> bool:
+        if self.sender.epoch == generator_epoch(self.ctx):
+            return True
+        self.abandoned.append(self.sender)
+        self.sender = self._build()
+        return False
+
+    def rejoin(self, version: int) -> dict:
+        """New generators: a sender for them, then `version`; {} if this sender is current."""
+        if self._current():
+            return {}
+        return self._stats(self._send(version))
+
+    def _send(self, version: int):
+        while True:
+            self._current()
+            try:
+                return self.sender.send(local_shards(self.model, self.world, self.rank), version)
+            except MembershipChanged:
+                continue
+            except RuntimeError as e:  # collective: a generator died mid-send
+                if self.on_broken is None:
+                    raise
+                self.on_broken(e)
 
     def publish(self, version: int) -> dict:
         cfg = self.ctx.cfg
         with self.ctx.timeline.span("sync", version=version):
-            stats = self.sender.send(local_shards(self.model, self.world, self.rank), version)
+            stats = self._send(version)
             if self.rank == 0:
                 self.ctx.control.publish_version(version)
         if cfg.run.weight_checksums:  # a test aid: gathers the full weights (never on the sync path)
@@ -40,6 +80,10 @@ class WeightSync:
                 else:
                     checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
                                      checksums.fp8_state(state, fp8) if fp8 else state)
+        return self._stats(stats)
+
+    @staticmethod
+    def _stats(stats) -> dict:
         return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
                 "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 
@@ -51,6 +95,10 @@ class WeightSync:
 class InPlace:
     def __init__(self, ctx: WorkerContext, rank: int, feed):
         self.ctx, self.rank, self.feed = ctx, rank, feed
+        self.on_broken = None
+
+    def rejoin(self, version: int) -> dict:
+        return {}  # no generator role in sync mode
 
     def publish(self, version: int) -> dict:
         self.feed.weights_changed()

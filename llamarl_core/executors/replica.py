@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from llamarl_core.executors.context import WorkerContext
+from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.tensor_parallel import broadcast_flag, make_token_sync, shard_model_
 
 
@@ -30,14 +31,13 @@ class ReplicaRank:
     tp: int
     num_replicas: int
     group: object = None          # the replica's process group (tp > 1)
-    leader_global_rank: int = 0
+    leader_rank: int = 0          # TP rank 0's rank in the generator role's world
 
     @classmethod
     def of(cls, ctx: WorkerContext) -> "ReplicaRank":
         tp = ctx.generator_tp
         replica, tp_rank = divmod(ctx.local_rank, tp)
-        leader = ctx.ranks("generator")[replica * tp] if tp > 1 else ctx.global_rank
-        return cls(replica, tp_rank, tp, ctx.generator_replicas, ctx.groups.get("generator_tp"), leader)
+        return cls(replica, tp_rank, tp, ctx.generator_replicas, ctx.groups.get("generator_tp"), replica * tp)
 
     @property
     def is_leader(self) -> bool:
@@ -47,14 +47,14 @@ class ReplicaRank:
         """TP rank 0's `flag` on every rank of the replica (one tiny broadcast; tp = 1: `flag`)."""
         if self.tp == 1:
             return flag
-        return broadcast_flag(flag, self.leader_global_rank, self.group)
+        return broadcast_flag(flag, self.leader_rank, self.group)
 
     def shard(self, model):
         """Shard `model` in place for this TP rank; returns the engine's token_sync (or None)."""
         if self.tp == 1:
             return None
         shard_model_(model, self.tp_rank, self.tp, self.group)
-        return make_token_sync(self.group, self.leader_global_rank)
+        return make_token_sync(self.group, self.leader_rank)
 
 
 class ReplicaSteps:
@@ -63,10 +63,12 @@ class ReplicaSteps:
     def __init__(self, ctx: WorkerContext, rank: ReplicaRank, poll_s: float):
         self.ctx, self.rank, self.poll_s = ctx, rank, poll_s
         self.n = 0
+        # a restarted replica numbers its steps from 0 again, under its own epoch
+        self.key = f"{rank.replica}@{role_epoch(ctx.control.store, 'generator')}"
 
     def announce(self, do: str, **fields) -> None:
         if self.rank.tp > 1:
-            self.ctx.control.announce_replica_step(self.rank.replica, self.n, {"do": do, **fields})
+            self.ctx.control.announce_replica_step(self.key, self.n, {"do": do, **fields})
             self.n += 1
 
     def next(self) -> dict:
@@ -75,7 +77,7 @@ class ReplicaSteps:
         control, timeout_s = self.ctx.control, self.ctx.cfg.controller.step_timeout_s
         ended_at = None
         while True:
-            step = control.replica_step(self.rank.replica, self.n)
+            step = control.replica_step(self.key, self.n)
             if step is not None:
                 self.n += 1
                 return step

@@ -18,9 +18,11 @@ from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
-from llamarl_core.transport.channels import TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender
+from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender,
+                                             LinkBroken, get_any)
 from llamarl_core.wire.rollout import assemble
 from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors import rejoin
 
 POLL_S = 0.05
 
@@ -41,12 +43,16 @@ class RewardExecutor:
         self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
         # Sync mode (k = 0) has no generator or trainer role: the colocated actor ranks are both.
         self.num_replicas = ctx.generator_replicas
-        self.trainer_ranks = ctx.ranks("trainer") or ctx.ranks("actor")
+        self.source_role = "generator" if ctx.ranks("generator") else "actor"
+        self.trainer_role = "trainer" if ctx.ranks("trainer") else "actor"
+        self.trainer_ranks = ctx.ranks(self.trainer_role)
+        # the replicas this rank scores (replica i → reward rank i mod R)
+        self.sources = [i for i in range(self.num_replicas) if ctx.reward_rank_for(i) == ctx.local_rank]
         self.scored = 0
         self.partial: dict[tuple[int, int], list] = {}  # (replica, chunk) -> scored groups
 
     def run(self) -> None:
-        ctx, a = self.ctx, self.ctx.cfg.algorithm
+        ctx = self.ctx
         # No chunk exists before version 0 is published; a receive posted now would wait
         # through the trainer's warm start and first eval and could time out.
         with ctx.timeline.span("wait"):
@@ -54,28 +60,56 @@ class RewardExecutor:
                 if ctx.should_stop():
                     raise Stopped()
                 time.sleep(POLL_S)
-        inbox, outbox = AsyncReceiver(None, TAG_TO_REWARD), AsyncSender("reward-sender")
+        self.links, self.watch = rejoin.links(ctx), rejoin.watch(ctx, [self.source_role])
+        inbox, outbox = self._open_inbox(), AsyncSender("reward-sender")
         while True:
-            with ctx.timeline.span("wait"):
-                rollout = inbox.get(ctx.should_stop)
-            if rollout is None:
-                raise Stopped()
-            with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
-                rollout.rewards = torch.tensor(self.score(rollout), dtype=torch.float32)
-            self.scored += rollout.num_rows
-            key = (rollout.replica, rollout.chunk)
-            parts = self.partial.setdefault(key, [])
-            parts.append(rollout)
-            rollout = assemble(parts, a.group_size)
-            if rollout is None:
-                continue
-            del self.partial[key]
-            for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
-                                                       len(self.trainer_ranks), a.prompts_per_step,
-                                                       a.group_size):
-                outbox.send(rollout.rows(lo, hi), self.trainer_ranks[j], TAG_TO_TRAINER_BASE + rollout.replica)
-            ctx.control.set_stats("reward", ctx.local_rank, {
-                "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
+            restarted: set[str] = set()
+
+            def stop() -> bool:
+                restarted.update(self.watch.poll())
+                return bool(restarted) or ctx.should_stop()
+            try:
+                with ctx.timeline.span("wait"):
+                    rollout = get_any(inbox, stop)
+                if rollout is None and not restarted:
+                    raise Stopped()
+                if rollout is not None:
+                    self._take(rollout, outbox)
+            except LinkBroken as e:  # a generator (or trainer) died: the controller decides
+                restarted = rejoin.await_verdict(ctx, self.watch, e)
+            if restarted:  # the generator role was restarted: its chunks are generated again
+                inbox = self._open_inbox()
+
+    def _open_inbox(self) -> list[AsyncReceiver]:
+        """One receiver per replica this rank scores, on links of the current epochs; what
+        was partly received from the old ones is dropped (it will be generated again)."""
+        self.links.drop(self.source_role)
+        self.partial.clear()
+        me, tp = rejoin.my_endpoint(self.ctx), self.ctx.generator_tp
+        return [AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, self.source_role, i * tp), me, sending=False),
+                              TAG_TO_REWARD) for i in self.sources]
+
+    def _take(self, rollout, outbox: AsyncSender) -> None:
+        """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
+        ctx, a = self.ctx, self.ctx.cfg.algorithm
+        with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
+            rollout.rewards = torch.tensor(self.score(rollout), dtype=torch.float32)
+        self.scored += rollout.num_rows
+        key = (rollout.replica, rollout.chunk)
+        parts = self.partial.setdefault(key, [])
+        parts.append(rollout)
+        rollout = assemble(parts, a.group_size)
+        if rollout is None:
+            return
+        del self.partial[key]
+        me = rejoin.my_endpoint(ctx)
+        for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
+                                                   len(self.trainer_ranks), a.prompts_per_step,
+                                                   a.group_size):
+            link = self.links.get(me, rejoin.endpoint(ctx, self.trainer_role, j), sending=True)
+            outbox.send(rollout.rows(lo, hi), link, TAG_TO_TRAINER_BASE + rollout.replica)
+        ctx.control.set_stats("reward", ctx.local_rank, {
+            "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
 
     def score(self, rollout) -> list[float]:
         texts, refs = [], []

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from llamarl_core.executors import checkpoints
+from llamarl_core.executors import checkpoints, rejoin
 from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.feeds import OwnChunks, RewardFeed
 from llamarl_core.executors.heldout import heldout_eval, write_samples
@@ -38,6 +38,7 @@ from llamarl_core.models import save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.trainer_model import build_trainer_model
+from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import iter_full_tensors, unwrap
 from llamarl_core.wire.rollout import Rollout
 
@@ -57,8 +58,14 @@ class TrainerExecutor:
         self.eval_examples = load_split(cfg, "test")
         self.reward_fn = get_reward(reward_name(cfg))
         self.version = 0
+        # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
+        self.restartable = [r for r in ("generator", "reward") if ctx.ranks(r)]
+        self.watch = rejoin.watch(ctx, self.restartable)
         self.feed = make_feed(self)
         self.publisher = make_publisher(self)
+        self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
+        publisher_watch = rejoin.watch(ctx, ["generator"])
+        self.publisher.on_broken = lambda e: rejoin.await_verdict(ctx, publisher_watch, e)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
         first_step = checkpoints.read_state(cfg.run.resume)["step"] + 1 if cfg.run.resume else 1
         self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard, first_step)
@@ -81,6 +88,7 @@ class TrainerExecutor:
             t0 = time.time()
             ctx.progress()
             batch, staleness, waited_s = self.feed.collect(step, self.version)
+            self.feed.wait_for_peers(step)
             with ctx.timeline.span("train", step=step):
                 metrics = self.learner.rl_step(batch, staleness)
             self.version += 1
@@ -118,6 +126,19 @@ class TrainerExecutor:
     def sync(self) -> None:
         """Hand version `self.version` to whoever generates next."""
         self.last_sync = self.publisher.publish(self.version)
+
+    def _on_wait(self) -> set[str]:
+        """Called while waiting for rows: new generators get the current weights first."""
+        restarted = self.watch.poll()
+        if "generator" in restarted:
+            self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
+        return restarted
+
+    def _on_broken(self, error: BaseException) -> set[str]:
+        restarted = rejoin.await_verdict(self.ctx, self.watch, error)
+        if "generator" in restarted:
+            self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
+        return restarted
 
     def evaluate(self) -> None:
         if not self.eval_examples:
@@ -229,6 +250,7 @@ class TrainerExecutor:
                 **{f"trainer/{k}": round(v, 5) for k, v in metrics.items()},
                 "batch/min_policy_version": batch.policy_version,
                 "dropped_chunks": self._dropped_total(),
+                **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},
                 "step_s": round(step_s, 4), "trainer/wait_s": round(waited_s, 4),
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}

@@ -6,21 +6,29 @@ ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8
 quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
 (`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
-Endpoints live under membership epoch 0 of the controller's store (`xfer/0/...`); a
-restart builds new ones with the next epoch.
+Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
+restart): new generator ranks build a receiver there, the trainer ranks a new sender, and
+the trainer sends its current weights before anything is generated (executors/rejoin.py).
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
+from llamarl_core.transport.membership import MembershipChanged, role_epoch
 from llamarl_core.transport.tp_layout import tp_slice
 
-EPOCH = 0
+POLL_S = 0.01
+
+
+def generator_epoch(ctx: WorkerContext) -> int:
+    return role_epoch(ctx.control.store, "generator")
 
 
 def transport(ctx: WorkerContext) -> str:
@@ -55,12 +63,24 @@ def fp8_wire(ctx: WorkerContext) -> bool:
     return ctx.cfg.resources.generator.quantization == "fp8"
 
 
-def make_sender(ctx: WorkerContext, model: torch.nn.Module) -> DdmaSender:
-    """On every trainer rank (full shapes: a DTensor's .shape is the global one)."""
+def make_sender(ctx: WorkerContext, model: torch.nn.Module, epoch: int) -> DdmaSender:
+    """On every trainer rank (full shapes: a DTensor's .shape is the global one), for the
+    generators of `epoch`; MembershipChanged if they are replaced before it is built."""
+    def interrupt() -> bool:
+        if ctx.should_stop():  # also marks this rank's progress while it waits
+            raise Stopped()
+        return generator_epoch(ctx) != epoch
+
+    keys = [f"xfer/{epoch}/joined/{g}" for g in range(len(ctx.ranks("generator")))]
+    while not ctx.control.store.check(keys):  # new generators may take long to build their model
+        if interrupt():
+            raise MembershipChanged(f"generator epoch {epoch} was replaced before it joined")
+        time.sleep(POLL_S)
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     device = next(model.parameters()).device
     return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=ctx.control.store,
-                      epoch=EPOCH, device=device, timeout_s=ctx.cfg.controller.step_timeout_s)
+                      epoch=epoch, device=device, timeout_s=ctx.cfg.controller.step_timeout_s,
+                      interrupt=interrupt)
 
 
 def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dict[str, torch.Tensor],
@@ -68,6 +88,8 @@ def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dic
     """`params`: this rank's (TP-sliced) parameters; `full`: the unsharded shapes, as the trainer has them."""
     trainer_dtype = TORCH_DTYPES[ctx.cfg.resources.trainer.dtype]
     shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in full.items()}
+    epoch = generator_epoch(ctx)
+    ctx.control.store.set(f"xfer/{epoch}/joined/{ctx.local_rank}", "1")  # the trainer waits for it
     return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
-                        store=ctx.control.store, epoch=EPOCH, run_id=ctx.run_id,
+                        store=ctx.control.store, epoch=epoch, run_id=ctx.run_id,
                         timeout_s=ctx.cfg.controller.step_timeout_s)

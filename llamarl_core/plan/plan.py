@@ -67,7 +67,7 @@ class LaunchPlan:
     mode: str                           # "async" | "sync"
     device: str
     total_devices: int                  # accelerators (or CPU compute processes)
-    world_size: int                     # ranks in the global process group
+    world_size: int                     # ranks of all roles (global rank = role offset + RANK)
     nodes: int
     model_preset: str
     num_params: int

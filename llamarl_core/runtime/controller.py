@@ -5,7 +5,8 @@
       ├─ TCPStore server (loopback by default; a busy port falls back to a free one)
       ├─ exec the plan's torchrun command per role (node 0's on a multi-node plan)
       └─ supervise: exit codes, worker pids, heartbeats, run/state; live view
-           one dead, failed or silent rank → abort with its role, rank and log tail;
+           one dead, failed or silent generator rank → restart that group (runtime/restarts.py,
+           up to controller.max_restarts); any other → abort with its role, rank and log tail;
            everything it started is ended before it returns (no orphans)
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import procs, resume
+from llamarl_core.runtime import procs, restarts, resume
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -61,6 +62,8 @@ class Controller:
         self.ranks = [(r.name, i) for r in plan.roles for i in range(r.num_devices)]
         self.procs: list = []
         self.role_of_proc: list[str] = []
+        self.restarts: dict[str, int] = {}        # role → times restarted
+        self.started_at: dict[str, float] = {}    # role → when its group was (re)started
 
     def run(self) -> RunResult:
         """Launch, supervise, and always end every process it started."""
@@ -132,7 +135,9 @@ class Controller:
                     return RunResult(True, self.run_dir, "done")
             else:
                 problem = self._find_problem(time.time() - t_start, c)
-                if problem:
+                if problem and self._may_restart(problem[1]):
+                    restarts.restart_role(self, problem[1], problem[0])
+                elif problem:
                     return self._failure(*problem)
             time.sleep(POLL_S)
 
@@ -150,13 +155,19 @@ class Controller:
                 err = self.control.get_str(f"error/{role}/{rank}")
                 return (f"role {role} rank {rank} (pid {pid}) died" + (f": {err}" if err else ""), role, rank)
             beat = self.control.last_heartbeat(role, rank)
-            if beat is None and elapsed > c.startup_timeout_s:
+            since = time.time() - self.started_at[role] if role in self.started_at else elapsed
+            if beat is None and since > c.startup_timeout_s:
                 return (f"role {role} rank {rank} did not start within controller.startup_timeout_s="
                         f"{c.startup_timeout_s:g}", role, rank)
             if beat is not None and time.time() - beat > c.heartbeat_timeout_s:
                 return (f"role {role} rank {rank} made no progress for {time.time() - beat:.0f} s > "
                         f"controller.heartbeat_timeout_s={c.heartbeat_timeout_s:g} (hung?)", role, rank)
         return None
+
+    def _may_restart(self, role: str) -> bool:
+        plan = {"nodes": getattr(self.plan, "nodes", 2)}  # a plan view without nodes: multi-node
+        return (restarts.may_restart(self.cfg, plan, role) and self._state() == "running"
+                and self.restarts.get(role, 0) < self.cfg.controller.max_restarts)
 
     def _failure(self, message: str, role: str | None = None, rank: int | None = None) -> RunResult:
         self.control.abort(message)

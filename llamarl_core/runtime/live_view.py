@@ -95,9 +95,11 @@ def _rank_states(statuses: dict) -> Text:
 
 def plain_line(m: dict) -> str:
     acc = f" acc {m['eval/accuracy']:.3f}" if "eval/accuracy" in m else ""
+    restarts = "".join(f"  restarts {k.split('/', 1)[1]} {v}" for k, v in sorted(m.items())
+                       if k.startswith("restarts/") and v)
     return (f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward_mean', 0):.3f}"
             f"{acc}  staleness {m.get('trainer/staleness_mean', 0):.2f}  "
-            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('step_s', 0):.2f} s")
+            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('step_s', 0):.2f} s{restarts}")
 
 
 class LiveView:
@@ -139,4 +141,4 @@ class LiveView:
                                     rl_elapsed_s=elapsed))
         elif m.get("step", 0) > self.last_step:
             self.last_step = m["step"]
-            self.console.print(plain_line(m), highlight=False)
+            self.console.print(plain_line(m), highlight=False, soft_wrap=True)  # one line per step, whatever its width

@@ -1,11 +1,14 @@
 """Worker entry point: `torchrun ... -m llamarl_core.runtime.worker role=NAME plan=PLAN.json`.
 
-Each process joins its role's torchrun world (RANK within the role) and one global process
-group built on the controller's TCPStore (global rank = role offset + RANK); role groups
-and the weight group are cut from it, every rank creating them in the same order. Output
-goes to `<run_dir>/logs/<role>_<rank>.log`. Exit code 0 when the run ended (done, or
-stopped by another role's failure), 1 when this rank failed — after recording why in
-the store so the controller can name it.
+Each process joins its role's own process group on the controller's TCPStore
+(`pg/<role>/<epoch>`, rank = RANK within the role; the epoch counts the role's restarts).
+No group spans two roles: cross-role traffic goes over links and weight-sync endpoints
+built per membership epoch (transport/links.py, transport/ddma.py), so a restarted
+generator or reward group can rejoin a run whose other roles live on. Output goes to
+`<run_dir>/logs/<role>_<rank>.log`. Exit code 0 when the run ended (done, or stopped by
+another role's failure), 1 when this rank failed — after recording why in the store so the
+controller can name it; a rank of a role the controller may restart leaves the verdict
+(restart or abort) to the controller.
 """
 from __future__ import annotations
 
@@ -33,8 +36,10 @@ from omegaconf import OmegaConf
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.runtime.restarts import may_restart
 from llamarl_core.runtime.devices import backend, rank_device
 from llamarl_core.transport.control import ControlPlane, ControllerUnreachable, RunMismatch, connect_run
+from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.tensor_parallel import new_replica_groups
 from llamarl_core.transport.timeline import Timeline
 
@@ -96,15 +101,13 @@ def role_ranks(plan: dict) -> dict[str, list[int]]:
     return {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]}
 
 
-def build_groups(plan: dict) -> dict:
-    """Every rank calls new_group for the same groups in the same order."""
-    roles = role_ranks(plan)
-    groups = {name: dist.new_group(ranks) for name, ranks in roles.items()}
-    if "generator" in roles and "trainer" in roles:
-        groups["weights"] = dist.new_group([roles["trainer"][0]] + roles["generator"])
-    gen = next((r for r in plan["roles"] if r["name"] == "generator"), None)
-    if gen and gen["parallelism"]["tp"] > 1:  # this rank's replica group, None off the generator
-        groups["generator_tp"] = new_replica_groups(roles["generator"], gen["parallelism"]["tp"])
+def build_groups(plan: dict, role: str) -> dict:
+    """This role's groups, within its own world (every rank of the role in the same order)."""
+    groups = {role: dist.group.WORLD}
+    spec = next(r for r in plan["roles"] if r["name"] == role)
+    tp = spec["parallelism"]["tp"] if role == "generator" else 1
+    if tp > 1:  # this rank's replica group
+        groups["generator_tp"] = new_replica_groups(list(range(len(role_ranks(plan)[role]))), tp)
     return groups
 
 
@@ -152,11 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     code, executor = 0, None
     try:
         device = rank_device(cfg, role)
-        dist.init_process_group(backend(cfg), store=dist.PrefixStore("pg", control.store), rank=global_rank,
-                                world_size=plan["world_size"], timeout=timedelta(seconds=c.step_timeout_s))
+        epoch = role_epoch(control.store, role)
+        dist.init_process_group(backend(cfg), store=dist.PrefixStore(f"pg/{role}/{epoch}", control.store), rank=rank,
+                                world_size=len(role_ranks(plan)[role]), timeout=timedelta(seconds=c.step_timeout_s))
         ctx = WorkerContext(cfg, plan, run_dir, role, rank, global_rank,
                             role_ranks(plan),
-                            control, timeline, build_groups(plan), plan.get("run_id", ""), device=device)
+                            control, timeline, build_groups(plan, role), plan.get("run_id", ""), device=device)
         executor = executor_for(role)(ctx)
         heartbeat.progress_s = lambda: ctx.last_progress_s
         ctx.progress()
@@ -169,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             reason = f"{role} rank {rank}: {type(e).__name__}: {e}"
             try:
                 control.store.set(f"error/{role}/{rank}", reason)
-                control.abort(reason)
+                if not may_restart(cfg, plan, role):  # else the controller restarts the group
+                    control.abort(reason)
             except Exception:
                 pass
             code = 1

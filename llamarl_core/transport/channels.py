@@ -1,30 +1,38 @@
-"""The data plane: rollout chunks as tensors over torch.distributed point-to-point.
+"""The data plane: rollout chunks as tensors over 2-rank gloo links (transport/links.py).
 
     generator replica i ──send──▶ reward rank (i mod R) ──send──▶ trainer rank(s) j
 
 A message is three tensors (header, ints, floats) sent in order with one tag; reward →
 trainer tags name the generator replica, so a trainer posts exactly the receive it expects.
-Nothing here goes through the TCPStore.
+Nothing here goes through the TCPStore (beyond building a link).
 
 Why threads: gloo's point-to-point `Work.is_completed()` stays False until `wait()`, and a
 `wait(timeout)` that expires closes the connection. So blocking send/recv run on one
 background thread per stream, and the role's loop polls plain Python state. That keeps a
-generator whose last chunk is not yet taken free to join a weight broadcast (no cross-role
-deadlock), and lets every loop notice a finished or aborted run.
+generator whose last chunk is not yet taken free to join a weight sync (no cross-role
+deadlock), and lets every loop notice a finished or aborted run, or a restarted peer.
+
+A link that fails (its peer died) raises `LinkBroken` in the role's loop, which then waits
+for the controller's verdict: a restart (new epoch, new links) or the end of the run.
 """
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 
+from llamarl_core.transport.links import Link
 from llamarl_core.wire.rollout import HEADER_LEN, Rollout
 
-TAG_TO_REWARD = 1              # generator → reward (any source; the header names the replica)
+TAG_TO_REWARD = 1              # generator → reward (the header names the replica)
 TAG_TO_TRAINER_BASE = 1000     # reward → trainer, + replica index
+
+
+class LinkBroken(RuntimeError):
+    """A send or receive on a rollout link failed: the peer is gone (or going)."""
 
 
 class AsyncSender:
@@ -37,11 +45,11 @@ class AsyncSender:
         self.error: BaseException | None = None
         threading.Thread(target=self._loop, daemon=True, name=name).start()
 
-    def send(self, rollout: Rollout, dst: int, tag: int) -> None:
+    def send(self, rollout: Rollout, link: Link, tag: int) -> None:
         self._raise()
         with self._lock:
             self._pending += 1
-        self._queue.put((rollout.pack(), dst, tag))
+        self._queue.put((rollout.pack(), link, tag))
 
     def idle(self) -> bool:
         self._raise()
@@ -50,10 +58,10 @@ class AsyncSender:
 
     def _loop(self) -> None:
         while True:
-            tensors, dst, tag = self._queue.get()
+            tensors, link, tag = self._queue.get()
             try:
                 for t in tensors:
-                    dist.send(t, dst=dst, tag=tag)
+                    link.send(t, tag)
             except BaseException as e:  # surfaced to the role's loop by idle()/send()
                 self.error = e
                 return
@@ -62,33 +70,42 @@ class AsyncSender:
 
     def _raise(self) -> None:
         if self.error is not None:
-            raise RuntimeError(f"sending a rollout failed: {self.error}") from self.error
+            raise LinkBroken(f"sending a rollout failed: {self.error}") from self.error
 
 
-def recv_rollout_blocking(src: int | None, tag: int) -> Rollout:
+def recv_rollout_blocking(link: Link, tag: int) -> Rollout:
     header = torch.zeros(HEADER_LEN, dtype=torch.int64)
-    sender = dist.recv(header, src=src, tag=tag)
+    link.recv(header, tag)
     ints, floats = Rollout.empty_buffers(header)
     for t in (ints, floats):
-        dist.recv(t, src=sender, tag=tag)
+        link.recv(t, tag)
     return Rollout.unpack(header, ints, floats)
 
 
 class AsyncReceiver:
-    """Receives rollouts from `src` (None = any) with `tag` on a background thread."""
+    """Receives rollouts on `link` with `tag` on a background thread."""
 
-    def __init__(self, src: int | None, tag: int, prefetch: int = 1):
+    def __init__(self, link: Link, tag: int, prefetch: int = 1):
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
-        self.src, self.tag = src, tag
+        self.link, self.tag = link, tag
         self.error: BaseException | None = None
-        threading.Thread(target=self._loop, daemon=True, name=f"recv-{src}-{tag}").start()
+        threading.Thread(target=self._loop, daemon=True, name=f"recv-{link.name}-{tag}").start()
 
     def _loop(self) -> None:
         try:
             while True:
-                self._queue.put(recv_rollout_blocking(self.src, self.tag))
+                self._queue.put(recv_rollout_blocking(self.link, self.tag))
         except BaseException as e:
             self.error = e
+
+    def take(self) -> Rollout | None:
+        """A rollout if one has arrived (never blocks); LinkBroken once the link failed."""
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            if self.error is not None:
+                raise LinkBroken(f"receiving a rollout on {self.link.name} failed: {self.error}") from self.error
+            return None
 
     def get(self, should_stop: Callable[[], bool], poll_s: float = 0.01) -> Rollout | None:
         """The next rollout, or None once `should_stop()` is true while waiting."""
@@ -97,7 +114,19 @@ class AsyncReceiver:
                 return self._queue.get(timeout=poll_s)
             except queue.Empty:
                 if self.error is not None:
-                    raise RuntimeError(f"receiving a rollout from rank {self.src} failed: "
-                                       f"{self.error}") from self.error
+                    raise LinkBroken(f"receiving a rollout on {self.link.name} failed: "
+                                     f"{self.error}") from self.error
                 if should_stop():
                     return None
+
+
+def get_any(receivers: list[AsyncReceiver], should_stop: Callable[[], bool], poll_s: float = 0.01) -> Rollout | None:
+    """The next rollout from any of `receivers` (None once `should_stop()` is true while waiting)."""
+    while True:
+        for r in receivers:
+            got = r.take()
+            if got is not None:
+                return got
+        if should_stop():
+            return None
+        time.sleep(poll_s)

@@ -21,8 +21,12 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
     metrics/latest            JSON of the trainer's last metrics line
     node/<K>/hb, node/<K>/exit  `llamarl node K`'s own beat (unix seconds) and its "stopped" mark
     lost/<role>/<rank>        set by the rank's node when it saw the rank's process die
-    tp/<replica>/step/<n>     JSON: step n of a tensor-parallel generator replica, announced by
-                              its TP rank 0 and followed by the others ({"do": "sync" | ...})
+    tp/<replica>@<epoch>/step/<n>  JSON: step n of a tensor-parallel generator replica (of the
+                              generator role's membership epoch), announced by its TP rank 0
+                              and followed by the others ({"do": "sync" | ...})
+    membership/<role>, membership/epoch  restarts of a role group; their sum (the run's epoch)
+    data/expect/<replica>/<j> the next chunk of a replica that trainer rank j will consume
+    xfer/<epoch>/..., links/... DDMA endpoints per generator epoch; rollout links (links.py)
 """
 from __future__ import annotations
 
@@ -179,6 +183,14 @@ class ControlPlane:
     def next_chunk(self, replica: int) -> int:
         return int(self.get_str(f"data/next_chunk/{replica}", "0"))
 
+    def set_expected(self, replica: int, trainer_rank: int, chunk: int) -> None:
+        """The next chunk of `replica` trainer rank `trainer_rank` will consume (restarts start there)."""
+        self.store.set(f"data/expect/{replica}/{trainer_rank}", str(chunk))
+
+    def expected(self, replica: int, trainer_rank: int) -> int | None:
+        raw = self.get_str(f"data/expect/{replica}/{trainer_rank}")
+        return int(raw) if raw else None
+
     # ---- liveness -----------------------------------------------------------------------
     def heartbeat(self, role: str, rank: int, progress_s: float | None = None) -> None:
         """`progress_s`: when the rank's main loop last made progress (default: now)."""
@@ -201,9 +213,9 @@ class ControlPlane:
         return self.get_json(f"status/{role}/{rank}", {}) or {}
 
     # ---- tensor-parallel generator replicas ---------------------------------------------
-    def announce_replica_step(self, replica: int, n: int, step: dict) -> None:
+    def announce_replica_step(self, replica: int | str, n: int, step: dict) -> None:
         self.set_json(f"tp/{replica}/step/{n}", step)
 
-    def replica_step(self, replica: int, n: int) -> dict | None:
+    def replica_step(self, replica: int | str, n: int) -> dict | None:
         """Step n of the replica, or None while its TP rank 0 has not announced it."""
         return self.get_json(f"tp/{replica}/step/{n}")

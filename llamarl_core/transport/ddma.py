@@ -54,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 from llamarl_core.transport import cuda_ipc, shm
+from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.ddma_plan import (DdmaPlan, dst_block, fp8_rows, scale_name, scale_view, src_block,
                                               tensor_view)
 from llamarl_core.transport.weight_sync import SyncStats
@@ -62,13 +63,25 @@ TRANSPORTS = ("collective", "shm", "cuda_ipc")
 SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
 NUM_SLOTS = 2
 POLL_S = 0.002
+INTERRUPT_POLL_S = 0.01
 
 
 def transfer_store(store, epoch: int):
     return dist.PrefixStore(f"xfer/{epoch}", store)
 
 
-def _wait_keys(store, keys: list[str], timeout_s: float, what: str) -> None:
+def _wait_keys(store, keys: list[str], timeout_s: float, what: str, interrupt=None) -> None:
+    """Until every key exists. With `interrupt` (a restart watch), polled: it returns True (or
+    raises) to give up — a wait on a generator that died must not outlive its restart."""
+    if interrupt is not None:
+        deadline = time.monotonic() + timeout_s
+        while not store.check(keys):
+            if interrupt():
+                raise MembershipChanged(f"the generators were restarted while {what}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"DDMA weight sync timed out after {timeout_s:.1f} s {what}")
+            time.sleep(INTERRUPT_POLL_S)
+        return
     try:
         store.wait(keys, datetime.timedelta(seconds=timeout_s))
     except RuntimeError as e:
@@ -93,11 +106,14 @@ def _describe(ours: list, theirs: list) -> str:
 class _Endpoint:
     role = ""
 
+    interrupt = None  # the sender's restart watch (see _wait_keys)
+
     def __init__(self, plan: DdmaPlan, rank: int, *, transport: str, store, epoch: int,
                  timeout_s: float):
         if transport not in TRANSPORTS:
             raise ValueError(f"DDMA transport must be one of {TRANSPORTS}, got {transport!r}")
         self.plan, self.rank, self.transport, self.timeout_s = plan, rank, transport, timeout_s
+        self.epoch = epoch
         self.store = transfer_store(store, epoch)
         self.members = plan.trainer_ranks + plan.generator_ranks
         self.seq = 0  # syncs done (sent / adopted)
@@ -112,14 +128,14 @@ class _Endpoint:
         me = self._member()
         if me == 0:
             self.store.set("spec", json.dumps(self.plan.spec()))
-        _wait_keys(self.store, ["spec"], self.timeout_s, "waiting for trainer rank 0's plan")
+        _wait_keys(self.store, ["spec"], self.timeout_s, "waiting for trainer rank 0's plan", self.interrupt)
         theirs = json.loads(self.store.get("spec"))
         ours = json.loads(json.dumps(self.plan.spec()))
         if not error and theirs != ours:
             error = _describe(ours, theirs)
         self.store.set(f"verdict/{me}", error)
         keys = [f"verdict/{m}" for m in range(self.members)]
-        _wait_keys(self.store, keys, self.timeout_s, "waiting for every member's handshake")
+        _wait_keys(self.store, keys, self.timeout_s, "waiting for every member's handshake", self.interrupt)
         for m in range(self.members):
             text = self.store.get(f"verdict/{m}").decode()
             if text:
@@ -167,8 +183,9 @@ class DdmaSender(_Endpoint):
     role = "trainer"
 
     def __init__(self, plan: DdmaPlan, rank: int, *, transport: str, store, epoch: int = 0,
-                 device: torch.device | str = "cpu", timeout_s: float = 600.0):
+                 device: torch.device | str = "cpu", timeout_s: float = 600.0, interrupt=None):
         super().__init__(plan, rank, transport=transport, store=store, epoch=epoch, timeout_s=timeout_s)
+        self.interrupt = interrupt  # () -> bool: True once the generators of `epoch` were replaced
         self.device = torch.device(device)
         self.links = [plan.pieces_between(rank, g) for g in range(plan.generator_ranks)]
         self.nbytes = sum(plan.link_nbytes(rank, g) for g in range(plan.generator_ranks))
@@ -177,7 +194,7 @@ class DdmaSender(_Endpoint):
         if transport in SLOTTED:
             try:  # generators created their slots before the handshake
                 _wait_keys(self.store, [f"slots/{g}" for g in range(plan.generator_ranks)], timeout_s,
-                           "waiting for the generators' slots")
+                           "waiting for the generators' slots", interrupt)
                 for g in range(plan.generator_ranks):
                     self._slots.append(_open_slots(transport, self.store.get(f"slots/{g}"), plan.slot_nbytes[g]))
             except (OSError, ValueError, RuntimeError) as e:
@@ -220,7 +237,7 @@ class DdmaSender(_Endpoint):
             t = time.perf_counter()
             _wait_keys(self.store, [f"adopted/{n - 1}/{g}" for g in range(self.plan.generator_ranks)],
                        self.timeout_s, f"waiting for the generators to adopt send #{n - 1} "
-                       f"before writing weight version {version}")
+                       f"before writing weight version {version}", self.interrupt)
             wait_s = time.perf_counter() - t
         for g, pieces in enumerate(self.links):
             tensors = {t.name: t for t in self.plan.slots[g]}

@@ -39,7 +39,7 @@ def agent_pid(run_dir, role: str) -> int | None:
 def test_sigkill_of_the_generators_torchrun_agent_at_start_up_leaves_no_process(tmp_path):
     run_dir = tmp_path / "agent-killed"
     cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={run_dir}", *FAST,
-           "run.max_steps=100000"]
+           "run.max_steps=100000", "controller.max_restarts=0"]  # restarts off: a death ends the run
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline, pid = time.time() + 60, None
     while time.time() < deadline and pid is None:

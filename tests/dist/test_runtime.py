@@ -123,7 +123,7 @@ def test_staleness_respects_a_larger_k(tmp_path):
 def test_sigkill_of_a_generator_ends_the_run_naming_it_and_leaves_no_process(tmp_path):
     run_dir = tmp_path / "killed"
     cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={run_dir}", *FAST,
-           "run.max_steps=100000"]
+           "run.max_steps=100000", "controller.max_restarts=0"]  # restarts off: a death ends the run
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = run_dir / "logs" / "generator_0.log"
     deadline = time.time() + 120

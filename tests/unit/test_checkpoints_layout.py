@@ -113,8 +113,8 @@ def test_controller_state_is_restored_and_logs_cut_back(tmp_path):
     assert len((tmp_path / "trained_examples.jsonl").read_text().splitlines()) == 5
 
 
-def test_role_restarts_are_refused_until_they_exist():
+def test_a_negative_restart_budget_is_refused_naming_the_key():
     from llamarl_core.config.schema import ControllerConfig
-    assert ControllerConfig().max_restarts == 0
-    with pytest.raises(ConfigError, match="controller.max_restarts=3"):
-        ControllerConfig(max_restarts=3)
+    assert ControllerConfig().max_restarts == 3
+    with pytest.raises(ConfigError, match="controller.max_restarts"):
+        ControllerConfig(max_restarts=-1)

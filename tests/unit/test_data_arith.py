@@ -84,3 +84,16 @@ def test_column_solutions_work_each_digit_with_its_carry():
 def test_short_solution_style_is_still_available():
     (e,) = arith_examples("train", 1, seed=0, solution_style="short")
     assert e.solution == f"{e.prompt}={e.reference}\n#### {e.reference}"
+
+
+def test_digit_sums_style_keeps_the_column_facts_and_ends_in_the_verifier_format():
+    from llamarl_core.data.arith import _solution
+    from llamarl_core.rewards.numeric import gsm8k_reward
+    # 93 + 19: 3+9 = 12 (carry 1), 9+1+1 = 11 → 112; the running answer (" -> 2") is dropped.
+    assert _solution("93+19", [93, 19], ["+"], "112", "digit_sums") == "3+9=12\n9+1+1=11\n#### 112"
+    columns = arith_examples("train", 30, seed=0)
+    sums = arith_examples("train", 30, seed=0, solution_style="digit_sums")
+    for c, s in zip(columns, sums):
+        assert (s.prompt, s.reference) == (c.prompt, c.reference)          # same problems
+        assert s.solution == "\n".join(line.split(" -> ")[0] for line in c.solution.splitlines())
+        assert gsm8k_reward(" " + s.solution, s.reference) == 1.0

@@ -15,6 +15,9 @@ class FakeControl:
     def __init__(self):
         self.dropped: dict[int, int] = {}
 
+    def set_expected(self, replica: int, trainer_rank: int, chunk: int) -> None:
+        pass
+
     def add_dropped(self, replica: int, n: int = 1) -> int:
         self.dropped[replica] = self.dropped.get(replica, 0) + n
         return self.dropped[replica]
@@ -36,10 +39,10 @@ class FakeInbox:
         return self.rollouts.pop(0)
 
 
-def rows(n: int, version: int, replica: int) -> Rollout:
+def rows(n: int, version: int, replica: int, chunk: int) -> Rollout:
     return Rollout(torch.zeros(n, 4, dtype=torch.long), torch.ones(n, dtype=torch.long),
                    torch.ones(n, dtype=torch.long), torch.zeros(n, 2), torch.zeros(n),
-                   torch.zeros(n, dtype=torch.long), version, replica, 0)
+                   torch.zeros(n, dtype=torch.long), version, replica, chunk)
 
 
 def collect_on_every_rank(generators: int, trainers: int) -> FakeControl:
@@ -56,7 +59,7 @@ def collect_on_every_rank(generators: int, trainers: int) -> FakeControl:
         feed.inboxes = {}
         for i in feed.sources:
             (_, lo, hi), = [s for s in chunk_slices_for_trainers(i, generators, trainers, 4, 2) if s[0] == rank]
-            feed.inboxes[i] = FakeInbox([rows(hi - lo, 0, i), rows(hi - lo, 2, i)])
+            feed.inboxes[i] = FakeInbox([rows(hi - lo, 0, i, 0), rows(hi - lo, 2, i, 1)])
         batch, staleness, _ = feed.collect(step=2, version=2)
         assert batch.num_rows == 4 * 2 // trainers and torch.all(staleness == 0)
     return control

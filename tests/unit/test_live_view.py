@@ -79,6 +79,11 @@ def test_without_a_terminal_one_plain_line_per_step(tmp_path):
     assert out == [plain_line({**METRICS, "step": 1}), plain_line({**METRICS, "step": 2})]
 
 
+def test_the_plain_line_names_restarts_only_once_there_were_some():
+    assert plain_line({**METRICS, "step": 3}).endswith("  restarts generator 1")
+    assert "restarts" not in plain_line({**METRICS, "step": 3, "restarts/generator": 0})
+
+
 @pytest.mark.parametrize("recipe", list_recipes())
 def test_plan_tables_fit_80_columns_with_whole_headers(recipe):
     cfg = load_config(recipe, [])

@@ -1,0 +1,71 @@
+"""What a rank does about restarted peers (docs/ARCHITECTURE.md, "Restart protocol").
+
+    a link or weight-sync wait fails, or the run's membership epoch moves
+      └─ await_verdict: the controller either restarts the dead role (its epoch moves:
+         rebuild what touches it) or ends the run (Stopped); no verdict within
+         controller.step_timeout_s → the original error ends this rank
+
+Data position: each trainer rank writes `data/expect/<replica>/<rank>` (the next chunk of
+that replica it will consume) whenever it consumes one; a (re)started generator replica
+starts at the smallest of these (or the resumed position), so the chunks its dead
+predecessor held are generated again. A chunk the trainer already consumed that arrives
+again is skipped by the trainer (executors/feeds.py), so none is trained twice.
+"""
+from __future__ import annotations
+
+import time
+
+from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.routing import chunk_slices_for_trainers
+from llamarl_core.transport.links import Endpoint, Links, StoreAddress
+from llamarl_core.transport.membership import Watch, role_epoch
+
+POLL_S = 0.05
+
+
+def endpoint(ctx: WorkerContext, role: str, rank: int) -> Endpoint:
+    """`role` rank `rank` as it is now (its current membership epoch)."""
+    return Endpoint(role, rank, role_epoch(ctx.control.store, role))
+
+
+def my_endpoint(ctx: WorkerContext) -> Endpoint:
+    return endpoint(ctx, ctx.role, ctx.local_rank)
+
+
+def links(ctx: WorkerContext) -> Links:
+    c = ctx.plan["controller"]
+    timeout_s = ctx.cfg.controller.step_timeout_s
+    return Links(StoreAddress(c["host"], c["port"], ctx.run_id, ctx.cfg.controller.startup_timeout_s), timeout_s)
+
+
+def watch(ctx: WorkerContext, roles: list[str]) -> Watch:
+    return Watch(ctx.control.store, [r for r in roles if ctx.ranks(r)])
+
+
+def await_verdict(ctx: WorkerContext, watched: Watch, error: BaseException) -> set[str]:
+    """After `error` on a cross-role channel: the restarted roles once the controller restarts
+    one; Stopped once it ends the run; `error` again if neither within step_timeout_s."""
+    deadline = time.monotonic() + ctx.cfg.controller.step_timeout_s
+    while time.monotonic() < deadline:
+        if ctx.should_stop():
+            raise Stopped()
+        changed = watched.poll(force=True)
+        if changed:
+            print(f"{ctx.role} rank {ctx.local_rank}: {', '.join(sorted(changed))} restarted "
+                  f"after: {error}", flush=True)
+            return changed
+        time.sleep(POLL_S)
+    raise error
+
+
+def start_chunk(ctx: WorkerContext, replica: int) -> int:
+    """Where generator replica `replica` (re)starts: the first chunk of it that some trainer
+    rank has not consumed yet; the resumed (or initial) position before any was consumed."""
+    a = ctx.cfg.algorithm
+    trainers = len(ctx.ranks("trainer"))
+    ranks = [j for j, _, _ in chunk_slices_for_trainers(replica, ctx.generator_replicas, trainers,
+                                                         a.prompts_per_step, a.group_size)]
+    seen = [ctx.control.expected(replica, j) for j in ranks]
+    if ranks and all(s is not None for s in seen):
+        return min(seen)
+    return ctx.control.next_chunk(replica)

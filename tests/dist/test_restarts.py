@@ -1,0 +1,64 @@
+"""A generator (or reward) group that dies is restarted and the run goes on
+(docs/ARCHITECTURE.md, "Restart protocol"), end to end on gloo: a new generator receives the
+trainer's current weights before it generates, the prompts the dead rank held are generated
+again, and no example is lost or trained twice. (A death with controller.max_restarts=0 ending the run is
+test_runtime.py's; the trainer's death ending it with no orphan, test_resume.py's.)"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_runtime import FAST, metrics, processes_mentioning
+
+
+def pids_in_log(log: Path) -> list[int]:
+    """Every pid the rank's log announced, one per start ("... pid N threads T")."""
+    return [int(line.split(" pid ")[1].split()[0]) for line in log.read_text().splitlines()
+            if " pid " in line and "(global " in line]
+
+
+@pytest.mark.parametrize("role,k", [("generator", 1), ("reward", 1), ("reward", 0)],
+                         ids=["generator", "reward", "reward_sync"])
+def test_a_sigkilled_role_is_restarted_and_the_run_trains_every_example_once(tmp_path, role, k):
+    run_dir = tmp_path / "restarted"
+    steps = 12  # 12 steps x 4 prompts of 64 examples: one epoch, so no id may repeat
+    cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={run_dir}", *FAST,
+           f"run.max_steps={steps}", f"algorithm.max_offpolicy_steps={k}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline, killed = run_dir / "logs" / f"{role}_0.log", time.time() + 150, None
+    while time.time() < deadline and proc.poll() is None and killed is None:
+        if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3:
+            killed = pids_in_log(log)[0]
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    assert killed is not None, "the run never reached step 3"
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, (out + err)[-3000:]
+    assert f"restart {role} #1" in out + err
+    lines = metrics(run_dir)
+    assert [m["step"] for m in lines] == list(range(1, steps + 1))
+    assert lines[-1][f"restarts/{role}"] == 1 and lines[0][f"restarts/{role}"] == 0
+    if k:  # (sync mode has no generator role)
+        other = {"generator": "reward", "reward": "generator"}[role]
+        assert lines[-1][f"restarts/{other}"] == 0
+    pids = pids_in_log(log)
+    assert len(pids) == 2 and pids[0] == killed  # started once more, as a new process
+    trained = [json.loads(x) for x in (run_dir / "trained_examples.jsonl").read_text().splitlines()]
+    ids = [i for x in trained for i in x["example_ids"]]
+    assert len(ids) == steps * 4 and len(set(ids)) == len(ids)  # none lost, none repeated
+    if k:  # every version a generator process held hashes like the trainer's weights at send,
+        # every published version reached a generator, and a new generator started from the
+        # trainer's current weights (version 0 was received once: by the first process only)
+        sums = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]
+        sent = {s["version"]: s["sha256"] for s in sums if s["role"] == "trainer"}
+        got = [s for s in sums if s["role"] == "generator"]
+        assert all(s["sha256"] == sent[s["version"]] for s in got)
+        versions = [s["version"] for s in got]
+        assert sorted(set(versions)) == list(range(steps)) and versions.count(0) == 1
+    time.sleep(0.5)
+    assert processes_mentioning(str(run_dir)) == []
