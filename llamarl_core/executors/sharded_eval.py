@@ -23,8 +23,7 @@ class LockstepGreedy:
     def __init__(self, model, tokenizer, group, device: torch.device | str, compute_dtype: torch.dtype):
         self.model, self.tokenizer, self.group = model, tokenizer, group
         self.device, self.compute_dtype = torch.device(device), compute_dtype
-        self.args = getattr(model, "args", None) or model.module.args
-        self.max_seq_len = self.args.max_seq_len
+        self.max_seq_len = model.args.max_seq_len  # FSDP2 keeps the module's class and attributes
 
     def _reshard(self) -> None:
         """FSDP2 keeps the root's parameters gathered after a forward (for the backward that
@@ -58,8 +57,7 @@ class LockstepGreedy:
         col = torch.arange(P + N, device=self.device)  # cache columns
         real = col[None, :] >= pad[:, None]  # [B, P+N] keys that are not padding
         positions = (torch.arange(P, device=self.device)[None, :] - pad[:, None]).clamp(min=0)  # [B, P]
-        cache = self.model.new_cache(B, P + N, dtype=self.compute_dtype) if hasattr(self.model, "new_cache") \
-            else self.model.module.new_cache(B, P + N, dtype=self.compute_dtype)
+        cache = self.model.new_cache(B, P + N, dtype=self.compute_dtype)
         causal = col[None, :P] <= torch.arange(P, device=self.device)[:, None]  # [P, P]
         mask = (causal[None] & real[:, None, :P])[:, None]  # [B, 1, P, P]
         logits = self.model(ids, positions, cache, 0, mask, last_only=True)[:, -1]  # [B, V]
