@@ -143,7 +143,7 @@ class TrainerExecutor:
     def evaluate(self) -> None:
         if not self.eval_examples:
             return
-        if self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1:
+        if self._sharded():
             # Every rank decodes through its shards (sharded_eval.py): no rank gathers the model.
             engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
                                     TORCH_DTYPES[self.cfg.resources.trainer.dtype])
@@ -173,11 +173,16 @@ class TrainerExecutor:
             bar(done, total)
         return report
 
+    def _sharded(self) -> bool:
+        """Whether the weights are FSDP2 shards. Read from the model, not the strategy:
+        fsdp2 with resources.trainer.fsdp=1 is built as DDP replicas (transport/parallel.py)."""
+        return hasattr(self.model, "reshard")
+
     def checkpoint(self, name: str) -> None:
         """An HF checkpoint. Under FSDP2 the parameters are gathered one tensor at a time into the
         file being written, so no rank ever holds the full model (70B/405B)."""
         path = os.path.join(self.ctx.run_dir, "checkpoints", name)
-        if self.cfg.resources.trainer.strategy == "fsdp2" and self.world > 1:
+        if self._sharded():
             raw = unwrap(self.model)
             shapes = {n: tuple(p.shape) for n, p in raw.named_parameters()}
             tensors = iter_full_tensors(self.model, keep=self.rank == 0)
