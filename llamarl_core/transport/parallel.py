@@ -106,6 +106,13 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
+def _gathered(model: torch.nn.Module):
+    """(name, unsharded parameter on its device), one gather at a time: collective under
+    FSDP2 (every trainer rank iterates in the same order), plain parameters otherwise."""
+    for n, p in unwrap(model).named_parameters():
+        yield n, (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+
+
 def full_state(model: torch.nn.Module, strategy: str, keep: bool = True) -> dict[str, torch.Tensor]:
     """Unsharded parameters by name. Collective under fsdp2 (every trainer rank calls it);
     ranks that pass keep=False take part in each gather but drop the result at once, so only
@@ -113,22 +120,15 @@ def full_state(model: torch.nn.Module, strategy: str, keep: bool = True) -> dict
     if strategy == "fsdp2" and hasattr(model, "reshard"):
         # DTensor.full_tensor() all-gathers over the trainer's mesh only. (DCP's
         # get_model_state_dict(cpu_offload=True) keeps tensors on *global* rank 0, which is
-        # not the trainer's rank 0 here.)
-        state = {}
-        for n, p in model.named_parameters():
-            full = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
-            if keep:
-                state[n] = full
-        return state
+        # not the trainer's rank 0 here.) Every gather runs, kept or not.
+        return {n: full for n, full in _gathered(model) if keep}
     return {n: p.detach() for n, p in unwrap(model).named_parameters()}
 
 
 def iter_full_tensors(model: torch.nn.Module, keep: bool = True):
-    """(name, unsharded parameter) one at a time, moved to the host (collective under FSDP2:
-    every trainer rank iterates in the same order); ranks with keep=False yield (name, None).
-    The device never holds more than one gathered tensor at once."""
-    for n, p in unwrap(model).named_parameters():
-        full = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+    """(name, unsharded parameter) one at a time, moved to the host; ranks with keep=False
+    yield (name, None). The device never holds more than one gathered tensor at once."""
+    for n, full in _gathered(model):
         yield n, (full.cpu() if keep else None)
         del full
 
