@@ -261,11 +261,9 @@ def _sync_worker(device, transport, port, size_mb, repeats, rank, out) -> None:
     Path(out).write_text(json.dumps({"bytes": nbytes, "repeats": repeats, "best_seconds": round(best, 5),
                                      "gbps": round(nbytes / best / 1e9, 3), "received_equal": ok}))
     store.set(f"closed/{rank}", "1")
+    end.close()
     if rank == 0:
-        end.close()
         store.wait(["closed/1"])  # the store's host outlives its client
-    else:
-        end.close()
 
 
 def _load_config(recipe: str, overrides: list[str]):
