@@ -35,7 +35,9 @@ def render_prompt(example: Example, template: str = "plain", tokenizer=None) -> 
                 "template 'chat' needs a tokenizer with apply_chat_template(messages) -> str"
             )
         content = example.prompt + _CHAT_INSTRUCTIONS.get(example.source, "")
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": content}])
+        messages = ([dict(m) for m in example.messages] if example.messages  # data.messages_key
+                    else [{"role": "user", "content": content}])
+        rendered = tokenizer.apply_chat_template(messages)
         if not isinstance(rendered, str):
             raise TypeError(
                 f"tokenizer.apply_chat_template must return str, got {type(rendered).__name__}"

@@ -53,7 +53,7 @@ def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[st
         temperature=temperature, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
         seed=seed, batch_size=batch_size, progress=progress, rank=rank,
         world_size=world_size, top_p=top_p)
-    score_predictions(predictions, reward_fn, reward_pool=reward_pool)
+    score_predictions(predictions, reward_fn, reward_pool=reward_pool, examples=examples)
     return EvalResult(summarize(predictions), predictions)
 
 
@@ -89,23 +89,38 @@ def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, temp
 
 
 def score_predictions(predictions: list[dict], reward_fn: Optional[Callable[[str, str], float]],
-                      reward_pool=None, answer_fn=None) -> None:
-    """Fill rewards, voting answers and counts in place: one batch through the verifier."""
+                      reward_pool=None, answer_fn=None, examples: Optional[Sequence[Example]] = None) -> None:
+    """Fill rewards, voting answers and counts in place: one batch through the verifier.
+
+    A custom reward (`takes_example`) is given each prediction's example as a dict
+    (`examples[p["index"]].as_dict()`, or what the prediction holds when `examples` is None)."""
     if reward_fn is None and reward_pool is None:
         raise ValueError("score_predictions needs reward_fn or reward_pool")
-    # Verifiers are deterministic: score each distinct (completion, reference) once. Under
+    takes_example = (reward_pool.spec.custom if reward_pool is not None
+                     else getattr(reward_fn, "takes_example", False))
+
+    def target(p: dict):
+        if not takes_example:
+            return p["reference"]
+        if examples is not None:
+            return examples[p["index"]].as_dict()
+        return {k: p[k] for k in ("id", "prompt", "reference")}
+    # Verifiers are deterministic: score each distinct (completion, example) once. Under
     # greedy decoding the only sample is the greedy completion, so this halves the work.
-    unique: dict[tuple[str, str], int] = {}
+    unique: dict[tuple, int] = {}
+    args: list[tuple] = []
     for p in predictions:
         for text in [p["greedy_completion"], *p["completions"]]:
-            unique.setdefault((text, p["reference"]), len(unique))
-    pairs = list(unique)
+            key = (text, p["index"] if takes_example else p["reference"])
+            if key not in unique:
+                unique[key] = len(unique)
+                args.append((text, target(p)))
     if reward_pool is not None:
-        scores = reward_pool.score([t for t, _ in pairs], [r for _, r in pairs])
+        scores = reward_pool.score([t for t, _ in args], [r for _, r in args])
     else:
-        scores = [float(reward_fn(t, r)) for t, r in pairs]
+        scores = [float(reward_fn(t, r)) for t, r in args]
     for p in predictions:
-        ref = p["reference"]
+        ref = p["index"] if takes_example else p["reference"]
         p["greedy_reward"] = scores[unique[(p["greedy_completion"], ref)]]
         p["rewards"] = [scores[unique[(t, ref)]] for t in p["completions"]]
         extract = answer_fn or answer_fn_for(p["source"])
