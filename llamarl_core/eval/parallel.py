@@ -76,7 +76,8 @@ def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[d
     with tempfile.TemporaryDirectory(prefix="llamarl-eval-") as tmp:
         job = Path(tmp, "job.json")
         job.write_text(json.dumps({"spec": spec, "progress": progress,
-                                   "examples": [dataclasses.asdict(e) for e in examples]}))
+                                   # rows' own fields stay here: scoring happens in this process
+                                   "examples": [dict(dataclasses.asdict(e), fields=None) for e in examples]}))
         cmd = torchrun_argv0() + ["--standalone", "--nnodes=1", f"--nproc-per-node={world}",
                                   "--max-restarts=0", "-m", "llamarl_core.eval.replica",
                                   "role=eval", f"job={job}"]

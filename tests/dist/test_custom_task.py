@@ -45,7 +45,7 @@ def run(tmp_path_factory):
                 "data.prompt_key=input", "data.answer_key=target", "data.on_error=skip",
                 f"data.reward={tmp / 'reward.py'}:score", "resources.reward.timeout_s=1.0",
                 "generation.max_prompt_tokens=32", "logging.trained_samples_per_step=4",
-                "run.weight_checksums=false")
+                "run.weight_checksums=false", "resources.reward.workers=2", "logging.tensorboard=false")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     spec = importlib.util.spec_from_file_location("test_reward_file", tmp / "reward.py")
     module = importlib.util.module_from_spec(spec)

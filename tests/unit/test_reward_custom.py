@@ -1,6 +1,7 @@
 """Custom rewards (`data.reward=path/to/file.py:function` or `package.module:function`): scored in
 worker processes only, with errors and timeouts scoring 0 and counted, and checked before
 launch in a subprocess that never imports the user's code into this process."""
+import json
 import os
 import sys
 import textwrap
@@ -90,3 +91,26 @@ def test_the_import_check_names_why_a_reward_is_unusable(reward_file, value, rea
 def test_the_import_check_gives_up_on_a_module_that_hangs(tmp_path):
     (tmp_path / "hangs.py").write_text("import time\ntime.sleep(60)\ndef score(c, e):\n    return 0\n")
     assert "did not finish within 1 s" in check_importable(f"{tmp_path}/hangs.py:score", timeout_s=1.0)
+
+
+def test_eval_scores_a_custom_reward_on_the_examples_and_counts_reward_at_least_1_as_correct(tmp_path, capsys):
+    from llamarl_cli.main import main
+
+    (tmp_path / "r.py").write_text(
+        "def full(completion, example):\n    return 1.0 if example['target'] in completion else -1.0\n"
+        "def half(completion, example):\n    return 0.5 * len(example['topic'])\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"input": "1+1", "target": "2", "topic": "add"}\n{"input": "2+2", "target": "4", "topic": "x"}\n')
+    common = ["eval", "policy=reference", "data=generic", f"data.path={data}", "data.prompt_key=input",
+              "data.answer_key=target", "--no-progress", f"eval.out={tmp_path / 'e'}"]
+    # reference policy: the completion is the example's target text " #### 2"
+    assert main([*common, f"data.reward={tmp_path / 'r.py'}:full"]) == 0
+    summary = json.loads((tmp_path / "e" / "summary.json").read_text())
+    assert summary["accuracy"] == 1.0 and summary["reward"].endswith("r.py:full")
+    assert main([*common, f"data.reward={tmp_path / 'r.py'}:half"]) == 0
+    preds = [json.loads(x) for x in (tmp_path / "e" / "predictions.jsonl").read_text().splitlines()]
+    assert [p["greedy_reward"] for p in preds] == [1.5, 0.5]  # the rows' own "topic" field reached it
+    assert json.loads((tmp_path / "e" / "summary.json").read_text())["accuracy"] == 0.5  # 1.5 solved, 0.5 not
+    capsys.readouterr()
+    assert main([*common, f"data.reward={tmp_path / 'r.py'}:nope"]) == 2
+    assert "has no attribute 'nope'" in capsys.readouterr().err
