@@ -50,12 +50,12 @@ def smollm2_dir(tmp_path_factory, request) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # ~0.5 GB each in fp32: freed after this file
 def hf_model(smollm2_dir):
     return transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32).eval()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ours(smollm2_dir):
     from llamarl_core.models import load_pretrained
 
