@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Example, Keys, default_reward, render_target, resolve_dataset
+from llamarl_core.data import Example, Keys, default_reward, prompt_format, render_target, resolve_dataset
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -107,7 +107,8 @@ class PromptSet:
 def encode_prompts(cfg: LlamaRLConfig, examples: list[Example], tokenizer) -> PromptSet:
     """Render and tokenize; prompts longer than generation.max_prompt_tokens are an error that
     names how many are, the longest, and where it is."""
-    ids = [encode_prompt(ex, cfg.data.template, tokenizer) for ex in examples]
+    fmt = prompt_format(cfg.data)
+    ids = [encode_prompt(ex, fmt, tokenizer) for ex in examples]
     limit = cfg.generation.max_prompt_tokens
     over = [i for i, toks in enumerate(ids) if len(toks) > limit]
     if over:

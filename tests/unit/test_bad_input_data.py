@@ -12,7 +12,8 @@ import pytest
 
 from llamarl_cli.main import main
 
-BASE = ["warmstart.steps=0", "data.num_eval_examples=2", "generation.max_prompt_tokens=64",
+# data.instruction='': no gsm8k instruction line, so prompt lengths below are the question's alone
+BASE = ["warmstart.steps=0", "data.num_eval_examples=2", "generation.max_prompt_tokens=64", "data.instruction=''",
         "algorithm.prompts_per_step=2", "algorithm.group_size=2"]
 
 
