@@ -129,7 +129,7 @@ def test_mapped_keys_take_numbers_and_lists_as_reference_text_and_keep_the_raw_r
 
 
 def test_a_messages_field_is_the_chat_and_its_last_user_turn_the_prompt(tmp_path):
-    from llamarl_core.data import render_prompt
+    from llamarl_core.data import PromptFormat, render_prompt
     from llamarl_core.models import ByteTokenizer
 
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
@@ -140,6 +140,13 @@ def test_a_messages_field_is_the_chat_and_its_last_user_turn_the_prompt(tmp_path
     assert example.prompt == "2+2?" and list(example.messages) == chat
     tok = ByteTokenizer()
     assert render_prompt(example, "chat", tok) == tok.apply_chat_template(chat)
+    # data.instruction goes on the last user turn; the row's own system turn wins over data.system_prompt
+    fmt = PromptFormat("chat", "Sys.", "Box it.")
+    assert render_prompt(example, fmt, tok) == tok.apply_chat_template(
+        [chat[0], {"role": "user", "content": "2+2?\nBox it."}])
+    bare = load_examples(_write(tmp_path, [{"chat": chat[1:], "answer": "4"}], "bare.jsonl"), keys=Keys(messages="chat"))[0]
+    assert render_prompt(bare, fmt, tok) == tok.apply_chat_template(
+        [{"role": "system", "content": "Sys."}, {"role": "user", "content": "2+2?\nBox it."}])
 
 
 def test_data_keys_and_rewards_are_checked_by_the_schema():
