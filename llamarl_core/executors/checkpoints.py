@@ -9,6 +9,8 @@
                                      TRAINED chunk + 1), dropped per replica (controller state),
                                      held-out accuracy by version
       STABLE                         written last; a checkpoint without it is never loaded
+      config.json, tokenizer         written first by the trainer (save_model_files): the step is
+                                     a model too (models/step_checkpoint.py reads its shards)
     checkpoints/final/               Hugging Face export at the end of the run
 
 Chunk n of replica i holds a fixed set of prompts (`chunk_prompt_indices`), so `next_chunk`

@@ -6,8 +6,7 @@ import json
 import pytest
 import torch
 
-from llamarl_core.config.errors import ConfigError
-from llamarl_core.models import Llama, load_pretrained
+from llamarl_core.models import Llama, load_pretrained, save_pretrained
 from llamarl_core.models.hf_config import UnsupportedCheckpoint, args_from_hf_config
 
 transformers = pytest.importorskip("transformers")
@@ -82,11 +81,15 @@ def test_missing_keys_take_the_family_defaults_transformers_uses():
 def test_linear_rope_and_llama2_style_checkpoints_match_transformers(tmp_path, family, rope):
     overrides = {"rope_parameters": rope} if rope else {"num_key_value_heads": 4}
     path = save_tiny(family, tmp_path, **overrides)
-    ours, _ = load_pretrained(path)
+    ours, tokenizer = load_pretrained(path)
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     ids = torch.randint(0, 259, (2, 100), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (ours(ids) - hf(ids).logits).abs().max() <= 1e-5
+    save_pretrained(ours, tokenizer, tmp_path / "export")  # and the export says the same RoPE
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(back(ids).logits, hf(ids).logits)
 
 
 def test_llamarl_plan_exits_2_naming_the_field_before_anything_starts(tmp_path, capsys):
