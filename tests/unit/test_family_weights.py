@@ -26,6 +26,15 @@ QWEN3 = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, f
 FAMILY_ARGS = {"qwen2": QWEN2, "qwen3": QWEN3}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest on one thread, and a second one only spins on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _model(args: ModelArgs) -> Llama:
     """Random weights, biases and norms (the module's init zeroes biases and sets norms to 1)."""
     torch.manual_seed(0)

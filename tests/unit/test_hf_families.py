@@ -23,14 +23,30 @@ PROMPTS = [[257, 49, 50, 43, 51, 52, 61], [257, 104], [257, 97, 32, 108, 111, 11
 TOL = 1e-5
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest on one thread, and a second one only spins on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_families")
     return {f: save_tiny(f, root / f) for f in FAMILIES}
 
 
-def _hf(path):
-    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+@pytest.fixture(scope="module")
+def models(checkpoints):
+    """family -> (ours, tokenizer, transformers' model), each loaded once from the same files."""
+    out = {}
+    for family, path in checkpoints.items():
+        ours, tok = load_pretrained(path)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        out[family] = (ours.eval(), tok, hf)
+    return out
 
 
 def _left_padded(prompts, pad=256):
@@ -44,9 +60,8 @@ def _left_padded(prompts, pad=256):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_logits_on_a_padded_batch_equal_transformers(checkpoints, family):
-    ours, _ = load_pretrained(checkpoints[family])
-    hf = _hf(checkpoints[family])
+def test_logits_on_a_padded_batch_equal_transformers(models, family):
+    ours, _, hf = models[family]
     ids, mask, positions = _left_padded(PROMPTS)
     T = ids.shape[1]
     # Left-padded, as the eval decodes: explicit positions, padding masked out of every query.
@@ -66,9 +81,8 @@ def test_logits_on_a_padded_batch_equal_transformers(checkpoints, family):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_32_greedy_tokens_equal_transformers_generate(checkpoints, family):
-    ours, tok = load_pretrained(checkpoints[family])
-    hf = _hf(checkpoints[family])
+def test_32_greedy_tokens_equal_transformers_generate(models, family):
+    ours, tok, hf = models[family]
     hf.generation_config.eos_token_id = None  # 32 tokens whatever comes out
     completions = GenerationEngine(ours, tok).generate(
         PROMPTS, SamplingParams(max_new_tokens=32, temperature=0.0, ignore_eos=True))
@@ -81,10 +95,10 @@ def test_32_greedy_tokens_equal_transformers_generate(checkpoints, family):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_our_export_loads_in_transformers_with_identical_logits(checkpoints, family, tmp_path):
+def test_our_export_loads_in_transformers_with_identical_logits(checkpoints, models, family, tmp_path):
     import json
 
-    ours, tok = load_pretrained(checkpoints[family])
+    ours, tok, _ = models[family]
     save_pretrained(ours, tok, tmp_path)
     written = json.loads((tmp_path / "config.json").read_text())
     source = json.loads((checkpoints[family] / "config.json").read_text())
@@ -100,8 +114,8 @@ def test_our_export_loads_in_transformers_with_identical_logits(checkpoints, fam
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_generator_mu_equals_trainer_pi(checkpoints, family):
-    model, tok = load_pretrained(checkpoints[family])
+def test_generator_mu_equals_trainer_pi(models, family):
+    model, tok, _ = models[family]
     params = SamplingParams(max_new_tokens=24, temperature=0.8, top_p=0.95)
     completions = GenerationEngine(model, tok).generate(PROMPTS, params, seed=3)
     rows = [p + c.token_ids for p, c in zip(PROMPTS, completions)]
@@ -119,8 +133,8 @@ def test_generator_mu_equals_trainer_pi(checkpoints, family):
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
 @pytest.mark.parametrize("family", ["qwen2.5", "qwen3"])
 def test_quantized_engine_is_the_model_with_dequantized_weights_and_exact_biases_and_norms(
-        checkpoints, family, kind):
-    model, tok = load_pretrained(checkpoints[family])
+        models, family, kind):
+    model, tok, _ = models[family]
     reference = copy.deepcopy(model)
     with torch.no_grad():
         for name, module in reference.named_modules():
