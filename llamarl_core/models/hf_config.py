@@ -55,8 +55,8 @@ def _require(cfg: dict, key: str, source: str):
 
 
 def _get(cfg: dict, family: str, key: str):
-    value = cfg.get(key, _DEFAULTS[family][key])
-    return _DEFAULTS[family][key] if value is None else value
+    """The file's value (null: derived from the others), else the family's default."""
+    return cfg[key] if key in cfg else _DEFAULTS[family][key]
 
 
 def _sliding_window_in_use(cfg: dict, family: str, n_layers: int, max_pos: int, source: str) -> None:
@@ -155,7 +155,7 @@ def args_from_hf_config(cfg: dict, source: str = "config.json") -> ModelArgs:
     if n_heads % n_kv_heads:
         raise ValueError(f"{source}: num_attention_heads={n_heads} is not a multiple of "
                          f"num_key_value_heads={n_kv_heads}")
-    max_pos = int(_get(cfg, family, "max_position_embeddings"))
+    max_pos = int(_get(cfg, family, "max_position_embeddings") or _DEFAULTS[family]["max_position_embeddings"])
     _sliding_window_in_use(cfg, family, n_layers, max_pos, source)
     theta, scaling = _rope_from_config(cfg, max_pos, source)
     return ModelArgs(

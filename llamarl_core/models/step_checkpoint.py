@@ -103,7 +103,8 @@ def step_tensors(path) -> Iterator[tuple[str, str, torch.Tensor, Path]]:
     for key, md in meta.state_dict_metadata.items():
         if not key.startswith(MODEL_PREFIX) or not hasattr(md, "chunks"):
             continue  # optimizer state, and non-tensor entries
-        dtype = md.properties.fields[0]
+        props = md.properties  # (dtype, layout, requires_grad, memory_format, pin_memory), or fields
+        dtype = props.fields[0] if hasattr(props, "fields") else props.dtype
         full = torch.empty(tuple(md.size), dtype=dtype)
         file, filled = trainer_dir, 0
         for chunk in md.chunks:
