@@ -17,7 +17,8 @@ pytest.importorskip("transformers")
 TINY = ["warmstart.steps=0", "run.max_steps=2", "algorithm.prompts_per_step=2", "algorithm.group_size=2",
         "algorithm.entropy_coef=0.01", "data.num_train_examples=8", "data.num_eval_examples=2",
         "generation.max_new_tokens=4", "run.eval_every_steps=0", "run.max_time_s=0",
-        "run.weight_checksums=true", "controller.startup_timeout_s=90", "controller.heartbeat_timeout_s=20"]
+        "run.weight_checksums=true", "logging.tensorboard=false", "controller.startup_timeout_s=90",
+        "controller.heartbeat_timeout_s=20"]
 
 
 def _train(tmp_path, family: str, *overrides: str):
