@@ -5,8 +5,8 @@ from .checkpoint import (build_empty, checkpoint_tensors, load_pretrained, save_
                          save_streamed)
 from .llama import KVCache, Llama
 from .logprobs import token_logprobs
-from .tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from .tokenizer import ByteTokenizer, HFTokenizer, has_tokenizer, load_tokenizer
 
 __all__ = ["BYTE_VOCAB_SIZE", "PRESETS", "ModelArgs", "get_preset", "with_overrides",
            "build_empty", "checkpoint_tensors", "load_pretrained", "save_model_files", "save_pretrained", "save_streamed", "KVCache", "Llama", "token_logprobs",
-           "ByteTokenizer", "HFTokenizer", "load_tokenizer"]
+           "ByteTokenizer", "HFTokenizer", "has_tokenizer", "load_tokenizer"]
