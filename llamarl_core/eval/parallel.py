@@ -24,6 +24,7 @@ from llamarl_core.eval.evaluate import encode_prompt, generate_predictions
 
 def model_spec(cfg, examples, max_new_tokens: int) -> dict:
     """Checked, picklable settings for the generating processes."""
+    from llamarl_core.models.checkpoint_check import check_checkpoint
     from llamarl_core.models.hf_config import args_from_hf_config, read_config
     from llamarl_core.models.tokenizer import load_tokenizer
 
@@ -37,8 +38,10 @@ def model_spec(cfg, examples, max_new_tokens: int) -> dict:
     try:
         max_seq_len = args_from_hf_config(read_config(path), source=str(path / "config.json")).max_seq_len
         tokenizer = load_tokenizer(path)
+        check_checkpoint(path)  # weights against config.json, headers only: before any process
     except (ValueError, KeyError, FileNotFoundError) as e:
-        raise ConfigError(f"eval.checkpoint={checkpoint}: {e}") from None
+        text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        raise ConfigError(f"eval.checkpoint={checkpoint}: {text}") from None
     for ex in examples:
         n = len(encode_prompt(ex, cfg.data.template, tokenizer))
         if n >= max_seq_len:
@@ -70,14 +73,14 @@ def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[d
     import dataclasses
     import subprocess
 
-    from llamarl_core.plan.commands import torchrun_argv0
+    from llamarl_core.plan.commands import loopback_torchrun_argv
 
     world = spec["world_size"]
     with tempfile.TemporaryDirectory(prefix="llamarl-eval-") as tmp:
         job = Path(tmp, "job.json")
         job.write_text(json.dumps({"spec": spec, "progress": progress,
                                    "examples": [dataclasses.asdict(e) for e in examples]}))
-        cmd = torchrun_argv0() + ["--standalone", "--nnodes=1", f"--nproc-per-node={world}",
+        cmd = loopback_torchrun_argv() + [f"--nproc-per-node={world}",
                                   "--max-restarts=0", "-m", "llamarl_core.eval.replica",
                                   "role=eval", f"job={job}"]
         env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"] or 1)}
