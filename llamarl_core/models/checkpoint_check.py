@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from .checkpoint import _IGNORED_RE, _weight_files, build_empty, hf_to_ours, ours_to_hf
+from .step_checkpoint import is_step_checkpoint, step_shapes
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
              "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
@@ -55,6 +56,9 @@ def check_checkpoint(path) -> None:
     weights on disk do not fit config.json; reads config.json and the headers only."""
     path = Path(path)
     model, args = build_empty(path)  # meta device: shapes, no memory
+    if is_step_checkpoint(path):  # a run's resumable checkpoint: shapes from the DCP metadata
+        _check_step(path, {n: tuple(p.shape) for n, p in model.named_parameters()})
+        return
     expected = {ours_to_hf(n): tuple(p.shape) for n, p in model.named_parameters()}
     seen: set[str] = set()
     for file in _weight_files(path):
@@ -79,3 +83,15 @@ def check_checkpoint(path) -> None:
         missing = sorted(set(expected) - seen)
         if missing:
             raise KeyError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {missing[:5]}")
+
+
+def _check_step(path: Path, expected: dict[str, tuple[int, ...]]) -> None:
+    stored = step_shapes(path)
+    meta = path / "trainer" / ".metadata"
+    for name, shape in stored.items():
+        if name in expected and shape != expected[name]:
+            raise ValueError(f"{meta}: tensor {name!r} has shape {shape}, {path / 'config.json'} implies "
+                             f"{expected[name]}")
+    missing = sorted(set(expected) - set(stored))
+    if missing:
+        raise KeyError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {missing[:5]}")

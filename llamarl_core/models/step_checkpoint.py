@@ -92,6 +92,14 @@ def _read_chunk(trainer_dir: Path, info, sizes: tuple[int, ...]) -> tuple[torch.
     return tensor, file
 
 
+def step_shapes(path) -> dict[str, tuple[int, ...]]:
+    """Our parameter name → global shape of each model tensor of a `step_<N>` directory, from
+    the metadata alone (no weight read): what `checkpoint_check` compares with config.json."""
+    meta = _metadata(Path(path) / TRAINER_DIR)
+    return {key[len(MODEL_PREFIX):]: tuple(md.size) for key, md in meta.state_dict_metadata.items()
+            if key.startswith(MODEL_PREFIX) and hasattr(md, "chunks")}
+
+
 def step_tensors(path) -> Iterator[tuple[str, str, torch.Tensor, Path]]:
     """(stored key, our parameter name, full tensor, file) for each model tensor of a
     `step_<N>` directory, one at a time, in the order they were saved."""
