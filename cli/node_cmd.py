@@ -71,7 +71,9 @@ def _run_node(plan, cfg, node_rank: int) -> int:
                       f"{plan['nodes']} node(s); run directory {plan['run_dir']}")
         with LiveView(console, cfg) as view:
             result = NodeController(plan, cfg, view).run()
-        return report(result, console)
+        again = (f"llamarl plan recipe={cfg.recipe} <the same overrides> run.resume=auto --out {plan['run_dir']}"
+                 f", then `llamarl node plan={plan['run_dir']}/plan.json node_rank=K` on every node")
+        return report(result, console, again)
     try:
         result = NodeAgent(plan, cfg, node_rank, log=console.print).run()
     except RunMismatch as e:

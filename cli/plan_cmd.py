@@ -53,10 +53,17 @@ def main(argv) -> int:
 
 
 def _write(cfg, out: str, run_id: str | None) -> int:
-    from llamarl_core.runtime.run_dir import write_run_files
+    from llamarl_core.runtime.node import check_outputs
+    from llamarl_core.runtime.run_dir import resolve_resume, write_run_files
+    from llamarl_core.runtime.run_lock import check_free
     from llamarl_core.transport.control import free_port
 
     run_dir = os.path.abspath(out)
+    check_free(run_dir)
+    if cfg.run.resume:  # the plan names the checkpoint: every node reads the same one
+        resolve_resume(cfg, run_dir)
+    elif os.path.isdir(run_dir):
+        check_outputs({"run_dir": run_dir}, cfg)  # never a fresh plan over a run's outputs
     plan = make_plan(cfg, run_dir=run_dir, require_data=True)  # nodes will run it: data must exist
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     host = cfg.controller.host

@@ -32,7 +32,10 @@ def main(argv) -> int:
         from llamarl_core.report.plots import write_all
         from llamarl_core.report.run_data import load_run
         from llamarl_core.report.summary import markdown
-        runs = [load_run(d) for d in args.run_dirs]
+        try:
+            runs = [load_run(d) for d in args.run_dirs]
+        except (FileNotFoundError, NotADirectoryError, ValueError) as e:  # not a run directory
+            raise UsageError(f"llamarl report: {e}") from None
         out = args.out or os.path.join(args.run_dirs[0], "report")
         try:
             pngs = write_all(runs, out, args.gantt_steps)

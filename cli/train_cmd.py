@@ -46,12 +46,20 @@ def main(argv) -> int:
         console.print(f"run directory: {run_dir}")
         with LiveView(console, cfg) as view:
             result = Controller(cfg, plan, run_dir, view).run()
-        return report(result, console)
+        return report(result, console, resume_command(recipe, overrides, run_dir))
 
     return run_guarded(run)
 
 
-def report(result, console: Console) -> int:
+def resume_command(recipe: str, overrides: list[str], run_dir: str) -> str:
+    """The same command, continuing run_dir from its newest stable checkpoint."""
+    import shlex
+
+    kept = [w for w in overrides if not w.lstrip("+~").startswith(("run.dir=", "run.resume="))]
+    return shlex.join(["llamarl", "train", f"recipe={recipe}", *kept, f"run.dir={run_dir}", "run.resume=auto"])
+
+
+def report(result, console: Console, resume_with: str | None = None) -> int:
     summary_path = os.path.join(result.run_dir, "summary.json")
     if result.ok:
         if os.path.exists(summary_path):
@@ -68,4 +76,8 @@ def report(result, console: Console) -> int:
         role, rank = result.failed
         print(f"--- last lines of {role} rank {rank}'s log ---\n{result.log_tail}", file=sys.stderr)
     print(f"logs: {os.path.join(result.run_dir, 'logs')}", file=sys.stderr)
+    from llamarl_core.executors.checkpoints import latest_stable
+    stable = latest_stable(result.run_dir)
+    if stable and resume_with:
+        print(f"continue from {stable} with: {resume_with}", file=sys.stderr)
     return EXIT_FAILED

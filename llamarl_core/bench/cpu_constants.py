@@ -102,7 +102,7 @@ def measure_cpu_constants(*, decode_rows: int, train_tokens: int, dim: int, ffn_
         out = os.path.join(d, "constants.pt")
         mp.start_processes(_worker, args=(_free_port(), shapes, int(weight_bytes), out), nprocs=2,
                            start_method="spawn", join=True)
-        r = torch.load(out)
+        r = torch.load(out, weights_only=True)  # a dict of floats it wrote itself
     return {"decode_flops_per_s": r["decode_busy"], "train_flops_per_s": r["train_busy"],
             "alone_speedup": max(1.0, r["train_alone"] / r["train_busy"]),
             "memcpy_bytes_per_s": r["memcpy"], "gloo_bytes_per_s": r["gloo"],

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
@@ -77,6 +78,8 @@ def compose_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) 
             cfg.recipe = path.stem
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_clean_message(e, path)) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(yaml_message(e, path)) from None
     finally:
         GlobalHydra.instance().clear()
     return cfg
@@ -94,8 +97,24 @@ def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> 
 def _recipe_keys(path: Path) -> set:
     try:
         return set(OmegaConf.load(path).keys())
-    except Exception as e:  # malformed YAML
+    except yaml.YAMLError as e:
+        raise ConfigError(yaml_message(e, path)) from None
+    except Exception as e:  # a YAML list or scalar, not a mapping
         raise ConfigError(f"cannot parse recipe {path}: {e}") from None
+
+
+def yaml_message(e: yaml.YAMLError, path: Path) -> str:
+    """'recipe FILE, line L, column C: problem' (YAML marks count from 0)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is None:
+        return f"cannot parse recipe {path}: {problem}"
+    where = mark.name if mark.name and not mark.name.startswith("<") else str(path)
+    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and start is not None and start is not mark:
+        context += f" that starts at line {start.line + 1}, column {start.column + 1}"
+    return (f"cannot parse recipe {where}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
+            + (f" ({context})" if context else ""))
 
 
 def _clean_message(e: Exception, path: Path) -> str:
@@ -112,7 +131,9 @@ def _clean_message(e: Exception, path: Path) -> str:
             full_key = m.group(1)
     head = lines[0] if lines else type(cause).__name__
     head = re.sub(r"\s+", " ", head)
-    if "not in struct" in text or "Key '" in head and "not in" in head or "Could not override" in head:
+    unknown = ("not in struct" in text or "ConfigKeyError" in text or "Could not override" in head
+               or re.search(r"Key '[^']+' not in '", text))
+    if unknown:
         key = full_key or _first_quoted(text)
         return f"unknown config key '{key}' (recipe {path.name}); check the spelling or see `llamarl plan --cfg job`"
     if full_key:

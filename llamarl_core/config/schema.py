@@ -7,6 +7,7 @@ counts, memory). Key names under `resources`, `algorithm` and `run` are a user c
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -37,6 +38,14 @@ def _check_reward(value: str) -> None:
 def _check_positive(key: str, value, minimum: int = 1) -> None:
     if value < minimum:
         raise ConfigError(f"{key}={value} must be >= {minimum}")
+
+
+def _check_number(key: str, value: float, above: float | None = None, at_least: float | None = None) -> None:
+    """A finite number > `above` (or >= `at_least`): NaN, inf and out-of-range values stop here."""
+    ok = math.isfinite(value) and (above is None or value > above) and (at_least is None or value >= at_least)
+    if not ok:
+        bound = f"> {above:g}" if above is not None else f">= {at_least:g}"
+        raise ConfigError(f"{key}={value} must be a finite number {bound}")
 
 
 @dataclass
@@ -97,8 +106,7 @@ class RewardResources:
     def __post_init__(self):
         _check_positive("resources.reward.num_devices", self.num_devices)
         _check_positive("resources.reward.workers", self.workers)
-        if self.timeout_s <= 0:
-            raise ConfigError(f"resources.reward.timeout_s={self.timeout_s} must be > 0")
+        _check_number("resources.reward.timeout_s", self.timeout_s, above=0)
 
 
 @dataclass
@@ -119,6 +127,8 @@ class ResourcesConfig:
         _check_choice("resources.device", self.device, DEVICE_TYPES)
         _check_positive("resources.nodes", self.nodes)
         _check_positive("resources.devices_per_node", self.devices_per_node, 0)
+        _check_positive("resources.cpu_cores", self.cpu_cores, 0)
+        _check_number("resources.host_memory_gib", self.host_memory_gib, at_least=0)
 
 
 @dataclass
@@ -145,10 +155,11 @@ class AlgorithmConfig:
         _check_positive("algorithm.group_size", self.group_size)
         _check_positive("algorithm.prompts_per_step", self.prompts_per_step)
         _check_positive("algorithm.max_offpolicy_steps", self.max_offpolicy_steps, 0)
-        if self.rho <= 0:
-            raise ConfigError(f"algorithm.rho={self.rho} must be > 0")
-        if self.lr <= 0:
-            raise ConfigError(f"algorithm.lr={self.lr} must be > 0")
+        for key in ("rho", "clip_eps", "lr", "grad_clip"):
+            _check_number(f"algorithm.{key}", getattr(self, key), above=0)
+        for key in ("weight_decay", "kl_coef", "entropy_coef"):
+            _check_number(f"algorithm.{key}", getattr(self, key), at_least=0)
+        _check_positive("algorithm.lr_warmup_steps", self.lr_warmup_steps, 0)
 
 
 @dataclass
@@ -160,6 +171,7 @@ class WarmStartConfig:
     def __post_init__(self):
         _check_positive("warmstart.steps", self.steps, 0)
         _check_positive("warmstart.batch_size", self.batch_size)
+        _check_number("warmstart.lr", self.lr, above=0)
 
 
 @dataclass
@@ -178,7 +190,7 @@ class GenerationConfig:
         _check_choice("generation.batching", self.batching, BATCHING)
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
-        if self.temperature <= 0:
+        if not self.temperature > 0 or not math.isfinite(self.temperature):
             raise ConfigError(f"generation.temperature={self.temperature} must be > 0: RL needs the "
                               f"behaviour policy's probabilities, and greedy decoding has none")
         _check_positive("generation.top_k", self.top_k, 0)
@@ -228,6 +240,9 @@ class DataConfig:
         _check_choice("data.solution_style", self.solution_style, ("columns", "digit_sums", "short"))
         _check_positive("data.num_train_examples", self.num_train_examples)
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
+        if not 1 <= self.digits <= 9:
+            raise ConfigError(f"data.digits={self.digits} must be in 1..9")
+        _check_positive("data.num_operands", self.num_operands, 2)
         for key in ("prompt_key", "answer_key", "messages_key"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -267,6 +282,7 @@ class RunConfig:
         _check_positive("run.eval_every_steps", self.eval_every_steps, 0)
         _check_positive("run.checkpoint_every_steps", self.checkpoint_every_steps, 0)
         _check_positive("run.keep_checkpoints", self.keep_checkpoints, 1)
+        _check_number("run.max_time_s", self.max_time_s, at_least=0)
 
 
 @dataclass
@@ -285,11 +301,18 @@ class ControllerConfig:
 
     def __post_init__(self):
         _check_choice("controller.weight_transport", self.weight_transport, WEIGHT_TRANSPORTS)
-        if self.weight_bucket_mb <= 0:
-            raise ConfigError(f"controller.weight_bucket_mb={self.weight_bucket_mb} must be > 0")
+        for key in ("weight_bucket_mb", "heartbeat_interval_s", "heartbeat_timeout_s", "startup_timeout_s",
+                    "step_timeout_s"):
+            _check_number(f"controller.{key}", getattr(self, key), above=0)
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ConfigError(f"controller.heartbeat_timeout_s={self.heartbeat_timeout_s:g} must exceed "
+                              f"controller.heartbeat_interval_s={self.heartbeat_interval_s:g}")
         _check_positive("controller.max_restarts", self.max_restarts, 0)
         if not 0 <= self.port < 65536:
             raise ConfigError(f"controller.port={self.port} must be in [0, 65535]")
+        if not 1 <= self.role_port_base <= 65533:
+            raise ConfigError(f"controller.role_port_base={self.role_port_base} must be in [1, 65533] "
+                              f"(it and the next two ports: one per role)")
 
 
 @dataclass
@@ -310,8 +333,7 @@ class EvalConfig:
         _check_positive("eval.n_samples", self.n_samples)
         _check_positive("eval.max_new_tokens", self.max_new_tokens, 0)
         _check_positive("eval.num_examples", self.num_examples, 0)
-        if self.temperature < 0:
-            raise ConfigError(f"eval.temperature={self.temperature} must be >= 0")
+        _check_number("eval.temperature", self.temperature, at_least=0)
         if self.n_samples > 1 and self.temperature == 0:
             raise ConfigError(f"eval.n_samples={self.n_samples} with eval.temperature=0 gives "
                               f"{self.n_samples} identical greedy samples; set temperature > 0")

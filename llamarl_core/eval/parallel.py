@@ -27,6 +27,7 @@ from llamarl_core.eval.evaluate import encode_prompt, generate_predictions
 def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = None) -> dict:
     """Checked, picklable settings for the generating processes; `fmt` (default: the config's
     for `data.name`) with its template resolved against the checkpoint's tokenizer."""
+    from llamarl_core.models.checkpoint_check import check_checkpoint
     from llamarl_core.models.hf_config import args_from_hf_config, read_config
     from llamarl_core.models.tokenizer import load_tokenizer
 
@@ -40,8 +41,10 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
     try:
         max_seq_len = args_from_hf_config(read_config(path), source=str(path / "config.json")).max_seq_len
         tokenizer = load_tokenizer(path)
+        check_checkpoint(path)  # weights against config.json, headers only: before any process
     except (ValueError, KeyError, FileNotFoundError) as e:
-        raise ConfigError(f"eval.checkpoint={checkpoint}: {e}") from None
+        text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        raise ConfigError(f"eval.checkpoint={checkpoint}: {text}") from None
     fmt = fmt or prompt_format(cfg.data)
     fmt = replace(fmt, template=resolve_template(fmt.template, tokenizer))
     for ex in examples:
@@ -76,7 +79,7 @@ def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[d
     import dataclasses
     import subprocess
 
-    from llamarl_core.plan.commands import torchrun_argv0
+    from llamarl_core.plan.commands import loopback_torchrun_argv
 
     world = spec["world_size"]
     with tempfile.TemporaryDirectory(prefix="llamarl-eval-") as tmp:
@@ -84,7 +87,7 @@ def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[d
         job.write_text(json.dumps({"spec": spec, "progress": progress,
                                    # rows' own fields stay here: scoring happens in this process
                                    "examples": [dict(dataclasses.asdict(e), fields=None) for e in examples]}))
-        cmd = torchrun_argv0() + ["--standalone", "--nnodes=1", f"--nproc-per-node={world}",
+        cmd = loopback_torchrun_argv() + [f"--nproc-per-node={world}",
                                   "--max-restarts=0", "-m", "llamarl_core.eval.replica",
                                   "role=eval", f"job={job}"]
         env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"] or 1)}

@@ -1,6 +1,6 @@
 """One `llamarl eval` generator replica, started by torchrun (like `train`'s role groups):
 
-    torchrun --standalone --nproc-per-node=N -m llamarl_core.eval.replica role=eval job=JOB.json
+    python -m llamarl_core.runtime.loopback_torchrun --nproc-per-node=N -m llamarl_core.eval.replica role=eval job=JOB.json
 
 Each rank generates the batches b with b % N == RANK (`generate_predictions`) and writes
 `rank<RANK>.json` beside the job file; the parent merges and scores them. The job is JSON

@@ -3,21 +3,28 @@
     checkpoints/step_<N>/            N = trainer steps done (= policy version = metrics step)
       trainer/                       model + optimizer through torch.distributed.checkpoint,
                                      one shard file per trainer rank (sharded as trained)
-      rng/rank_<r>.pt                torch and Python RNG states of trainer rank r
+      rng/rank_<r>.json              torch and Python RNG states of trainer rank r (JSON)
       state.json                     step, policy_version, lr_steps (the LR schedule's position),
                                      next_chunk per generator replica (data position of the last
                                      TRAINED chunk + 1), dropped per replica (controller state),
                                      held-out accuracy by version
       STABLE                         written last; a checkpoint without it is never loaded
+      config.json, tokenizer         written first by the trainer (save_model_files): the step is
+                                     a model too (models/step_checkpoint.py reads its shards)
     checkpoints/final/               Hugging Face export at the end of the run
 
 Chunk n of replica i holds a fixed set of prompts (`chunk_prompt_indices`), so `next_chunk`
 is the data position: a resumed generator starts there, and what was generated after the
 checkpoint but not trained is generated again. The layout helpers are pure file operations;
 `save`/`load` are collective over the trainer's group.
+
+Nothing a resume reads can run code: state and RNG are JSON, the DCP shards go through
+safe_dcp (restricted metadata unpickler, `weights_only=True` values), and `verify` reads
+all of that in the controller before any role starts.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -27,7 +34,11 @@ import shutil
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from llamarl_core.executors import safe_dcp
+from llamarl_core.executors.safe_dcp import UnsafeCheckpoint
 
 STABLE = "STABLE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -55,8 +66,69 @@ def latest_stable(run_dir: str) -> str | None:
 
 
 def read_state(path: str) -> dict:
-    with open(os.path.join(path, "state.json")) as f:
-        return json.load(f)
+    file = os.path.join(path, "state.json")
+    try:
+        with open(file) as f:
+            state = json.load(f)
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UnsafeCheckpoint(f"{file} is not the JSON state llamarl writes ({e})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise UnsafeCheckpoint(f"{file} has no integer 'step'")
+    return state
+
+
+# ---- RNG state as JSON ------------------------------------------------------------------
+def rng_path(path: str, rank: int) -> str:
+    return os.path.join(path, "rng", f"rank_{rank}.json")
+
+
+def rng_to_json(torch_state: torch.Tensor, python_state: tuple) -> dict:
+    version, internal, gauss = python_state
+    return {"torch": base64.b64encode(torch_state.numpy().tobytes()).decode(),
+            "python": {"version": version, "state": list(internal), "gauss_next": gauss}}
+
+
+def rng_from_json(d, where: str) -> tuple[torch.Tensor, tuple]:
+    """(torch RNG state, Python random state) from rng_to_json's dict, every value checked."""
+    try:
+        raw = base64.b64decode(d["torch"], validate=True)
+        py = d["python"]
+        internal, gauss = py["state"], py["gauss_next"]
+        ok = (isinstance(py["version"], int) and isinstance(internal, list)
+              and all(isinstance(x, int) and 0 <= x < 2**32 for x in internal)
+              and (gauss is None or isinstance(gauss, float)))
+    except (TypeError, KeyError, ValueError) as e:
+        raise UnsafeCheckpoint(f"{where} is not an RNG state llamarl wrote ({type(e).__name__}: {e})") from None
+    expected = torch.get_rng_state().numel()
+    if not ok or len(raw) != expected:
+        raise UnsafeCheckpoint(f"{where} is not an RNG state llamarl wrote (a torch state of "
+                               f"{len(raw)} bytes, {expected} expected, or bad Python state)")
+    state = torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone()
+    return state, (py["version"], tuple(internal), gauss)
+
+
+def read_rng(file: str) -> tuple[torch.Tensor, tuple]:
+    try:
+        with open(file) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UnsafeCheckpoint(f"{file} is not an RNG state llamarl wrote ({e})") from None
+    return rng_from_json(d, file)
+
+
+def verify(path: str) -> dict:
+    """Read everything a resume from `path` reads except tensor data (tensors load with
+    weights_only=True anyway): state.json, the DCP metadata and values, every RNG file.
+    Returns state.json; raises UnsafeCheckpoint naming the file."""
+    state = read_state(path)
+    safe_dcp.verify(os.path.join(path, "trainer"))
+    rng_dir = os.path.join(path, "rng")
+    for name in sorted(os.listdir(rng_dir)) if os.path.isdir(rng_dir) else []:
+        if not name.endswith(".json"):
+            raise UnsafeCheckpoint(f"{os.path.join(rng_dir, name)}: unexpected file (RNG states are "
+                                   f"rank_<r>.json; older .pt files are not loaded)")
+        read_rng(os.path.join(rng_dir, name))
+    return state
 
 
 def prune(run_dir: str, keep: int) -> list[str]:
@@ -88,8 +160,8 @@ def save(path: str, model, optimizer, group, rank: int, state: dict, keep: int, 
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(path, "trainer"),
              process_group=group)
     os.makedirs(os.path.join(path, "rng"), exist_ok=True)
-    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()},
-               os.path.join(path, "rng", f"rank_{rank}.pt"))
+    with open(rng_path(path, rank), "w") as f:
+        json.dump(rng_to_json(torch.get_rng_state(), random.getstate()), f)
     if group is not None and dist.get_world_size(group) > 1:
         dist.barrier(group=group)  # every shard and RNG file is on disk before STABLE
     if rank != 0:
@@ -107,12 +179,18 @@ def load(path: str, model, optimizer, group, rank: int) -> dict:
         raise FileNotFoundError(f"checkpoint {path} has no {STABLE} marker (interrupted write)")
     msd, osd = get_state_dict(model, optimizer)
     state_dict = {"model": msd, "optim": osd}
-    dcp.load(state_dict, checkpoint_id=os.path.join(path, "trainer"), process_group=group)
+    state = read_state(path)
+    try:
+        dcp.load(state_dict, storage_reader=safe_dcp.SafeReader(os.path.join(path, "trainer")),
+                 planner=safe_dcp.SafePlanner(), process_group=group)
+    except CheckpointException as e:  # a BaseException with every rank's traceback: name the cause
+        causes = {str(getattr(f, "exception", f)).strip().splitlines()[-1] for f in e.failures.values()}
+        raise ValueError(f"checkpoint {path} could not be loaded: {'; '.join(sorted(causes))}") from None
     set_state_dict(model, optimizer, model_state_dict=state_dict["model"],
                    optim_state_dict=state_dict["optim"])
-    rng_path = os.path.join(path, "rng", f"rank_{rank}.pt")
-    if os.path.exists(rng_path):  # absent when resumed on more trainer ranks than saved
-        rng = torch.load(rng_path, weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-    return read_state(path)
+    rng = rng_path(path, rank)
+    if os.path.exists(rng):  # absent when resumed on more trainer ranks than saved
+        torch_state, python_state = read_rng(rng)
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
+    return state

@@ -25,6 +25,10 @@ class ChunkGenerator:
         g, gen = cfg.resources.generator, cfg.generation
         self.cfg, self.tokenizer, self.prompts = cfg, tokenizer, prompts
         self.replica, self.num_replicas = replica, num_replicas
+        positions = model.args.max_seq_len  # the engine would stop completions early, as "length"
+        if gen.max_prompt_tokens + gen.max_new_tokens > positions:  # (the plan refuses this first)
+            raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = "
+                             f"{gen.max_prompt_tokens + gen.max_new_tokens} > the model's {positions} positions")
         self.engine = GenerationEngine(model, tokenizer, max_batch_size=g.max_batch_size,
                                        max_seq_len=gen.max_prompt_tokens + gen.max_new_tokens + 1,
                                        quantization=quantization, batching=gen.batching,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from llamarl_core.generation.fused import Proj, _groups, _HookedQuantized, _stacked
+from llamarl_core.generation.fused import Proj, _groups, _HookedQuantized, _stacked, _stacked_bias
 from llamarl_core.generation.quant import QuantizedLinear, _scaled_mm_ok
 from llamarl_core.models.tp_slices import is_block_linear
 from llamarl_core.transport.ddma_plan import FP8_DTYPE, scale_name
@@ -52,10 +52,12 @@ def release_full_precision(model: torch.nn.Module) -> None:
             p.data = torch.zeros((), dtype=p.dtype, device=p.device).expand(p.shape)
 
 
-def _quantized(q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> QuantizedLinear:
-    """A QuantizedLinear holding (q, scale) as they arrived (its constructor would quantize)."""
+def _quantized(q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype,
+               bias: torch.Tensor | None = None) -> QuantizedLinear:
+    """A QuantizedLinear holding (q, scale) as they arrived (its constructor would quantize), and
+    the full-precision bias (Qwen2's q/k/v biases travel as ordinary parameters)."""
     ql = QuantizedLinear.__new__(QuantizedLinear)
-    ql.kind, ql.out_dtype, ql.q, ql.scale = "fp8", out_dtype, q, scale
+    ql.kind, ql.out_dtype, ql.q, ql.scale, ql.bias = "fp8", out_dtype, q, scale, bias
     ql.use_scaled_mm = q.is_cuda and _scaled_mm_ok(q)
     return ql
 
@@ -70,10 +72,11 @@ def install(engine, model: torch.nn.Module, received: dict[str, torch.Tensor]) -
         if key == "output":  # full precision, a copy of the head the receiver just re-pointed
             weights.proj[key] = Proj(_stacked(linears, weights._transposed), weights._transposed, single)
             continue
+        bias = _stacked_bias(linears)
         keys = [names[id(lin.weight)] for lin in linears]
         q = torch.cat([received[k] for k in keys]) if len(keys) > 1 else received[keys[0]]
         scale = torch.cat([received[scale_name(k)] for k in keys]) if len(keys) > 1 else received[scale_name(keys[0])]
-        weights.proj[key] = _HookedQuantized(_quantized(q, scale, linears[0].weight.dtype), single)
+        weights.proj[key] = _HookedQuantized(_quantized(q, scale, linears[0].weight.dtype, bias), single)
     weights._built = True  # `current()` now returns these; nothing is re-quantized
     engine.proj = weights.proj
 

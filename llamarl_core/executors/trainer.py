@@ -34,7 +34,7 @@ from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
 from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
-from llamarl_core.models import save_pretrained, save_streamed
+from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.trainer_model import build_trainer_model
@@ -213,6 +213,8 @@ class TrainerExecutor:
                  "accuracy_by_version": self.accuracy}
         path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")
         with self.ctx.timeline.span("checkpoint", step=step):
+            if self.rank == 0:  # config.json + tokenizer beside the shards: the step is a model too
+                save_model_files(path, unwrap(self.model).args, self.tokenizer, torch.float32)
             checkpoints.save(path, self.model, self.learner.optimizer, self.group, self.rank, state,
                              self.cfg.run.keep_checkpoints, self.ctx.run_dir)
 

@@ -17,7 +17,8 @@ Decode attention is written out as matmuls (`_attend`); a GQA group's query head
 read of the group's K/V.
 
 The model's parameters are read through `EngineWeights` (merged projections, fused.py); the
-norms, embedding and RoPE tables are the model's own, so the arithmetic is the trainer's.
+norms (Qwen3's per-head q/k norms included, applied before RoPE as in the model), embedding
+and RoPE tables are the model's own, so the arithmetic is the trainer's.
 """
 from __future__ import annotations
 
@@ -88,10 +89,14 @@ def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Ten
     h = model.tok_embeddings(ids)  # [n, T, D]
     cos, sin = cos.to(h.dtype), sin.to(h.dtype)
     for i, layer in enumerate(model.layers):
-        H, KV, hd = _heads(layer.attention)
+        att = layer.attention
+        H, KV, hd = _heads(att)
         q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
-        q = apply_rope(q.view(n, T, H, hd).transpose(1, 2), cos, sin)  # [n, H, T, hd]
-        k = apply_rope(k.view(n, T, KV, hd).transpose(1, 2), cos, sin)  # [n, KV, T, hd]
+        q, k = q.view(n, T, H, hd), k.view(n, T, KV, hd)
+        if att.q_norm is not None:
+            q, k = att.q_norm(q), att.k_norm(k)
+        q = apply_rope(q.transpose(1, 2), cos, sin)  # [n, H, T, hd]
+        k = apply_rope(k.transpose(1, 2), cos, sin)  # [n, KV, T, hd]
         v = v.view(n, T, KV, hd).transpose(1, 2)
         cache.k[i][slots, :, :T] = k
         cache.v[i][slots, :, :T] = v
@@ -136,7 +141,10 @@ def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch
           + positions[:, None]).reshape(-1)  # [B*KV] row of (slot, kv head, position)
     for i, layer in enumerate(model.layers):
         qkv = proj[f"{i}.qkv"](layer.attention_norm(h)).view(B, H + 2 * KV, hd)
-        qk = _rope_heads(qkv[:, :H + KV], cos, sin_signed)  # [B, H+KV, hd]
+        qk = qkv[:, :H + KV]
+        if layer.attention.q_norm is not None:
+            qk = torch.cat((layer.attention.q_norm(qk[:, :H]), layer.attention.k_norm(qk[:, H:])), dim=1)
+        qk = _rope_heads(qk, cos, sin_signed)  # [B, H+KV, hd]
         cache.k[i].view(-1, hd).index_copy_(0, at, qk[:, H:].reshape(B * KV, hd))
         cache.v[i].view(-1, hd).index_copy_(0, at, qkv[:, H + KV:].reshape(B * KV, hd))
         keys, values = cache.k[i][:B, :, :span], cache.v[i][:B, :, :span]  # [B, KV, S, hd]

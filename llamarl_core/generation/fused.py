@@ -23,7 +23,9 @@ Where the fused buffers live depends on who else uses the model:
     Stacking rows does not change per-output-channel scales, so a fused quantized
     projection equals the three separate ones.
 If a parameter of an adopted model is later re-pointed by someone else (its storage no longer
-the fused buffer), `current()` notices and adopts again.
+the fused buffer), `current()` notices and adopts again. Biases (Qwen2's q/k/v) are stacked
+the same way into one bias per fused projection, adopted or copied like the weights, and stay
+in the model's dtype when the weights are quantized.
 """
 from __future__ import annotations
 
@@ -64,19 +66,24 @@ class Proj:
     Forward hooks of a single-module projection still run (tensor parallelism all-reduces the
     row-parallel wo/w2 outputs in one, transport/tensor_parallel.py)."""
 
-    def __init__(self, weight: torch.Tensor, transposed: bool, module: Optional[nn.Module] = None):
+    def __init__(self, weight: torch.Tensor, transposed: bool, module: Optional[nn.Module] = None,
+                 bias: Optional[torch.Tensor] = None):
         self.transposed = transposed
         self.weight = weight  # [out, in]; with `transposed`, a view of [in, out] storage
         self.w = weight.t() if transposed else weight  # [in, out] or [out, in]
+        self.bias = bias  # [out] or None
         self.module = module
         self.onednn = (weight.device.type == "cpu" and weight.dtype == torch.float32
                        and onednn_linear_available())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.onednn and x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]:
-            y = torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, None, "none", [], "")
+            y = torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
+        elif self.transposed:
+            y = torch.matmul(x, self.w)
+            y = y if self.bias is None else y.add_(self.bias)
         else:
-            y = torch.matmul(x, self.w) if self.transposed else F.linear(x, self.w)
+            y = F.linear(x, self.w, self.bias)
         return _hooked(self.module, x, y)
 
 
@@ -106,6 +113,13 @@ def _groups(model: nn.Module) -> list[tuple[str, list[nn.Linear]]]:
     if model.output.weight is not model.tok_embeddings.weight:
         out.append(("output", [model.output]))
     return out
+
+
+def _stacked_bias(linears: list[nn.Linear]) -> Optional[torch.Tensor]:
+    """A fresh [out] tensor of the linears' biases (all or none have one), or None."""
+    if linears[0].bias is None:
+        return None
+    return torch.cat([lin.bias.detach() for lin in linears])
 
 
 def _stacked(linears: list[nn.Linear], transposed: bool) -> torch.Tensor:
@@ -149,11 +163,12 @@ class EngineWeights:
         quantized = self.quantization != "none"
         for key, linears in _groups(self.model):
             single = linears[0] if len(linears) == 1 else None
+            bias = _stacked_bias(linears)
             if quantized and key != "output":  # the output head stays full precision
                 self.proj[key] = _HookedQuantized(
-                    QuantizedLinear(_stacked(linears, False), self.quantization), single)
+                    QuantizedLinear(_stacked(linears, False), self.quantization, bias), single)
             else:
-                self.proj[key] = Proj(_stacked(linears, self._transposed), self._transposed, single)
+                self.proj[key] = Proj(_stacked(linears, self._transposed), self._transposed, single, bias)
         self._built = True
 
     def _adopt(self) -> None:
@@ -162,11 +177,15 @@ class EngineWeights:
         with torch.no_grad():
             for key, linears in _groups(self.model):
                 stacked = _stacked(linears, self._transposed)  # [out_total, in]
+                bias = _stacked_bias(linears)  # [out_total] or None
                 start = 0
                 for lin in linears:
                     rows = lin.weight.shape[0]
                     lin.weight.data = stacked[start:start + rows]
                     self._aliases.append((lin.weight, lin.weight.data_ptr()))
+                    if bias is not None:
+                        lin.bias.data = bias[start:start + rows]
+                        self._aliases.append((lin.bias, lin.bias.data_ptr()))
                     start += rows
-                self.proj[key] = Proj(stacked, self._transposed, linears[0] if len(linears) == 1 else None)
+                self.proj[key] = Proj(stacked, self._transposed, linears[0] if len(linears) == 1 else None, bias)
         self._built = True

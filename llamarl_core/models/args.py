@@ -1,8 +1,19 @@
-"""Llama-3 architecture hyperparameters and size presets.
+"""Architecture hyperparameters (Llama 1/2/3.x, Qwen2/2.5, Qwen3, Mistral) and size presets.
 
 Pure data: the planner reads sizes from here without building a model, and the
-`nn.Module` in `llama.py` is built from the same `ModelArgs`. Published dimensions come from
-the Llama 3 / 3.1 model cards and `config.json` files (arXiv 2407.21783, table 3).
+`nn.Module` in `llama.py` is built from the same `ModelArgs`. The families differ only in
+fields here, not in classes (how each maps to a `config.json`: hf_config.py):
+
+    family     qkv_bias   qk_norm   decoupled_head_dim   rope_scaling
+    llama      -          -         optional             llama3 / linear / none
+    mistral    -          -         optional (Nemo)      none
+    qwen2      yes        -         -                    none
+    qwen3      -          yes       often (128)          none
+
+`param_shapes` is the one list of parameter names and shapes: `num_params`, the DDMA byte
+count (sim/ddma_bytes.py) and the tests read it, and a test checks it against the module.
+Published dimensions come from the Llama 3 / 3.1 model cards and `config.json` files
+(arXiv 2407.21783, table 3).
 """
 from __future__ import annotations
 
@@ -11,6 +22,8 @@ from typing import Optional
 
 # Byte-level vocabulary of the tiny models: 256 byte values + pad, bos, eos, and one reserved.
 BYTE_VOCAB_SIZE = 260
+# Hugging Face model types built by `Llama` (what each needs: the table above).
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -23,26 +36,65 @@ class ModelArgs:
     ffn_dim: int
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
-    # Llama-3.1 frequency scaling: {"factor", "low_freq_factor", "high_freq_factor",
-    # "original_max_position_embeddings"} or None for plain RoPE.
+    # RoPE frequency scaling, or None for plain RoPE: Llama-3.1's {"rope_type": "llama3",
+    # "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+    # (a dict without "rope_type" is llama3), or {"rope_type": "linear", "factor"}.
     rope_scaling: Optional[dict] = None
     max_seq_len: int = 8192
     tie_embeddings: bool = False
+    # The Hugging Face `model_type` the weights came from and are exported as (FAMILIES).
+    family: str = "llama"
+    qkv_bias: bool = False  # Qwen2: biases on the q/k/v projections (not on o)
+    qk_norm: bool = False  # Qwen3: RMSNorm over each head's q and k (weights [head_dim]), before RoPE
+    # Per-head width when it is not dim // n_heads (Qwen3, Mistral-Nemo); None = dim // n_heads.
+    decoupled_head_dim: Optional[int] = None
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.decoupled_head_dim or self.dim // self.n_heads
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family={self.family!r} is not one of {', '.join(FAMILIES)}")
+        # Each switch exists in exactly one family's config.json, so an export can say it.
+        if self.qkv_bias != (self.family == "qwen2") or self.qk_norm != (self.family == "qwen3"):
+            raise ValueError(f"family={self.family!r} with qkv_bias={self.qkv_bias}, qk_norm={self.qk_norm}: "
+                             "q/k/v biases are Qwen2's and q/k norms Qwen3's")
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Full shape of every parameter of `Llama(self)`, by name, in `named_parameters` order
+        (a tied output head appears once, as the embedding)."""
+        d, hd, f = self.dim, self.head_dim, self.ffn_dim
+        q, kv = self.n_heads * hd, self.n_kv_heads * hd
+        shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (self.vocab_size, d)}
+        for i in range(self.n_layers):
+            p = f"layers.{i}."
+            shapes[p + "attention_norm.weight"] = (d,)
+            for proj, rows in (("wq", q), ("wk", kv), ("wv", kv)):
+                shapes[p + f"attention.{proj}.weight"] = (rows, d)
+                if self.qkv_bias:
+                    shapes[p + f"attention.{proj}.bias"] = (rows,)
+            shapes[p + "attention.wo.weight"] = (d, q)
+            if self.qk_norm:
+                shapes[p + "attention.q_norm.weight"] = (hd,)
+                shapes[p + "attention.k_norm.weight"] = (hd,)
+            shapes |= {p + "ffn_norm.weight": (d,), p + "feed_forward.w1.weight": (f, d),
+                       p + "feed_forward.w2.weight": (d, f), p + "feed_forward.w3.weight": (f, d)}
+        shapes["norm.weight"] = (d,)
+        if not self.tie_embeddings:
+            shapes["output.weight"] = (self.vocab_size, d)
+        return shapes
 
     def num_params(self) -> int:
-        """Exact parameter count of `Llama(self)` (checked against the module in tests)."""
-        kv_dim = self.n_kv_heads * self.head_dim
-        attn = self.dim * self.dim * 2 + self.dim * kv_dim * 2  # wq, wo, wk, wv
-        mlp = 3 * self.dim * self.ffn_dim  # w1 (gate), w2 (down), w3 (up)
-        norms = 2 * self.dim
-        per_layer = attn + mlp + norms
-        embed = self.vocab_size * self.dim
-        head = 0 if self.tie_embeddings else self.vocab_size * self.dim
-        return self.n_layers * per_layer + embed + head + self.dim  # + final norm
+        """Exact parameter count of `Llama(self)`: the sum over `param_shapes`, in closed form
+        (the simulator calls this often at 405B sizes); tests check both against the module."""
+        d, hd, f = self.dim, self.head_dim, self.ffn_dim
+        q, kv = self.n_heads * hd, self.n_kv_heads * hd
+        attn = 2 * q * d + 2 * kv * d  # wq, wo, wk, wv
+        attn += (q + 2 * kv) * self.qkv_bias + 2 * hd * self.qk_norm
+        per_layer = attn + 3 * d * f + 2 * d  # + w1, w2, w3 and the two norms
+        head = 0 if self.tie_embeddings else self.vocab_size * d
+        return self.n_layers * per_layer + self.vocab_size * d + head + d  # + final norm
 
     def kv_bytes_per_token(self, bytes_per_elem: int) -> int:
         """KV-cache bytes one token occupies across all layers (K and V)."""
@@ -53,6 +105,7 @@ class ModelArgs:
 
 
 _LLAMA31_SCALING = {
+    "rope_type": "llama3",
     "factor": 8.0,
     "low_freq_factor": 1.0,
     "high_freq_factor": 4.0,
@@ -88,4 +141,4 @@ def with_overrides(args: ModelArgs, **kwargs) -> ModelArgs:
     return replace(args, **kwargs)
 
 
-__all__ = ["ModelArgs", "PRESETS", "BYTE_VOCAB_SIZE", "get_preset", "with_overrides"]
+__all__ = ["FAMILIES", "ModelArgs", "PRESETS", "BYTE_VOCAB_SIZE", "get_preset", "with_overrides"]

@@ -1,4 +1,6 @@
-"""Hugging Face checkpoints: `config.json` + safetensors (sharded with an index when large).
+"""Hugging Face checkpoints: `config.json` + safetensors (sharded with an index when large),
+and llamarl's resumable `checkpoints/step_<N>/` (config.json beside the trainer's DCP shards,
+read tensor by tensor by step_checkpoint.py), so every checkpoint a run writes is a model.
 
 Loading is safe by construction: safetensors files, or legacy `pytorch_model*.bin` through
 `torch.load(weights_only=True)` -- never arbitrary pickles. Every failure names the file
@@ -19,18 +21,20 @@ import torch
 from .hf_config import args_from_hf_config, hf_config_from_args, read_config
 from .args import ModelArgs
 from .llama import Llama
+from .step_checkpoint import is_step_checkpoint, step_tensors
 from .tokenizer import load_tokenizer
 
 _LAYER_NAMES = {
     "self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk",
     "self_attn.v_proj": "attention.wv", "self_attn.o_proj": "attention.wo",
+    "self_attn.q_norm": "attention.q_norm", "self_attn.k_norm": "attention.k_norm",
     "mlp.gate_proj": "feed_forward.w1", "mlp.down_proj": "feed_forward.w2",
     "mlp.up_proj": "feed_forward.w3",
     "input_layernorm": "attention_norm", "post_attention_layernorm": "ffn_norm",
 }
 _TOP_NAMES = {"model.embed_tokens.weight": "tok_embeddings.weight",
               "model.norm.weight": "norm.weight", "lm_head.weight": "output.weight"}
-_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.(weight|bias)$")
 _IGNORED_RE = re.compile(r"rotary_emb\.inv_freq$")
 
 
@@ -39,7 +43,7 @@ def hf_to_ours(name: str) -> str | None:
         return _TOP_NAMES[name]
     match = _LAYER_RE.match(name)
     if match and match.group(2) in _LAYER_NAMES:
-        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.weight"
+        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{match.group(3)}"
     return None
 
 
@@ -47,11 +51,11 @@ def ours_to_hf(name: str) -> str:
     for hf, ours in _TOP_NAMES.items():
         if name == ours:
             return hf
-    parts = name.split(".")  # layers.{i}.<module path>.weight
+    parts = name.split(".")  # layers.{i}.<module path>.weight|bias
     inner = ".".join(parts[2:-1])
     for hf, ours in _LAYER_NAMES.items():
         if inner == ours:
-            return f"model.layers.{parts[1]}.{hf}.weight"
+            return f"model.layers.{parts[1]}.{hf}.{parts[-1]}"
     raise KeyError(f"parameter {name!r} has no Hugging Face name")
 
 
@@ -97,21 +101,30 @@ def build_empty(path, device: str | torch.device = "meta"):
     return model, args
 
 
+def _named_tensors(path: Path) -> Iterator[tuple[str, str | None, torch.Tensor, Path]]:
+    """(name in the files, our name or None, tensor, file) for every stored tensor."""
+    if is_step_checkpoint(path):
+        yield from step_tensors(path)
+        return
+    for hf_name, tensor, file in _iter_tensors(_weight_files(path)):
+        if not _IGNORED_RE.search(hf_name):
+            yield hf_name, hf_to_ours(hf_name), tensor, file
+
+
 def checkpoint_tensors(path, args, shapes: dict[str, tuple]) -> Iterator[tuple[str, torch.Tensor]]:
     """(our parameter name, tensor) for each weight, one tensor at a time, checked by name and
-    shape against `shapes` (the full, unsharded shapes); raises if any parameter is missing."""
+    shape against `shapes` (the full, unsharded shapes); raises if any parameter is missing.
+    `path` is a Hugging Face directory or a run's `checkpoints/step_<N>`."""
     path = Path(path)
     loaded: set[str] = set()
-    for hf_name, tensor, file in _iter_tensors(_weight_files(path)):
-        if _IGNORED_RE.search(hf_name):
-            continue
-        name = hf_to_ours(hf_name)
-        if name is None:
-            raise KeyError(f"{file}: unexpected tensor {hf_name!r} for a Llama checkpoint")
+    for stored, name, tensor, file in _named_tensors(path):
         if args.tie_embeddings and name == "output.weight":
             continue  # some tied checkpoints still store lm_head; the embedding wins
+        if name is None or name not in shapes:
+            raise KeyError(f"{file}: unexpected tensor {stored!r} for a {args.family} checkpoint "
+                           f"of this config.json")
         if tuple(tensor.shape) != tuple(shapes[name]):
-            raise ValueError(f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
+            raise ValueError(f"{file}: tensor {stored!r} has shape {tuple(tensor.shape)}, "
                              f"config.json implies {tuple(shapes[name])}")
         loaded.add(name)
         yield name, tensor
@@ -122,8 +135,9 @@ def checkpoint_tensors(path, args, shapes: dict[str, tuple]) -> Iterator[tuple[s
 
 
 def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-    """Load (model, tokenizer) from a Hugging Face-format Llama checkpoint directory. A
-    model-only directory (no tokenizer file) loads too; its tokenizer errors on first use."""
+    """Load (model, tokenizer) from a Hugging Face checkpoint directory of any family `Llama`
+    builds, or from a run's `checkpoints/step_<N>`. A model-only directory (no tokenizer
+    file) loads too; its tokenizer errors on first use."""
     path = Path(path)
     model, args = build_empty(path)
     model = model.to(dtype=dtype).to_empty(device=device)
@@ -178,6 +192,14 @@ def save_streamed(tensors: Iterable[tuple[str, torch.Tensor]], shapes: dict[str,
         weight_map = {name: f for names, f in zip(layout, files) for name in names}
         index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
         (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    _write_config(path, args, tokenizer, dtype)
+
+
+def save_model_files(path, args: ModelArgs, tokenizer, dtype: torch.dtype) -> None:
+    """config.json and the tokenizer, as an export writes them, without weights (a run's
+    `checkpoints/step_<N>/` beside its DCP shards, which `load_pretrained` then reads)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     _write_config(path, args, tokenizer, dtype)
 
 

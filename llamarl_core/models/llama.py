@@ -1,7 +1,10 @@
-"""Llama-3 architecture as a plain `nn.Module` (torchtitan style: no parallelism inside).
+"""The Llama architecture as a plain `nn.Module` (torchtitan style: no parallelism inside).
 
 RMSNorm -> grouped-query attention with RoPE -> RMSNorm -> SwiGLU, `n_layers` times, then a
-final RMSNorm and the vocabulary projection (optionally tied to the embedding).
+final RMSNorm and the vocabulary projection (optionally tied to the embedding). Qwen2/2.5,
+Qwen3 and Mistral are this module with `ModelArgs` fields set (args.py): q/k/v biases
+(`qkv_bias`), a per-head RMSNorm of q and k applied before RoPE (`qk_norm`, as
+transformers' Qwen3Attention), and a head width other than dim / n_heads.
 
 One forward serves both users:
   * the trainer: `model(ids)` -> logits [B, T, V], causal, positions 0..T-1;
@@ -64,17 +67,23 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.head_dim = args.head_dim
-        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
-        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
-        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
+        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=args.qkv_bias)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=args.qkv_bias)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=args.qkv_bias)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        # Qwen3: one [head_dim] RMSNorm for every query head and one for every key head.
+        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
 
     def forward(self, x, cos, sin, attn_mask, cache: Optional[KVCache], layer: int, start: int):
         # Head counts come from the weights (-1), not args: under tensor parallelism this rank's
         # wq/wk/wv hold only its share of the heads (transport/tensor_parallel.py).
         B, T, _ = x.shape
-        q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # [B, H, T, hd]
-        k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # [B, KV, T, hd]
+        q = self.wq(x).view(B, T, -1, self.head_dim)  # [B, T, H, hd]
+        k = self.wk(x).view(B, T, -1, self.head_dim)  # [B, T, KV, hd]
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, hd], [B, KV, T, hd]
         v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
@@ -130,9 +139,9 @@ class TransformerBlock(nn.Module):
 class Llama(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
-        if args.dim % args.n_heads or args.n_heads % args.n_kv_heads:
-            raise ValueError(f"dim={args.dim} must divide by n_heads={args.n_heads} and n_heads "
-                             f"by n_kv_heads={args.n_kv_heads}")
+        if (args.decoupled_head_dim is None and args.dim % args.n_heads) or args.n_heads % args.n_kv_heads:
+            raise ValueError(f"dim={args.dim} must divide by n_heads={args.n_heads} (or head_dim be given) "
+                             f"and n_heads by n_kv_heads={args.n_kv_heads}")
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
@@ -147,6 +156,8 @@ class Llama(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 

@@ -1,11 +1,12 @@
-"""Rotary position embeddings, including Llama-3.1 frequency scaling.
+"""Rotary position embeddings, with Llama-3.1 and linear frequency scaling.
 
 We use the Hugging Face "rotate half" layout (the first and second halves of each head form
 the rotated pairs) rather than Meta's interleaved pairs, so HF checkpoints load with a pure
 key rename and no q/k weight permutation. The frequency formula follows
 `_compute_llama3_parameters` in transformers (arXiv 2407.21783, section 3.3 / the 3.1
 release): low frequencies are divided by `factor`, high ones kept, the band in between
-smoothly interpolated.
+smoothly interpolated. Linear scaling (`_compute_linear_scaling_rope_parameters`) divides
+every frequency by `factor`. Both leave transformers' `attention_scaling` at 1.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[dict] = None) -
     inv_freq = 1.0 / (theta ** exponents)
     if not scaling:
         return inv_freq
+    if scaling.get("rope_type", "llama3") == "linear":
+        return inv_freq / float(scaling["factor"])
     factor = float(scaling["factor"])
     low_freq_factor = float(scaling["low_freq_factor"])
     high_freq_factor = float(scaling["high_freq_factor"])

@@ -5,8 +5,10 @@ same rule the transport uses (transport/tp_layout.py re-exports it).
 Megatron-style split of a Llama block (the layout `tensor_parallel.shard_model_` builds):
 
     column-parallel (dim 0, output rows):  attention.wq / wk / wv, feed_forward.w1 / w3
+                                           (and Qwen2's wq / wk / wv biases, with their rows)
     row-parallel    (dim 1, input cols):   attention.wo, feed_forward.w2
-    replicated:                            embeddings, norms, output head
+    replicated:                            embeddings, norms, output head, Qwen3's per-head
+                                           q_norm / k_norm (each [head_dim], used by every head)
 
 wq rows are split by whole heads: rank r holds query heads [r·H/tp, (r+1)·H/tp). wk/wv rows
 are split by whole KV heads when tp divides n_kv_heads; when tp is a multiple of n_kv_heads
@@ -83,7 +85,8 @@ def tp_slice(name: str, shape: tuple[int, ...], args: ModelArgs, tp_rank: int, t
     if kind == "replicated" or tp_size == 1:
         return TPSlice(0, 0, shape[0])
     dim = 0 if kind == "column" else 1
-    if name.endswith(("attention.wk.weight", "attention.wv.weight")) and tp_size > args.n_kv_heads:
+    if name.endswith(("attention.wk.weight", "attention.wv.weight", "attention.wk.bias",
+                      "attention.wv.bias")) and tp_size > args.n_kv_heads:
         head = tp_rank // (tp_size // args.n_kv_heads)  # replicated KV head this rank's queries use
         return TPSlice(0, head * args.head_dim, (head + 1) * args.head_dim)
     size = shape[dim] // tp_size

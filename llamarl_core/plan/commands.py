@@ -1,10 +1,12 @@
 """The torchrun command line(s) for one role: one per node (`llamarl node` execs its node's).
 
-Each role is its own torchrun world. Single-node roles use `--standalone` (torchrun picks a
-free rendezvous port itself, so a busy port is never fatal); multi-node roles use static
-rendezvous (torchrun's default backend) on the role's first node, so every worker's RANK
-follows from `--node-rank` (c10d would number ranks in join order and ignore it). Workers
-find the controller's TCPStore through plan.json, so the lines do not depend on its port.
+Each role is its own torchrun world. On a single-host plan every role runs through
+`runtime/loopback_torchrun.py`: torchrun with static rendezvous on 127.0.0.1 and a free port
+it binds itself, so no socket of the run listens beyond the loopback and a busy port is never
+fatal. On a multi-node plan a role on one node uses `--standalone`, and a multi-node role
+static rendezvous (torchrun's default backend) on the role's first node, so every worker's
+RANK follows from `--node-rank` (c10d would number ranks in join order and ignore it).
+Workers find the controller's TCPStore through plan.json, so the lines do not depend on its port.
 """
 from __future__ import annotations
 
@@ -18,6 +20,13 @@ from llamarl_core.config.hardware import DeviceSpec
 from llamarl_core.plan.nodes import node_host
 
 WORKER_MODULE = "llamarl_core.runtime.worker"
+LOOPBACK_TORCHRUN = "llamarl_core.runtime.loopback_torchrun"
+
+
+def loopback_torchrun_argv() -> list[str]:
+    """torchrun with its rendezvous on 127.0.0.1 (it binds a free port itself)."""
+    return [sys.executable, "-m", LOOPBACK_TORCHRUN, "--rdzv-backend=static", "--master-addr=127.0.0.1",
+            "--nnodes=1"]
 
 
 def torchrun_argv0() -> list[str]:
@@ -34,10 +43,12 @@ def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], s
     per_node = num_ranks if len(nodes) == 1 else (cfg.resources.devices_per_node or spec.devices_per_node)
     # A GPU role sees only its own GPUs, so each rank's device is cuda:<LOCAL_RANK>.
     argv = ["env", "CUDA_VISIBLE_DEVICES=" + ",".join(map(str, devices))] if devices else []
-    argv += torchrun_argv0()
-    if len(nodes) == 1:
-        argv += ["--standalone", "--nnodes=1"]
+    if cfg.resources.nodes == 1:
+        argv += loopback_torchrun_argv()
+    elif len(nodes) == 1:
+        argv += torchrun_argv0() + ["--standalone", "--nnodes=1"]
     else:
+        argv += torchrun_argv0()
         host = node_host(cfg, nodes[0])  # static rendezvous: RANK = node rank x per-node + local rank
         argv += [f"--nnodes={len(nodes)}", f"--node-rank={node_rank}", f"--master-addr={host}",
                  f"--master-port={cfg.controller.role_port_base + role_index}"]

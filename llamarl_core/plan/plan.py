@@ -23,7 +23,10 @@ from llamarl_core.plan.model_source import check_tokenizer, resolve_model_args
 from llamarl_core.plan.nodes import address_warnings
 from llamarl_core.plan.placement import accelerators, place_roles
 from llamarl_core.sim.adapter import simulate_config
-from llamarl_core.plan.validate import trainer_sharding, validate_batch, validate_data, validate_parallelism
+from llamarl_core.plan.validate import (trainer_sharding, validate_batch, validate_data, validate_lengths,
+                                        validate_parallelism)
+
+MAX_RANKS_PER_CORE = 2  # CPU compute processes time-sharing one core; beyond, a run only crawls
 
 
 @dataclass
@@ -107,6 +110,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     res, alg, gen = cfg.resources, cfg.algorithm, cfg.generation
     is_sync = alg.max_offpolicy_steps == 0
     validate_parallelism(cfg, model)
+    validate_lengths(cfg, model, model_name)
     g, t = res.generator, res.trainer
     seq_tokens = gen.max_prompt_tokens + gen.max_new_tokens
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
@@ -120,6 +124,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
                                   activation_checkpointing=t.activation_checkpointing)
 
     compute_devices = g.num_devices + t.num_devices
+    _check_cpu_processes(cfg, spec, compute_devices)
     threads = _plan_threads(cfg, spec, compute_devices)
     roles: list[RolePlan] = []
     if is_sync:
@@ -173,6 +178,18 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
 def default_run_dir(cfg: LlamaRLConfig) -> str:
     """`run.dir`, else runs/<recipe> (`train` suffixes it if it exists: runtime/run_dir.py)."""
     return cfg.run.dir or os.path.join("runs", cfg.recipe)
+
+
+def _check_cpu_processes(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) -> None:
+    """CPU ranks time-share the cores (up to MAX_RANKS_PER_CORE each, warned about); more is refused."""
+    cores = spec.devices_per_node
+    if spec.is_gpu or compute_devices <= MAX_RANKS_PER_CORE * cores:
+        return
+    g, t = cfg.resources.generator, cfg.resources.trainer
+    raise ConfigError(f"{compute_devices} CPU compute processes (resources.generator.num_devices={g.num_devices} + "
+                      f"resources.trainer.num_devices={t.num_devices}) on {cores} cores: at most "
+                      f"{MAX_RANKS_PER_CORE * cores} ({MAX_RANKS_PER_CORE} per core) can run; lower num_devices "
+                      f"(or set resources.cpu_cores to this host's real core count)")
 
 
 def _plan_threads(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) -> int:

@@ -121,6 +121,10 @@ def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_rep
         raise ConfigError(f"algorithm.prompts_per_step={a.prompts_per_step} x group_size={a.group_size} "
                           f"= {batch} sequences is not divisible by the trainer's {trainer_data_parallel} "
                           f"data-parallel ranks (dp x fsdp)")
+    if a.prompts_per_step % trainer_data_parallel:
+        raise ConfigError(f"algorithm.prompts_per_step={a.prompts_per_step} is not divisible by the trainer's "
+                          f"{trainer_data_parallel} data-parallel ranks (dp x fsdp): each trains whole "
+                          f"prompt groups, so some rank would get none")
     if a.prompts_per_step % generator_replicas:
         raise ConfigError(f"algorithm.prompts_per_step={a.prompts_per_step} is not divisible by the "
                           f"{generator_replicas} generator replicas (each takes whole prompt groups)")
@@ -128,6 +132,20 @@ def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_rep
     if g.max_batch_size % a.group_size:
         raise ConfigError(f"resources.generator.max_batch_size={g.max_batch_size} is not divisible by "
                           f"algorithm.group_size={a.group_size} (a batch holds whole groups)")
+
+
+def validate_lengths(cfg: LlamaRLConfig, m: ModelArgs, model_name: str) -> None:
+    """A prompt and its completion must fit the model's positions: the engine would otherwise
+    stop every long completion early (as "length") below generation.max_new_tokens."""
+    g = cfg.generation
+    need = g.max_prompt_tokens + g.max_new_tokens
+    if need > m.max_seq_len:
+        source = ("max_position_embeddings in its config.json" if cfg.model.checkpoint
+                  else f"model.preset={cfg.model.preset}")
+        raise ConfigError(f"generation.max_prompt_tokens={g.max_prompt_tokens} + generation.max_new_tokens="
+                          f"{g.max_new_tokens} = {need} tokens, but model {model_name} has {m.max_seq_len} "
+                          f"positions ({source}): lower generation.max_new_tokens to at most "
+                          f"{max(0, m.max_seq_len - g.max_prompt_tokens)}")
 
 
 def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:

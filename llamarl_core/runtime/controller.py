@@ -1,7 +1,10 @@
 """The controller: one process that launches every role group and watches them.
 
     llamarl train recipe=R
-      ├─ plan (pure) → run_dir/plan.json, config.yaml
+      ├─ plan (pure; refuses what the config alone shows)
+      ├─ prelaunch checks of the files (runtime/prelaunch.py), before anything is written
+      ├─ lock run_dir (runtime/run_lock.py: a second run on it exits 2 naming this pid)
+      │    → run_dir/plan.json, config.yaml
       ├─ TCPStore server (loopback by default; a busy port falls back to a free one)
       ├─ exec the plan's torchrun command per role (node 0's on a multi-node plan)
       └─ supervise: exit codes, worker pids, heartbeats, run/state; live view
@@ -21,7 +24,7 @@ import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import procs, restarts, resume
+from llamarl_core.runtime import prelaunch, procs, restarts, resume, run_lock
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -66,7 +69,13 @@ class Controller:
         self.started_at: dict[str, float] = {}    # role → when its group was (re)started
 
     def run(self) -> RunResult:
-        """Launch, supervise, and always end every process it started."""
+        """Check, launch, supervise, and always end every process it started."""
+        prelaunch.check_before_launch(self.cfg)  # ConfigError (exit 2) before anything exists
+        with run_lock.acquire(self.run_dir):  # held until this returns, whatever happens
+            os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
+            return self._run()
+
+    def _run(self) -> RunResult:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
         c = self.cfg.controller
@@ -127,7 +136,7 @@ class Controller:
                 killed = self._killed_rank()
                 if killed:  # its peers' connection errors often report first: name the cause
                     role, rank = killed
-                    return self._failure(f"role {role} rank {rank} died; then {reason}", role, rank)
+                    return self._failure(f"{self._death(role, rank)}; then {reason}", role, rank)
                 return self._failure(reason)
             if state == "done":
                 done_at = done_at or time.time()
@@ -146,14 +155,14 @@ class Controller:
             code = p.poll()
             if code is not None and code != 0 and self._state() != "done":
                 who = self._killed_rank() or self._first_error() or self._dead_rank(name) or (name, 0)
-                return (f"role {who[0]} rank {who[1]} failed (its torchrun exited with code {code})", *who)
+                return (f"{self._death(*who)} (its torchrun exited with code {code})", *who)
         for role, rank in self.ranks:
             if self.control.get_str(f"exit/{role}/{rank}") == "0":
                 continue  # finished its part cleanly
             pid = self._dead_pid(role, rank)
             if pid and self._state() != "done":
                 err = self.control.get_str(f"error/{role}/{rank}")
-                return (f"role {role} rank {rank} (pid {pid}) died" + (f": {err}" if err else ""), role, rank)
+                return (self._death(role, rank, pid) + (f": {err}" if err else ""), role, rank)
             beat = self.control.last_heartbeat(role, rank)
             since = time.time() - self.started_at[role] if role in self.started_at else elapsed
             if beat is None and since > c.startup_timeout_s:
@@ -178,6 +187,18 @@ class Controller:
         if role is not None:
             log_tail = procs.tail(os.path.join(self.run_dir, "logs", f"{role}_{rank}.log"))
         return RunResult(False, self.run_dir, message, (role, rank) if role else None, log_tail)
+
+    def _death(self, role: str, rank: int, pid: str | None = None) -> str:
+        """'role R rank K (pid P) was killed by SIGKILL' (its torchrun log says how), else 'died'."""
+        pid = pid or self.control.get_str(f"pid/{role}/{rank}")
+        cause = procs.exit_cause(self._torchrun_log(role), pid) if pid else ""
+        who = f"role {role} rank {rank}" + (f" (pid {pid})" if pid else "")
+        if cause.startswith("killed"):
+            return f"{who} was {cause}"
+        return f"{who} {cause}" if cause else f"{who} died"
+
+    def _torchrun_log(self, role: str) -> str:
+        return os.path.join(self.run_dir, "logs", f"{role}.torchrun.log")
 
     def _first_error(self) -> tuple[str, int] | None:
         for role, rank in self.ranks:

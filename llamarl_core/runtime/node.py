@@ -21,11 +21,12 @@ import time
 from dataclasses import dataclass
 
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.nodes import node_commands, node_host, ranks_on_node
-from llamarl_core.runtime import procs
+from llamarl_core.runtime import procs, resume
 from llamarl_core.runtime.controller import (DONE_GRACE_S, POLL_S, STORE_ERRORS, Controller, RunResult,
                                              _raise_interrupt)
 from llamarl_core.transport import shm
@@ -48,13 +49,42 @@ class PlanView:
 
 def load_plan(path: str) -> tuple[dict, LlamaRLConfig]:
     """plan.json as written by `llamarl plan --out` (or `llamarl train`), and its config."""
-    with open(path) as f:
-        plan = json.load(f)
+    hint = "write it with `llamarl plan recipe=R --out DIR`"
+    try:
+        with open(path) as f:
+            plan = json.load(f)
+    except OSError as e:
+        raise ConfigError(f"plan={path}: {e.strerror or e}; {hint}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"plan={path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}); {hint}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"plan={path}: not a text file ({e.reason} at byte {e.start}); {hint}") from None
+    if not isinstance(plan, dict):
+        raise ConfigError(f"plan={path}: a JSON {type(plan).__name__}, not a plan; {hint}")
     for key in ("run_id", "controller", "config", "roles", "run_dir"):
         if key not in plan:
-            raise ConfigError(f"{path} has no {key!r}: write it with `llamarl plan recipe=R --out DIR`")
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
+            raise ConfigError(f"{path} has no {key!r}: {hint}")
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
+    except (OmegaConfBaseException, ValueError) as e:  # ConfigError is a ValueError
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{path}: its 'config' is not a valid llamarl config ({first})") from None
     return plan, cfg
+
+
+PLAN_FILES = {"plan.json", "config.yaml", "logs", "run.lock"}  # what `plan --out` and a launch make
+
+
+def check_outputs(plan: dict, cfg: LlamaRLConfig) -> None:
+    """A plan for a fresh run never starts in a directory that already holds a run's outputs
+    (a finished run's node 0 started again would write over its metrics and checkpoints)."""
+    if cfg.run.resume:
+        return
+    found = sorted(set(os.listdir(plan["run_dir"])) - PLAN_FILES)
+    if found:
+        raise ConfigError(f"{plan['run_dir']} already holds a run ({', '.join(found[:4])}); its plan is for a "
+                          f"fresh run: write a new one with `llamarl plan ... --out NEW_DIR`, or "
+                          f"`llamarl plan ... run.resume=auto --out {plan['run_dir']}` to continue it")
 
 
 def launch_share(plan: dict, node_rank: int) -> tuple[list, list[str]]:
@@ -91,9 +121,10 @@ class NodeController(Controller):
         self.local = ranks_on_node(plan, 0)
         self.node_of = {who: n for n in range(plan["nodes"]) for who in ranks_on_node(plan, n)}
 
-    def run(self) -> RunResult:
+    def _run(self) -> RunResult:  # Controller.run holds the run directory's lock around it
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _raise_interrupt)
+        check_outputs(self.plan_dict, self.cfg)
         host, port = self.plan_dict["controller"]["host"], self.plan_dict["controller"]["port"]
         try:
             store = bind_store(host, port)
@@ -102,6 +133,7 @@ class NodeController(Controller):
                               f"(controller.host / controller.port): {e}") from None
         run_id = self.plan_dict["run_id"]
         self.control = ControlPlane(serve_run(store, run_id))
+        resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         shm.sweep(run_id)
         result = RunResult(False, self.run_dir, "node 0 stopped before supervising")
         try:
@@ -121,6 +153,9 @@ class NodeController(Controller):
         except STORE_ERRORS:
             pass
         return result
+
+    def _torchrun_log(self, role: str) -> str:
+        return os.path.join(self.run_dir, "logs", f"{role}.node0.torchrun.log")
 
     # Pids are checked where they live; other nodes report their own.
     def _dead_pid(self, role: str, rank: int) -> str:

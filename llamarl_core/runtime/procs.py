@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -105,9 +107,44 @@ def kill_mentioning(text: str) -> list[int]:
     return pids
 
 
+def _is_metrics(line: str) -> bool:
+    """A metrics line the trainer echoes to its log (they are in metrics.jsonl already)."""
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 def tail(path: str, lines: int = 15) -> str:
+    """The log's last `lines` lines, without the metrics JSON lines a trainer log is full of."""
     try:
         with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=lines)).rstrip()
+            return "".join(deque((ln for ln in f if not _is_metrics(ln)), maxlen=lines)).rstrip()
     except OSError:
         return f"(no log at {path})"
+
+
+def exit_cause(torchrun_log: str, pid: int | str, wait_s: float = 2.0) -> str:
+    """How worker `pid` ended, as its torchrun agent logged it: 'killed by SIGKILL', 'exited
+    with code 1', or '' (not logged within wait_s: the agent itself may be gone)."""
+    found = re.compile(rf"exitcode: (-?\d+)\)? local_rank: \d+ \(pid: {int(pid)}\)")
+    deadline = time.time() + wait_s
+    while True:
+        try:
+            with open(torchrun_log, errors="replace") as f:
+                m = found.search(f.read())
+        except OSError:
+            m = None
+        if m:
+            code = int(m.group(1))
+            if code < 0:
+                try:
+                    return f"killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    return f"killed by signal {-code}"
+            return f"exited with code {code}"
+        if time.time() >= deadline:
+            return ""
+        time.sleep(0.1)

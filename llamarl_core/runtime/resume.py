@@ -28,7 +28,7 @@ def run_dir_of(cfg: LlamaRLConfig) -> str | None:
 
 
 def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
-    """The stable checkpoint to load ('' when `auto` finds none: a fresh run in run_dir)."""
+    """The stable checkpoint to load ('' when `auto` finds none)."""
     r = cfg.run
     if r.resume == "auto":
         path = checkpoints.latest_stable(run_dir) or ""
@@ -40,11 +40,27 @@ def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
             raise ConfigError(f"run.resume={r.resume}: no {checkpoints.STABLE} marker "
                               "(the checkpoint was not finished)")
     if path:
-        step = checkpoints.read_state(path)["step"]
+        step = read_state(path)["step"]
         if step >= r.max_steps:
             raise ConfigError(f"run.resume: {path} is at step {step}, run.max_steps={r.max_steps} "
                               "leaves nothing to train (raise run.max_steps)")
     return path
+
+
+def read_state(path: str) -> dict:
+    try:
+        return checkpoints.read_state(path)
+    except checkpoints.UnsafeCheckpoint as e:
+        raise ConfigError(f"run.resume: refusing checkpoint {path}: {e}") from None
+
+
+def verify(path: str) -> None:
+    """Read (safely) every file of `path` the trainer will read: a planted one is refused here,
+    in the controller, before any role starts."""
+    try:
+        checkpoints.verify(path)
+    except checkpoints.UnsafeCheckpoint as e:
+        raise ConfigError(f"run.resume: refusing checkpoint {path}: {e}") from None
 
 
 def restore_controller_state(control: ControlPlane, run_dir: str, path: str) -> None:

@@ -22,20 +22,9 @@ SCALE_BYTES = 4  # a float32 scale per row of an fp8 matrix (transport/ddma_plan
 
 
 def param_shapes(model: ModelArgs) -> dict[str, tuple[int, ...]]:
-    """Full parameter shapes of `Llama(model)` by name (names as in `named_parameters`)."""
-    d, kv, f = model.dim, model.n_kv_heads * model.head_dim, model.ffn_dim
-    shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (model.vocab_size, d)}
-    for i in range(model.n_layers):
-        p = f"layers.{i}."
-        shapes |= {p + "attention_norm.weight": (d,), p + "attention.wq.weight": (d, d),
-                   p + "attention.wk.weight": (kv, d), p + "attention.wv.weight": (kv, d),
-                   p + "attention.wo.weight": (d, d), p + "ffn_norm.weight": (d,),
-                   p + "feed_forward.w1.weight": (f, d), p + "feed_forward.w2.weight": (d, f),
-                   p + "feed_forward.w3.weight": (f, d)}
-    shapes["norm.weight"] = (d,)
-    if not model.tie_embeddings:
-        shapes["output.weight"] = (model.vocab_size, d)
-    return shapes
+    """Full parameter shapes of `Llama(model)` by name (names as in `named_parameters`):
+    every family's biases and q/k norms included (`ModelArgs.param_shapes`)."""
+    return model.param_shapes()
 
 
 def _generic(name: str) -> str:

@@ -42,10 +42,8 @@ the next epoch (nothing of the old one is reused).
 """
 from __future__ import annotations
 
-import base64
 import datetime
 import json
-import pickle
 import threading
 import time
 from itertools import zip_longest
@@ -167,11 +165,11 @@ class _Endpoint:
 def _open_slots(transport: str, published: bytes, nbytes: int) -> list[torch.Tensor]:
     """A generator's slots as its store key describes them: shm paths or CUDA IPC handles.
 
-    The handles are unpickled (as torch.multiprocessing does) from the run's own store,
-    which only this run's processes reach (it listens on loopback unless told otherwise)."""
+    Both are JSON and checked before use: nothing read from the store is unpickled
+    (cuda_ipc.from_json)."""
     if transport == "shm":
         return [shm.open_existing(p, nbytes) for p in json.loads(published)]
-    slots = cuda_ipc.open_shared(pickle.loads(base64.b64decode(published)))
+    slots = cuda_ipc.open_shared(cuda_ipc.from_json(published, nbytes))
     if any(s.numel() != nbytes for s in slots):
         raise ValueError(f"CUDA IPC slots have {[s.numel() for s in slots]} bytes, the plan needs {nbytes}")
     return slots
@@ -367,7 +365,7 @@ class DdmaReceiver(_Endpoint):
         if transport == "shm":
             self.store.set(f"slots/{rank}", json.dumps(self._paths))
         elif transport == "cuda_ipc":
-            self.store.set(f"slots/{rank}", base64.b64encode(pickle.dumps(cuda_ipc.share(self.slots))))
+            self.store.set(f"slots/{rank}", cuda_ipc.to_json(cuda_ipc.share(self.slots)))
         try:
             self._handshake(error)
         finally:

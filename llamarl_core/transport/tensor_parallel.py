@@ -6,8 +6,9 @@
       ─▶ norm ─▶ w1/w3 (column-parallel: this rank's MLP columns) ─▶ silu·mul
          ─▶ w2 (row-parallel: partial sum) ─▶ all-reduce ─▶ + x
 
-One all-reduce per sub-block (two per layer). Embeddings, norms and the output head stay
-replicated, so every rank of a replica ends with the same logits (an all-reduce leaves the
+One all-reduce per sub-block (two per layer). A column-parallel bias keeps the rows of its
+weight; Qwen3's q/k norms act on each head's own [head_dim] vector, so every rank holds them
+whole. Embeddings, norms and the output head stay replicated, so every rank of a replica ends with the same logits (an all-reduce leaves the
 same bytes on every rank) and samples the same token; `token_sync` broadcasts TP rank 0's
 token anyway, because a single differing token would make the ranks' step counts differ and
 the next all-reduce hang.
@@ -42,6 +43,10 @@ def shard_model_(model: nn.Module, tp_rank: int, tp_size: int, group) -> nn.Modu
         if s.size == w.shape[s.dim]:
             continue  # replicated
         module.weight = nn.Parameter(take(w.detach(), s).clone(), requires_grad=w.requires_grad)
+        if module.bias is not None:  # column-parallel only (Qwen2's q/k/v): rows follow the weight's
+            b = module.bias
+            sb = tp_slice(f"{name}.bias", tuple(b.shape), args, tp_rank, tp_size)
+            module.bias = nn.Parameter(take(b.detach(), sb).clone(), requires_grad=b.requires_grad)
         if s.dim == 0:
             module.out_features = s.size
         else:

@@ -113,7 +113,7 @@ def _worker_main(tmp: str, rank: int) -> int:
     torch.set_num_threads(1)
     job = pickle.loads(Path(tmp, "job.pkl").read_bytes())
     try:
-        sys.path.insert(0, str(Path(__file__).parent))
+        sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]  # + tests/ (hf_tiny)
         fn = _load_function(job["file"], job["qualname"])
         store = dist.TCPStore("127.0.0.1", job["port"], is_master=False, wait_for_workers=False)
         dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank,

@@ -1,4 +1,6 @@
-"""Generator tensor parallelism (CPU twin on gloo): a TP = 2 replica samples what TP = 1 does.
+"""Generator tensor parallelism (CPU twin on gloo): a TP = 2 replica samples what TP = 1 does,
+for Llama and for the families with extra per-head tensors (Qwen2's q/k/v biases split with
+their rows; Qwen3's q/k norms whole on both ranks, head_dim 32 != 64 / 4).
 
 Reference: the same engine on the unsharded model, run on each rank. Rows stop at different
 steps (a third of the vocabulary are stop tokens), so padding, early stops and batch
@@ -17,6 +19,11 @@ MODELS = {  # 4 query heads; KV heads split (2 -> 1 per rank) or replicated (1 o
                      max_seq_len=64, rope_theta=10000.0),
     "kv_replicated": ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=1,
                                ffn_dim=96, max_seq_len=64, rope_theta=10000.0),
+    "qwen2_bias": ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
+                            max_seq_len=64, rope_theta=10000.0, family="qwen2", qkv_bias=True),
+    "qwen3_qk_norm": ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
+                               max_seq_len=64, rope_theta=10000.0, family="qwen3", qk_norm=True,
+                               decoupled_head_dim=32),
 }
 PROMPTS = [[257, 72, 105], [257, 50, 43, 50, 61, 63, 10], [257, 1], [257, 9, 9, 9, 9]]
 STOPS = tuple(range(0, 260, 3))
@@ -31,14 +38,23 @@ def _outputs(engine, params):
     return [(c.token_ids, c.logprobs, c.finish_reason) for c in outs]
 
 
+def _seeded(args):
+    """The same random model on every call; biases and q/k norms random too (init has 0 and 1)."""
+    torch.manual_seed(0)
+    model = Llama(args).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias") or "q_norm" in name or "k_norm" in name:
+                p.copy_(torch.randn(p.shape) * 0.2 + (1.0 if "norm" in name else 0.0))
+    return model
+
+
 def _tp_body(rank, world_size, store):
     group = new_replica_groups(list(range(world_size)), world_size)
     results = {}
     for model_name, args in MODELS.items():
-        torch.manual_seed(0)
-        full = Llama(args).eval()
-        torch.manual_seed(0)
-        sharded = shard_model_(Llama(args).eval(), rank, world_size, group)
+        full = _seeded(args)
+        sharded = shard_model_(_seeded(args), rank, world_size, group)
         ref = GenerationEngine(full, ByteTokenizer(), max_batch_size=8)
         tp = GenerationEngine(sharded, ByteTokenizer(), max_batch_size=8,
                               token_sync=make_token_sync(group, src_global_rank=0))

@@ -40,6 +40,11 @@ def kill_at_step(run_dir: Path, role: str, step: int, *overrides: str) -> str:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, f"the run was not killed mid-way: {err[-2000:]}"
     assert f"role {role} rank 0" in err, err[-2000:]
+    # It names the signal and, with a stable checkpoint on disk, the command that continues;
+    # the log tail is the rank's own lines, not the metrics JSON it echoes.
+    assert "was killed by SIGKILL" in err and f"run.dir={run_dir} run.resume=auto" in err, err[-2000:]
+    tail = err.split("'s log ---", 1)[1].split("\nlogs: ", 1)[0]
+    assert tail.strip() and not any(line.startswith('{"wall_s"') for line in tail.splitlines()), tail
     time.sleep(0.5)
     assert processes_mentioning(str(run_dir)) == []  # the trainer's death leaves no orphan
     return err

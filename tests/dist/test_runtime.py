@@ -138,7 +138,7 @@ def test_sigkill_of_a_generator_ends_the_run_naming_it_and_leaves_no_process(tmp
     t_kill = time.time()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert "generator rank 0" in err, err[-2000:]
+    assert "generator rank 0" in err and "SIGKILL" in err, err[-2000:]
     assert time.time() - t_kill < 30
     time.sleep(0.5)
     assert processes_mentioning(str(run_dir)) == []

@@ -9,8 +9,13 @@ One 4-rank run (processes cost seconds here) does every scenario; each test asse
   holds exactly the checkpoint's weights, and each rank stores only its shard;
 - bf16 compute under FSDP2 keeps fp32 master parameters and gradients;
 - greedy decoding through the sharded model (the held-out eval at 70B/405B, no rank gathers
-  it) gives the tokens, texts and finish reasons of the engine on the full weights.
+  it) gives the tokens, texts and finish reasons of the engine on the full weights;
+- the same sharded load for Qwen2.5 (1-D q/k/v biases) and Qwen3 (q/k norms, head_dim != dim /
+  heads) checkpoints saved by transformers, and their step checkpoint (DCP, sharded 2 x 2 as
+  trained) read back by `load_pretrained` as the same model.
 """
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -50,7 +55,7 @@ def _greedy(max_new_tokens: int, stop: str):
                           stop_strings=(stop,) if stop else ())
 
 
-def _body(rank, world_size, store, ckpt_dir, stop):
+def _body(rank, world_size, store, ckpt_dir, stop, families):
     import torch.distributed as dist
 
     from llamarl_core.models import build_empty
@@ -82,6 +87,19 @@ def _body(rank, world_size, store, ckpt_dir, stop):
     out["greedy"] = [[(c.token_ids, c.text, c.finish_reason) for c in engine.generate(PROMPTS, _greedy(12, s))]
                      for s in ("", stop)]
     _train(meta, _batch()[rank * per:(rank + 1) * per], steps=1)  # training goes on after an eval
+    # 5. Other families: sharded load, then a step checkpoint as the trainer writes it.
+    from llamarl_core.executors import checkpoints
+    from llamarl_core.models import load_tokenizer, save_model_files
+    for family, (hf_dir, step_dir) in families.items():
+        model, _ = build_empty(hf_dir, device="meta")
+        wrap_data_parallel(model, group, "fsdp2", dp=DP)
+        materialize(model, "cpu")
+        load_sharded(model, hf_dir)
+        out[family] = full_state(model, "fsdp2")
+        if rank == 0:
+            save_model_files(step_dir, model.args, load_tokenizer(hf_dir), torch.float32)
+        opt = torch.optim.AdamW(model.parameters())
+        checkpoints.save(step_dir, model, opt, group, rank, {"step": 1}, keep=2, run_dir=str(Path(step_dir).parents[1]))
     return out
 
 
@@ -91,7 +109,10 @@ def results(run_workers, tmp_path_factory):
     torch.manual_seed(5)
     save_pretrained(Llama(ARGS), ByteTokenizer(), ckpt)
     stop = _engine_greedy(str(ckpt), "")[0][1][2]  # a character row 0 really produces
-    return str(ckpt), run_workers(_body, WORLD, str(ckpt), stop, timeout_s=120), stop
+    from hf_tiny import save_tiny
+    families = {f: (str(save_tiny(f, ckpt.parent / f)), str(ckpt.parent / f"run_{f}" / "checkpoints" / "step_1"))
+                for f in ("qwen2.5", "qwen3")}
+    return str(ckpt), run_workers(_body, WORLD, str(ckpt), stop, families, timeout_s=120), stop, families
 
 
 def _engine_greedy(ckpt: str, stop: str):
@@ -102,12 +123,12 @@ def _engine_greedy(ckpt: str, stop: str):
 
 
 def test_hsdp_mesh_puts_consecutive_ranks_in_one_shard_group(results):
-    _, out, _ = results
+    _, out, _, _ = results
     assert out[0]["mesh"] == ([[0, 1], [2, 3]], ("dp_replicate", "dp_shard"))
 
 
 def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights(results):
-    _, out, _ = results
+    _, out, _, _ = results
     reference = _model()
     _train(reference, _batch())
     for rank in range(WORLD):
@@ -116,7 +137,7 @@ def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights
 
 
 def test_meta_device_sharded_load_equals_a_full_load(results):
-    ckpt, out, _ = results
+    ckpt, out, _, _ = results
     full, _ = load_pretrained(ckpt)
     total = sum(p.numel() * p.element_size() for p in full.parameters())
     for rank in range(WORLD):
@@ -127,14 +148,28 @@ def test_meta_device_sharded_load_equals_a_full_load(results):
 
 
 def test_bf16_compute_under_fsdp2_keeps_fp32_master_weights(results):
-    _, out, _ = results
+    _, out, _, _ = results
     assert all(o["mixed_dtypes"] == ["torch.float32"] for o in out)
 
 
 def test_greedy_decoding_through_the_sharded_model_matches_the_engine_on_full_weights(results):
-    ckpt, out, stop = results
+    ckpt, out, stop, _ = results
     want = [_engine_greedy(ckpt, ""), _engine_greedy(ckpt, stop)]
     assert any(r[2] == "stop" for r in want[1])  # the stop string is really exercised
     for rank in range(WORLD):
         for got, expected in zip(out[rank]["greedy"], want):
             assert [(t, x, f) for t, x, f in got] == [(t, x, f) for t, x, f in expected]
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "qwen3"])
+def test_biases_and_qk_norms_load_sharded_and_their_step_checkpoint_is_the_same_model(results, family):
+    _, out, _, families = results
+    hf_dir, step_dir = families[family]
+    full, _ = load_pretrained(hf_dir)
+    from_step, _ = load_pretrained(step_dir)  # DCP chunks of 2 shards, 2 replicas
+    names = {n for n, _ in full.named_parameters()}
+    assert any(n.endswith(".bias") for n in names) or any("q_norm" in n for n in names)
+    for name, p in full.named_parameters():
+        for rank in range(WORLD):
+            assert torch.equal(out[rank][family][name], p.detach()), name
+        assert torch.equal(dict(from_step.named_parameters())[name], p.detach()), name

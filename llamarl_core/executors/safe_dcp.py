@@ -1,0 +1,104 @@
+"""Reading a torch.distributed.checkpoint (DCP) without running a pickle.
+
+DCP's own reader unpickles the checkpoint's `.metadata` with the plain pickle module, and its
+default planner reads non-tensor values (the optimizer's hyper-parameters) with torch's loader
+and weights_only off: a file planted in a run directory would run its code when `run.resume=auto`
+reads it. Here the metadata goes through an unpickler that can only build
+DCP's own metadata classes (the "restricting globals" recipe of Python's pickle docs; torch's
+weights-only unpickler stops at the protocol-4 frames DCP writes), and every non-tensor value
+through `torch.load(weights_only=True)`. Tensors DCP already reads with `weights_only=True`.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
+
+_DCP_CLASSES = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING"},
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"PosixPath", "PurePosixPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint file that holds something other than what llamarl writes."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        is_dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if is_dtype or name in _DCP_CLASSES.get(module, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refused to load {module}.{name} (not part of a DCP checkpoint)")
+
+
+def read_metadata(path: str) -> Metadata:
+    """The DCP metadata file `path`, or UnsafeCheckpoint naming it (nothing in it runs)."""
+    try:
+        with open(path, "rb") as f:
+            metadata = _MetadataUnpickler(f).load()
+    except OSError as e:
+        raise UnsafeCheckpoint(f"{path}: cannot read it ({e.strerror or e})") from None
+    except Exception as e:  # a pickle refused or garbled has no common base class
+        raise UnsafeCheckpoint(f"{path} is not a checkpoint metadata file llamarl wrote ({e})") from None
+    if not isinstance(metadata, Metadata):
+        raise UnsafeCheckpoint(f"{path} holds a {type(metadata).__name__}, not DCP metadata")
+    return metadata
+
+
+def load_value(data: bytes, where: str):
+    """One non-tensor value as DCP saved it (torch.save), read with weights_only=True."""
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as e:  # torch's message is a page long: keep the line that says why
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "WeightsUnpickler error" in ln or "Unsupported" in ln),
+                   lines[0] if lines else type(e).__name__)
+        raise UnsafeCheckpoint(f"{where}: refused to load it with weights_only=True ({why})") from None
+
+
+class SafeReader(FileSystemReader):
+    def read_metadata(self, *args, **kwargs) -> Metadata:
+        metadata = read_metadata(str(self._get_metadata_path(kwargs.get("rank"))))
+        if getattr(metadata, "storage_meta", None) is not None:
+            metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafePlanner(DefaultLoadPlanner):
+    def load_bytes(self, read_item, value: io.BytesIO) -> None:
+        obj = load_value(value.read(), f"checkpoint value {read_item.dest_index.fqn}")
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+def verify(dcp_dir: str) -> Metadata:
+    """Read what a resume reads before any tensor: the metadata and every non-tensor value.
+    Raises UnsafeCheckpoint naming the file (the controller calls this before launch)."""
+    metadata = read_metadata(os.path.join(dcp_dir, ".metadata"))
+    for index, info in (metadata.storage_data or {}).items():
+        if not isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata):
+            continue
+        path = os.path.join(dcp_dir, str(info.relative_path))
+        try:
+            with open(path, "rb") as f:
+                f.seek(info.offset)
+                data = f.read(info.length)
+        except OSError as e:
+            raise UnsafeCheckpoint(f"{path}: cannot read it ({e.strerror or e})") from None
+        load_value(data, f"{path} (value {index.fqn})")
+    return metadata
