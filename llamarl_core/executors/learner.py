@@ -118,7 +118,7 @@ class Learner:
         old = self._old_logprobs(batch, tokens, trained) if several else None
         updates = []
         for _ in range(a.updates_per_batch):
-            for rows in torch.tensor_split(torch.arange(n), a.mini_batches):      # contiguous, whole groups
+            for rows in torch.tensor_split(torch.arange(n), a.mini_batches):      # contiguous row ranges
                 in_rows = torch.zeros(n, dtype=torch.bool)
                 in_rows[rows] = True
                 updates.append(self._update(batch, tokens, behavior, mask, advantages, staleness, old,
@@ -143,7 +143,6 @@ class Learner:
                 trained: torch.Tensor, record_ratios: bool) -> dict:
         """One optimizer step on the rows `rows_in` (micro-batches of the `trained` ones)."""
         a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
-        self._record = record_ratios
         # Weights over every row of the update: skipping a row changes no other row's weight.
         total_tokens = max(1.0, float(mask[rows_in.to(mask.device)].sum()))
         has_tokens = mask.any(dim=1).cpu()                                         # [N]
@@ -155,7 +154,7 @@ class Learner:
             t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
             o = None if old is None else old[rows, :width - 1]
             with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
-                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o)
+                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios)
                 weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
                           else int(has_tokens[rows.cpu()].sum()) / total_rows)
                 (loss * weight).backward()
@@ -211,11 +210,11 @@ class Learner:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
-    def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None):
+    def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True):
         a = self.cfg.algorithm
         logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
         logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
-        if self._record:
+        if record_ratios:  # the batch's pi/mu as sampled: the first update's only
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         entropy = ref = None

@@ -226,8 +226,8 @@ class TrainerExecutor:
         self.version, self.learner.steps_done = state["policy_version"], state["lr_steps"]
         self.accuracy = {int(v): a for v, a in state["accuracy_by_version"].items()}
         self.feed.next_chunk = {int(i): c for i, c in state["next_chunk"].items()}
-        warmstarted = os.path.join(self.ctx.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
-        if self.ref is not None and os.path.isdir(warmstarted):  # RL started from the warm start
+        warmstarted = os.path.join(os.path.dirname(os.path.abspath(path)), WARMSTART_CHECKPOINT)
+        if self.ref is not None and os.path.isdir(warmstarted):  # that run's RL started from its warm start
             load_sharded(self.ref, warmstarted)
         print(f"resumed from {path}: step {state['step']}, policy version {self.version}", flush=True)
         return state["step"]

@@ -1,5 +1,7 @@
 """algorithm.updates_per_batch x mini_batches: PPO-style epochs over one batch. pi_old is the
 policy before the first update and every later ratio is taken against it."""
+import functools
+
 import torch
 
 from llamarl_core.config.load import load_config
@@ -27,9 +29,14 @@ def _batch(rows=slice(None)):
     return b.select(torch.arange(8)[rows])
 
 
+@functools.lru_cache(maxsize=None)  # composing a config costs more than the step itself
+def _cfg(*overrides):
+    return load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3",
+                                    "algorithm.lr_warmup_steps=0", *overrides])
+
+
 def _learner(*overrides, freeze=True):
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3",
-                                   "algorithm.lr_warmup_steps=0", *overrides])
+    cfg = _cfg(*overrides)
     model = _model()
     learner = Learner(model, cfg)
     steps = []

@@ -1,4 +1,6 @@
 """algorithm.overlong: DAPO's overlong filtering and soft punishment, by hand."""
+import functools
+
 import pytest
 import torch
 
@@ -43,10 +45,15 @@ def _batch():
                    torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), 0, 0, 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _cfg(overlong: str):
+    return load_config("cpu_tiny", ["algorithm.group_size=2", "generation.max_new_tokens=4",
+                                    f"algorithm.overlong={overlong}",
+                                    *(["algorithm.overlong_buffer_tokens=2"] if overlong == "penalty" else [])])
+
+
 def _grads(overlong: str, batch: Rollout):
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "generation.max_new_tokens=4",
-                                   f"algorithm.overlong={overlong}",
-                                   *(["algorithm.overlong_buffer_tokens=2"] if overlong == "penalty" else [])])
+    cfg = _cfg(overlong)
     model = _model()
     learner = Learner(model, cfg, eos_ids=(EOS,))
     captured = []
