@@ -4,6 +4,7 @@ The same scalars TensorBoard gets (`tensorboard_log.scalar_items`: every numeric
 metrics.jsonl line, under the same tags) at the same `step`, the same two histograms, and the
 resolved config (config.yaml) as the W&B run's config. Files go under `<run_dir>/wandb/`.
 
+Online (the default) needs `wandb login` or WANDB_API_KEY on the trainer's host.
 `WANDB_MODE=offline` (or `disabled`) is read by wandb itself, so a run on a machine without
 network writes `<run_dir>/wandb/offline-run-*/run-*.wandb`, which `wandb sync` uploads later.
 wandb is an optional package (extra `wandb`): asked for and not installed, `llamarl train`

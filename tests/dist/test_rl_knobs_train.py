@@ -28,7 +28,7 @@ from test_runtime import metrics, processes_mentioning, train
 
 COMMON = ["run.max_steps=2", "data.num_eval_examples=4", "data.name=gsm8k", "generation.max_prompt_tokens=64",
           "algorithm.dynamic_sampling=true", "algorithm.max_resample_rounds=6", "algorithm.lr=3e-7",
-          "algorithm.lr_warmup_steps=1", "algorithm.updates_per_batch=2", "algorithm.mini_batches=2"]
+          "algorithm.lr_warmup_steps=0", "algorithm.updates_per_batch=2", "algorithm.mini_batches=2"]
 RUNS = {
     "sync": ["algorithm.max_offpolicy_steps=0", "algorithm.prompts_per_step=2", "algorithm.name=ppo",
              "algorithm.clip_eps_low=0.2", "algorithm.clip_eps_high=0.28", "algorithm.overlong=filter",
@@ -95,12 +95,12 @@ def test_dynamic_sampling_trains_no_group_whose_rewards_are_all_equal(runs, run)
 
 
 def test_the_learning_rate_is_logged_as_set_unrounded_on_its_schedule(runs):
-    # lr 3e-7 (rounding to 5 decimals used to log it as 0.0), warm-up 1 step, then decay over
-    # run.max_steps = 2: step 0 is the warm-up's last (lr), step 1 is p = 0 of the decay (lr)
-    for run, floor in (("sync", 0.1), ("async", 0.0)):
-        schedule = _value(run, "lr_schedule")
-        want = [lr_at(s, 3e-7, 1, 2, schedule, floor) for s in (0, 1)]
-        assert [m["trainer/lr"] for m in metrics(runs[run])] == want == [3e-7, 3e-7]
+    # lr 3e-7 (rounding to 5 decimals used to log it as 0.0), no warm-up, decay over
+    # run.max_steps = 2: p = 0, 1/2. cosine to 0.1: 3e-7 * (0.1 + 0.9 * 0.5) = 1.65e-7; linear: 1.5e-7
+    for run, floor, second in (("sync", 0.1, 1.65e-7), ("async", 0.0, 1.5e-7)):
+        logged = [m["trainer/lr"] for m in metrics(runs[run])]
+        assert logged == [lr_at(s, 3e-7, 0, 2, _value(run, "lr_schedule"), floor) for s in (0, 1)]
+        assert logged == pytest.approx([3e-7, second], rel=1e-12)
 
 
 def test_overlong_modes_act_on_the_trained_rows(runs):
