@@ -49,6 +49,10 @@ def main(argv) -> int:
             for role, cmd in commands:
                 print(f"{role}: {cmd}")
             return EXIT_OK
+        if node_rank == 0:  # the controller's node: data and reward, before the store or any process
+            from llamarl_core.runtime.data_check import check_data
+            for line in check_data(cfg):
+                print(line)
         return _run_node(plan, cfg, node_rank)
 
     return run_guarded(run)

@@ -10,6 +10,7 @@ from rich.console import Console
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
+from llamarl_core.runtime.data_check import check_data
 from llamarl_core.runtime.devices import check_host
 from llamarl_core.runtime.live_view import LiveView
 from llamarl_core.runtime.run_dir import resolve_run_dir
@@ -35,6 +36,8 @@ def main(argv) -> int:
                              f"plan=RUN_DIR/plan.json node_rank=K` on every node, or submit "
                              f"`llamarl plan {words} --slurm > job.sbatch`")
         check_host(checked.to_dict(), cfg.recipe)
+        for line in check_data(cfg):  # data and reward, before the run directory or any process
+            print(line)
         run_dir = resolve_run_dir(cfg)
         plan = make_plan(cfg, run_dir=run_dir, require_data=True)
         console = Console()

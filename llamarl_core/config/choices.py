@@ -22,3 +22,6 @@ DEVICE_TYPES = ("cpu", "cuda", *DEVICES)                 # resources.device (cud
 STRATEGIES = ("ddp", "fsdp2")                            # resources.trainer.strategy
 WEIGHT_TRANSPORTS = ("auto", "collective", "shm", "cuda_ipc")  # controller.weight_transport
 BATCHING = ("continuous", "static")                      # generation.batching
+PROMPT_TEMPLATES = ("auto", "plain", "chat")             # data.template
+DATA_NAMES = ("arith", "gsm8k", "math500", "generic")      # data.name
+BUILTIN_REWARDS = ("arith", "gsm8k", "math")             # data.reward (beside auto and module:function)

@@ -12,13 +12,27 @@ from typing import List, Optional
 
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
-                                         WEIGHT_TRANSPORTS, BATCHING)
+                                         WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
+                                         PROMPT_TEMPLATES)
 from llamarl_core.config.errors import ConfigError
 
 
 def _check_choice(key: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(str, choices))}")
+
+
+def _check_reward(value: str) -> None:
+    """A built-in name, or `package.module:function` / `path/to/file.py:function`: the syntax only.
+    Whether it imports is checked before launch in a subprocess (runtime/data_check.py), never here:
+    a user's reward code runs only in reward workers."""
+    if value in ("auto", *BUILTIN_REWARDS):
+        return
+    target, sep, attr = str(value).rpartition(":")
+    is_module = all(part.isidentifier() for part in target.split("."))
+    if not sep or not attr.isidentifier() or not target or not (target.endswith(".py") or is_module):
+        raise ConfigError(f"data.reward={value!r} is not one of auto, {', '.join(BUILTIN_REWARDS)}, "
+                          f"package.module:function or path/to/file.py:function")
 
 
 def _check_positive(key: str, value, minimum: int = 1) -> None:
@@ -223,14 +237,32 @@ class GenerationConfig:
             raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
 
 
+# `data.instruction`'s default per data set (`data.name`, or `eval.data` for `llamarl eval`):
+# the answer format its verifier reads. A name not listed has none.
+DEFAULT_INSTRUCTIONS = {
+    "gsm8k": "Give the final answer on its own line as '#### <number>'.",
+    "math500": "Put the final answer in \\boxed{}.",
+}
+
+
 @dataclass
 class DataConfig:
     name: str = "arith"                  # arith | gsm8k | math500 | generic
-    path: Optional[str] = None           # train JSONL (required for gsm8k/math500/generic)
-    eval_path: Optional[str] = None      # held-out JSONL; defaults to a split of `path`
-    reward: str = "auto"                 # auto (from name) | arith | gsm8k | math
-    template: str = "plain"              # plain | chat
-    on_error: str = "raise"              # raise | skip malformed JSONL lines
+    path: Optional[str] = None           # train data: .jsonl/.json/.parquet/.csv or a save_to_disk folder
+                                         # (required for gsm8k/math500/generic)
+    eval_path: Optional[str] = None      # held-out data; defaults to a split of `path`
+    reward: str = "auto"                 # auto (from name) | arith | gsm8k | math | package.module:function
+                                         # | path/to/file.py:function (docs/REWARDS.md, "Your reward")
+    prompt_key: Optional[str] = None     # the row field holding the prompt (default: generic "prompt",
+                                         # gsm8k "question", math500 "problem")
+    answer_key: Optional[str] = None     # the row field holding the reference answer (default "answer")
+    messages_key: Optional[str] = None   # the row field holding a chat message list (needs template=chat)
+    template: str = "auto"               # auto (chat if the checkpoint's tokenizer has a chat
+                                         # template, else plain) | plain | chat
+    system_prompt: Optional[str] = None  # a system message (plain: a first paragraph); none by default
+    instruction: Optional[str] = None    # appended to the question on a new line; None = the data
+                                         # set's DEFAULT_INSTRUCTIONS entry, "" = none (docs/DATA.md)
+    on_error: str = "raise"              # raise | skip malformed data lines (counted, in summary.json)
     num_train_examples: int = 2000       # for the built-in task
     num_eval_examples: int = 200
     digits: int = 2                      # built-in task difficulty
@@ -240,12 +272,28 @@ class DataConfig:
                                          # varies the run (init, prompt order, sampling), not these
 
     def __post_init__(self):
-        _check_choice("data.template", self.template, ("plain", "chat"))
+        _check_choice("data.name", self.name, DATA_NAMES)
+        _check_choice("data.template", self.template, PROMPT_TEMPLATES)
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
-        _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
+        _check_reward(self.reward)
         _check_choice("data.solution_style", self.solution_style, ("columns", "digit_sums", "short"))
         _check_positive("data.num_train_examples", self.num_train_examples)
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
+        for key in ("prompt_key", "answer_key", "messages_key"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"data.{key}={value!r} must be a field name")
+        if self.messages_key and self.template != "chat":
+            raise ConfigError(f"data.messages_key={self.messages_key} holds chat messages: it needs "
+                              f"data.template=chat (got {self.template})")
+        if self.messages_key and self.prompt_key:
+            raise ConfigError("data.messages_key and data.prompt_key both say where the prompt is: set one")
+
+    def instruction_for(self, data_name: Optional[str] = None) -> str:
+        """`instruction`, its default resolved for `data_name` (default `name`): the one place."""
+        if self.instruction is not None:
+            return self.instruction
+        return DEFAULT_INSTRUCTIONS.get(data_name or self.name, "")
 
     def arith_knobs(self) -> dict:
         """The built-in task's difficulty keywords for `arith_examples` / `resolve_dataset`."""
@@ -328,9 +376,11 @@ class LoggingConfig:
     wandb_project: str = "llamarl"
     wandb_run_name: Optional[str] = None  # None = the run directory's name
     samples_per_eval: int = 4            # (prompt, completion, reward) rows per held-out eval
+    trained_samples_per_step: int = 0    # rows of every trained batch in trained_samples.jsonl (0: none)
 
     def __post_init__(self):
         _check_positive("logging.samples_per_eval", self.samples_per_eval, 0)
+        _check_positive("logging.trained_samples_per_step", self.trained_samples_per_step, 0)
 
 
 @dataclass

@@ -1,16 +1,19 @@
 """``resolve_dataset``: a config's (name, path, split) to examples. Nothing downloads.
 
 Names: ``arith`` (built-in, needs no file), ``gsm8k`` and ``math500`` (need ``path``: a
-.jsonl file, or a folder holding ``<split>.jsonl``), or a path to any .jsonl file given
-as the name itself (format auto-detected).
+file, or a folder holding ``<split>.jsonl``), ``generic`` (``path``: a .jsonl, .json,
+.parquet or .csv file or a ``save_to_disk`` folder, fields named by ``Keys``), or a path to
+a data file given as the name itself (``llamarl eval data=path/to.jsonl``; format
+auto-detected).
 """
 from __future__ import annotations
 
 import os
 
 from llamarl_core.data.arith import arith_examples
-from llamarl_core.data.example import Example
-from llamarl_core.data.loaders import load_examples
+from llamarl_core.data.example import DataFormatError, Example
+from llamarl_core.data.loaders import Keys, load_examples
+from llamarl_core.data.tables import TABLE_SUFFIXES, is_table
 
 DEFAULT_ARITH_SIZES = {"train": 5000, "test": 200}
 _WHERE_TO_GET = {
@@ -19,15 +22,28 @@ _WHERE_TO_GET = {
     "math500": ("math", "the public repository openai/prm800k, file "
                 "prm800k/math_splits/test.jsonl"),
 }
+DATA_SUFFIXES = (".jsonl", *TABLE_SUFFIXES)
 
 
 _REWARD_BY_DATA = {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}
-_REWARD_BY_SOURCE = {"arith": "arith", "math": "math"}  # anything else: gsm8k's numeric rule
+_REWARD_BY_SOURCE = {"arith": "arith", "gsm8k": "gsm8k", "math": "math"}
+
+
+class NoVerifier(ValueError):
+    """A data set with no built-in verifier and no `data.reward`."""
 
 
 def default_reward(name: str, source: str | None = None) -> str:
-    """The verifier a data set is scored with when the config says `data.reward=auto`."""
-    return _REWARD_BY_DATA.get(name) or _REWARD_BY_SOURCE.get(source or "", "gsm8k")
+    """The verifier a data set is scored with when the config says `data.reward=auto`: by
+    name, else by the examples' family. Generic data has none (the numeric rule would score
+    a reference `\\frac{1}{2}` as 1.0 for "the answer is 2"): `NoVerifier`."""
+    found = _REWARD_BY_DATA.get(name) or _REWARD_BY_SOURCE.get(source or "")
+    if found is None:
+        what = f"data.name={name}" if name == "generic" else f"{name} (generic rows)"
+        raise NoVerifier(f"{what} has no built-in verifier: set data.reward to gsm8k, math "
+                         f"or arith, or to your own function (data.reward=path/to/file.py:function "
+                         f"or package.module:function; docs/REWARDS.md)")
+    return found
 
 
 def resolve_dataset(
@@ -37,9 +53,11 @@ def resolve_dataset(
     num_examples: int | None = None,
     seed: int = 0,
     on_error: str = "raise",
+    keys: Keys = Keys(),
     **difficulty,
 ) -> list[Example]:
-    """Examples for ``split``; ``num_examples`` keeps the first N (arith: generates N)."""
+    """Examples for ``split``; ``num_examples`` keeps the first N (arith: generates N). A file
+    with no example left (empty, or every line skipped) raises ``DataFormatError``."""
     if name == "arith":
         count = DEFAULT_ARITH_SIZES.get(split, 200) if num_examples is None else num_examples
         return arith_examples(split, count, seed, **difficulty)
@@ -52,12 +70,30 @@ def resolve_dataset(
                 f"data set {name!r} needs a local file: get {where}, then set "
                 f"data.path=/path/to/{split}.jsonl (nothing is downloaded)"
             )
-        file_path = os.path.join(path, f"{split}.jsonl") if os.path.isdir(path) else path
-        examples = load_examples(file_path, fmt=fmt, on_error=on_error)
-    elif name.endswith(".jsonl") or (path and path.endswith(".jsonl")):
-        examples = load_examples(path or name, fmt="auto", on_error=on_error)
+        file_path = _split_file(path, split)
+        examples = load_examples(file_path, fmt=fmt, on_error=on_error, keys=keys, split=split)
+    elif name == "generic" or name.endswith(DATA_SUFFIXES):
+        file_path = path or name
+        if not file_path:
+            raise ValueError("data.name=generic needs data.path=FILE (.jsonl, .json, .parquet, .csv "
+                             "or a datasets save_to_disk folder)")
+        file_path = _split_file(file_path, split)
+        examples = load_examples(file_path, fmt="auto", on_error=on_error, keys=keys, split=split)
     else:
         raise ValueError(
-            f"unknown data set {name!r}: use 'arith', 'gsm8k', 'math500' or a .jsonl path"
+            f"unknown data set {name!r}: use 'arith', 'gsm8k', 'math500', 'generic' or a data file path"
         )
+    if not examples:
+        report = examples.report
+        why = (f"all {report.num_skipped} non-blank lines were skipped (data.on_error=skip; first: "
+               f"line {report.skipped[0][0]}: {report.skipped[0][1]})" if report.num_skipped
+               else "the file holds no rows")
+        raise DataFormatError(f"{file_path}: no examples: {why}")
     return examples if num_examples is None else examples[:num_examples]
+
+
+def _split_file(path: str, split: str) -> str:
+    """A folder of ``<split>.jsonl`` files gives that split's file; anything else is itself."""
+    if os.path.isdir(path) and not is_table(path):
+        return os.path.join(path, f"{split}.jsonl")
+    return path

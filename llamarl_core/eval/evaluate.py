@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from llamarl_core.data import Example, render_prompt, render_target
+from llamarl_core.data import Example, PromptFormat, render_prompt, render_target
 from llamarl_core.eval.answers import answer_fn_for
 from llamarl_core.eval.metrics import is_correct, summarize
 from llamarl_core.generation import SamplingParams
@@ -32,13 +32,14 @@ class EvalResult:
     predictions: list[dict] = field(default_factory=list)  # one per example, in data order
 
 
-def encode_prompt(example: Example, template: str, tokenizer) -> list[int]:
-    """Prompt token ids, rendered exactly as training renders them."""
+def encode_prompt(example: Example, template: "PromptFormat | str", tokenizer) -> list[int]:
+    """Prompt token ids, rendered exactly as training renders them (`template`: the
+    `PromptFormat` of `data.prompt_format`, or a bare template name)."""
     return tokenizer.encode(render_prompt(example, template, tokenizer))
 
 
 def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[str, str], float], *,
-             template: str = "plain", n_samples: int = 1, temperature: float = 0.0,
+             template: "PromptFormat | str" = "plain", n_samples: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 32, stop_strings=(), seed: int = 0, batch_size: int = 64,
              progress: "bool | Callable[[int, int], None]" = False, reward_pool=None, rank: int = 0, world_size: int = 1,
              top_p: float = 1.0) -> EvalResult:
@@ -53,11 +54,11 @@ def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[st
         temperature=temperature, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
         seed=seed, batch_size=batch_size, progress=progress, rank=rank,
         world_size=world_size, top_p=top_p)
-    score_predictions(predictions, reward_fn, reward_pool=reward_pool)
+    score_predictions(predictions, reward_fn, reward_pool=reward_pool, examples=examples)
     return EvalResult(summarize(predictions), predictions)
 
 
-def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, template: str = "plain",
+def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, template: "PromptFormat | str" = "plain",
                          n_samples: int = 1, temperature: float = 0.0, max_new_tokens: int = 32,
                          stop_strings=(), seed: int = 0, batch_size: int = 64,
                          progress: "bool | Callable[[int, int], None]" = False, rank: int = 0, world_size: int = 1,
@@ -89,23 +90,38 @@ def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, temp
 
 
 def score_predictions(predictions: list[dict], reward_fn: Optional[Callable[[str, str], float]],
-                      reward_pool=None, answer_fn=None) -> None:
-    """Fill rewards, voting answers and counts in place: one batch through the verifier."""
+                      reward_pool=None, answer_fn=None, examples: Optional[Sequence[Example]] = None) -> None:
+    """Fill rewards, voting answers and counts in place: one batch through the verifier.
+
+    A custom reward (`takes_example`) is given each prediction's example as a dict
+    (`examples[p["index"]].as_dict()`, or what the prediction holds when `examples` is None)."""
     if reward_fn is None and reward_pool is None:
         raise ValueError("score_predictions needs reward_fn or reward_pool")
-    # Verifiers are deterministic: score each distinct (completion, reference) once. Under
+    takes_example = (reward_pool.spec.custom if reward_pool is not None
+                     else getattr(reward_fn, "takes_example", False))
+
+    def target(p: dict):
+        if not takes_example:
+            return p["reference"]
+        if examples is not None:
+            return examples[p["index"]].as_dict()
+        return {k: p[k] for k in ("id", "prompt", "reference")}
+    # Verifiers are deterministic: score each distinct (completion, example) once. Under
     # greedy decoding the only sample is the greedy completion, so this halves the work.
-    unique: dict[tuple[str, str], int] = {}
+    unique: dict[tuple, int] = {}
+    args: list[tuple] = []
     for p in predictions:
         for text in [p["greedy_completion"], *p["completions"]]:
-            unique.setdefault((text, p["reference"]), len(unique))
-    pairs = list(unique)
+            key = (text, p["index"] if takes_example else p["reference"])
+            if key not in unique:
+                unique[key] = len(unique)
+                args.append((text, target(p)))
     if reward_pool is not None:
-        scores = reward_pool.score([t for t, _ in pairs], [r for _, r in pairs])
+        scores = reward_pool.score([t for t, _ in args], [r for _, r in args])
     else:
-        scores = [float(reward_fn(t, r)) for t, r in pairs]
+        scores = [float(reward_fn(t, r)) for t, r in args]
     for p in predictions:
-        ref = p["reference"]
+        ref = p["index"] if takes_example else p["reference"]
         p["greedy_reward"] = scores[unique[(p["greedy_completion"], ref)]]
         p["rewards"] = [scores[unique[(t, ref)]] for t in p["completions"]]
         extract = answer_fn or answer_fn_for(p["source"])
@@ -140,7 +156,7 @@ def _prediction(index: int, ex: Example, greedy, samples) -> dict:
             "num_tokens": [len(c.token_ids) for c in samples]}
 
 
-def _prompt_ids(ex: Example, template: str, tokenizer, engine) -> list[int]:
+def _prompt_ids(ex: Example, template: "PromptFormat | str", tokenizer, engine) -> list[int]:
     ids = encode_prompt(ex, template, tokenizer)
     limit = getattr(engine, "max_seq_len", None)
     if not ids:

@@ -21,10 +21,12 @@ from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import default_reward, resolve_dataset
+from llamarl_core.data import Keys, NoVerifier, default_reward, prompt_format, resolve_dataset
+from llamarl_core.data.datasets import DATA_SUFFIXES
 from llamarl_core.eval.evaluate import EvalResult, merge_results, reference_predictions, score_predictions
 from llamarl_core.eval.metrics import summarize
 from llamarl_core.rewards import RewardPool
+from llamarl_core.rewards.custom import check_importable, is_custom
 
 
 
@@ -36,13 +38,14 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
     """The examples `eval` scores; data errors become one-line ConfigErrors."""
     name, split = eval_data_name(cfg), cfg.eval.split
     path = cfg.data.path if split == "train" else (cfg.data.eval_path or cfg.data.path)
-    if name.endswith(".jsonl"):
+    if name.endswith(DATA_SUFFIXES):
         path = None  # `data=path/to.jsonl` names the file itself
     count = cfg.eval.num_examples or None
-    kwargs = {}
+    d = cfg.data
+    kwargs = {"keys": Keys(prompt=d.prompt_key, answer=d.answer_key, messages=d.messages_key)}
     if name == "arith":
         count = count or (cfg.data.num_eval_examples if split != "train" else None)
-        kwargs = cfg.data.arith_knobs()
+        kwargs = {**kwargs, **cfg.data.arith_knobs()}
     try:
         examples = resolve_dataset(name, path, split, num_examples=count, seed=cfg.data.seed,
                                    on_error=cfg.data.on_error, **kwargs)
@@ -56,9 +59,17 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
 
 
 def eval_reward_name(cfg: LlamaRLConfig, examples) -> str:
+    """`data.reward` (a custom one checked to import, in a subprocess), else the data's own."""
+    if is_custom(cfg.data.reward):
+        reason = check_importable(cfg.data.reward)
+        if reason:
+            raise ConfigError(f"data.reward={cfg.data.reward}: {reason}")
     if cfg.data.reward != "auto":
         return cfg.data.reward
-    return default_reward(eval_data_name(cfg), examples[0].source)
+    try:
+        return default_reward(eval_data_name(cfg), examples[0].source)
+    except NoVerifier as e:
+        raise ConfigError(str(e)) from None
 
 
 def eval_run_dir(cfg: LlamaRLConfig) -> Path:
@@ -86,11 +97,11 @@ def run_eval(cfg: LlamaRLConfig, *, progress: bool = False, out_file: str | None
             predictions = reference_predictions(examples)
         else:
             from llamarl_core.eval.parallel import generate_on_replicas, model_spec
-            spec = model_spec(cfg, examples, max_new_tokens)
+            spec = model_spec(cfg, examples, max_new_tokens, prompt_format(cfg.data, eval_data_name(cfg)))
             info.update(checkpoint=spec["checkpoint"], num_ranks=spec["world_size"],
-                        device=spec["device"])
+                        device=spec["device"], template=spec["template"])
             predictions = generate_on_replicas(spec, examples, progress=progress)
-        score_predictions(predictions, None, reward_pool=pool)
+        score_predictions(predictions, None, reward_pool=pool, examples=examples)
         info["reward_stats"] = dict(pool.stats)
     result = merge_results([predictions])
     elapsed_s = time.perf_counter() - start

@@ -43,6 +43,10 @@ class MetricsLog:
             idle = sum(s["idle_s"] for s in stats) / len(stats)
             out[f"{role}/busy_s"], out[f"{role}/idle_s"] = busy, idle
             out[f"{role}/busy_frac"] = busy / (busy + idle) if busy + idle > 0 else 0.0
+            if role == "reward":  # samples scored 0 because the verifier raised / ran out of time
+                pools = [s.get("pool", {}) for s in stats]
+                out["reward/errors"] = sum(p.get("errors", 0) for p in pools)
+                out["reward/timeouts"] = sum(p.get("timeouts", 0) for p in pools)
             if role == "generator":
                 out["generator/tokens_per_s"] = sum(s["tokens_per_s"] for s in stats)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
@@ -85,3 +89,26 @@ class TrainedExamplesLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+class TrainedSamplesLog:
+    """trained_samples.jsonl: the first `logging.trained_samples_per_step` rows of trainer rank
+    0's batch at every step, {"step", "policy_version", "example_id", "completion", "reward"}:
+    the completions as the reward role decoded and scored them, so `reward_mean` can be
+    checked against the reward function (with every row of the batch, it is their mean)."""
+
+    def __init__(self, run_dir: str, rows_per_step: int, tokenizer):
+        self.rows_per_step, self.tokenizer = rows_per_step, tokenizer
+        self._file = open(os.path.join(run_dir, "trained_samples.jsonl"), "a", buffering=1)
+
+    def write(self, step: int, policy_version: int, batch) -> None:
+        for r in range(min(self.rows_per_step, batch.num_rows)):
+            p, c = int(batch.prompt_lens[r]), int(batch.completion_lens[r])
+            self._file.write(json.dumps({
+                "step": step, "policy_version": policy_version, "example_id": int(batch.example_ids[r]),
+                "completion": self.tokenizer.decode(batch.tokens[r, p:p + c].tolist()),
+                "reward": float(batch.rewards[r])}, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+

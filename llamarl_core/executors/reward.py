@@ -38,9 +38,13 @@ class RewardExecutor:
         cfg = ctx.cfg
         self.ctx = ctx
         self.tokenizer = _tokenizer(cfg)
-        self.references = [ex.reference for ex in load_split(cfg, "train")]
         r = cfg.resources.reward
         self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
+        # What a verifier compares against: the reference, or for a custom reward the whole row.
+        examples = load_split(cfg, "train")
+        self.references = ([ex.as_dict() for ex in examples] if self.pool.spec.custom
+                           else [ex.reference for ex in examples])
+        self.reported: set[str] = set()  # the pool's first error / timeout, once each in this log
         # Sync mode (k = 0) has no generator or trainer role: the colocated actor ranks are both.
         self.num_replicas = ctx.generator_replicas
         self.source_role = "generator" if ctx.ranks("generator") else "actor"
@@ -117,7 +121,19 @@ class RewardExecutor:
             p, c = int(rollout.prompt_lens[r]), int(rollout.completion_lens[r])
             texts.append(self.tokenizer.decode(rollout.tokens[r, p:p + c].tolist()))
             refs.append(self.references[int(rollout.example_ids[r])])
-        return self.pool.score(texts, refs)
+        scores = self.pool.score(texts, refs)
+        self._report_first_failures()
+        return scores
+
+    def _report_first_failures(self) -> None:
+        """The first error (a custom reward's traceback) and the first timeout go to this
+        rank's log (logs/reward_<rank>.log) once; later ones are only counted
+        (reward/errors, reward/timeouts in metrics.jsonl)."""
+        for kind, text in (("error", self.pool.first_error), ("timeout", self.pool.first_timeout)):
+            if text and kind not in self.reported:
+                self.reported.add(kind)
+                print(f"reward: first {kind} of {self.pool.name} (the sample scored 0; later ones are "
+                      f"counted in reward/{kind}s):\n{text.rstrip()}", flush=True)
 
     def close(self) -> None:
         self.pool.close()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Example, default_reward, render_target, resolve_dataset
+from llamarl_core.data import Example, Keys, default_reward, prompt_format, render_target, resolve_dataset
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -65,22 +65,34 @@ def model_from_state(cfg: LlamaRLConfig, state: dict[str, torch.Tensor], dtype: 
 
 
 def reward_name(cfg: LlamaRLConfig) -> str:
+    """`data.reward`, or the data set's built-in verifier (generic data has none: NoVerifier)."""
     return cfg.data.reward if cfg.data.reward != "auto" else default_reward(cfg.data.name)
 
 
+def data_keys(cfg: LlamaRLConfig) -> Keys:
+    d = cfg.data
+    return Keys(prompt=d.prompt_key, answer=d.answer_key, messages=d.messages_key)
+
+
+def split_path(cfg: LlamaRLConfig, split: str) -> str | None:
+    """The file a split is read from: `data.path` for train, `data.eval_path` (else `data.path`)."""
+    return cfg.data.path if split == "train" else (cfg.data.eval_path or cfg.data.path)
+
+
 def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:
+    """The split's examples; a file's list keeps its `.report` (lines skipped by on_error=skip)."""
     d = cfg.data
     if d.name == "arith":
         n = d.num_train_examples if split == "train" else d.num_eval_examples
         return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed,
                                **d.arith_knobs())
-    path = d.path if split == "train" else (d.eval_path or d.path)
+    path = split_path(cfg, split)
     n = None if split == "train" else (d.num_eval_examples or None)
-    examples = resolve_dataset(d.name if d.name != "generic" else path, path, split,
-                               num_examples=n, seed=d.seed, on_error=d.on_error)
+    examples = resolve_dataset(d.name, path, split, num_examples=n, seed=d.seed, on_error=d.on_error,
+                               keys=data_keys(cfg))
     if split != "train" and not d.eval_path:  # held-out = the tail of the same file
         examples = examples[-(d.num_eval_examples or len(examples)) :]
-    return list(examples)
+    return examples
 
 
 @dataclass
@@ -93,14 +105,19 @@ class PromptSet:
 
 
 def encode_prompts(cfg: LlamaRLConfig, examples: list[Example], tokenizer) -> PromptSet:
-    """Render and tokenize; prompts longer than generation.max_prompt_tokens are an error."""
-    ids = []
-    for ex in examples:
-        toks = encode_prompt(ex, cfg.data.template, tokenizer)
-        if len(toks) > cfg.generation.max_prompt_tokens:
-            raise ValueError(f"example {ex.id}: prompt has {len(toks)} tokens > "
-                             f"generation.max_prompt_tokens={cfg.generation.max_prompt_tokens}")
-        ids.append(toks)
+    """Render and tokenize; prompts longer than generation.max_prompt_tokens are an error that
+    names how many are, the longest, and where it is."""
+    fmt = prompt_format(cfg.data)
+    ids = [encode_prompt(ex, fmt, tokenizer) for ex in examples]
+    limit = cfg.generation.max_prompt_tokens
+    over = [i for i, toks in enumerate(ids) if len(toks) > limit]
+    if over:
+        longest = max(over, key=lambda i: len(ids[i]))
+        ex = examples[longest]
+        raise ValueError(f"generation.max_prompt_tokens={limit}: {len(over)} of {len(examples)} prompts "
+                         f"are longer; the longest has {len(ids[longest])} tokens (example {ex.id}"
+                         f"{', ' + ex.where if ex.where else ''}); raise generation.max_prompt_tokens "
+                         f"or shorten the prompts")
     return PromptSet(examples, ids)
 
 

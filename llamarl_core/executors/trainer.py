@@ -27,7 +27,7 @@ from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.feeds import OwnChunks, RewardFeed
 from llamarl_core.executors.heldout import heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog
+from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
@@ -60,6 +60,8 @@ class TrainerExecutor:
         self.learner = Learner(self.model, cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")
+        self.data_skipped = {split: getattr(getattr(x, "report", None), "num_skipped", 0)  # on_error=skip
+                             for split, x in (("train", self.train_prompts.examples), ("test", self.eval_examples))}
         self.reward_fn = get_reward(reward_name(cfg))
         self.version = 0
         # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
@@ -77,6 +79,9 @@ class TrainerExecutor:
         self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging, first_step)
                     if self.rank == 0 else None)
         self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
+        n_samples = cfg.logging.trained_samples_per_step
+        self.samples_log = (TrainedSamplesLog(ctx.run_dir, n_samples, self.tokenizer)
+                            if self.rank == 0 and n_samples else None)
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
 
@@ -245,6 +250,8 @@ class TrainerExecutor:
         gathered = self._gather(ids)
         if self.examples_log is not None:
             self.examples_log.write(step + 1, self.version, [i for part in gathered for i in part])
+        if self.samples_log is not None:
+            self.samples_log.write(step + 1, self.version, batch)
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:
@@ -287,7 +294,8 @@ class TrainerExecutor:
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,
                    "accuracy_by_version": self.accuracy,
-                   "dropped_chunks": self._dropped_total()}
+                   "dropped_chunks": self._dropped_total(),
+                   "data_skipped_lines": self.data_skipped}
         with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 
@@ -297,6 +305,8 @@ class TrainerExecutor:
         if self.log is not None:
             self.log.close()
             self.examples_log.close()
+        if self.samples_log is not None:
+            self.samples_log.close()
 
 
 def async_trainer(ctx: WorkerContext) -> TrainerExecutor:

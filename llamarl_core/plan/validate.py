@@ -143,12 +143,13 @@ def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:
     """Missing files are errors; a dataset with no path is an error to train, a warning to plan."""
     d = cfg.data
     for key, path in (("data.path", d.path), ("data.eval_path", d.eval_path)):
-        if path and not os.path.isfile(path):
+        if path and not os.path.exists(path):  # a folder: <split>.jsonl files or a save_to_disk dataset
             raise ConfigError(f"{key}={path}: file not found")
     if d.name in ("gsm8k", "math500", "generic") and not d.path:
         hint = {"gsm8k": "grade_school_math/data/train.jsonl from github.com/openai/grade-school-math",
                 "math500": "prm800k/math_splits/test.jsonl from github.com/openai/prm800k",
-                "generic": "a JSONL file of {\"prompt\", \"answer\"} lines"}[d.name]
+                "generic": "a .jsonl, .json, .parquet or .csv file or a datasets save_to_disk folder; "
+                           "name its fields with data.prompt_key/data.answer_key"}[d.name]
         msg = (f"data.name={d.name} needs data.path=/path/to/file.jsonl ({hint}); "
                f"nothing is downloaded at run time")
         if require_path:

@@ -1,4 +1,5 @@
-"""Verifiable rewards: ``get_reward(name)(completion, reference) -> float`` and ``RewardPool``.
+"""Verifiable rewards: ``get_reward(name)(completion, reference) -> float`` and ``RewardPool``;
+a custom ``module:function`` reward takes ``(completion, example_dict)`` and runs only in workers.
 
 Every call returns a float whatever the completion holds: inputs are capped before any
 search, answer extraction is linear, and symbolic checks (``math``) run in a killable
@@ -29,7 +30,7 @@ atexit.register(_close_shared_pools)
 
 
 def get_reward(name: str, timeout_s: float = 2.0) -> Callable[[str, str], float]:
-    """The scoring function for ``name`` (``gsm8k``, ``arith``, ``math``).
+    """The scoring function for ``name`` (``gsm8k``, ``arith``, ``math``, ``module:function``).
 
     Bounded rewards return the plain in-process function. Rewards with a symbolic check
     return a function backed by one shared single-worker ``RewardPool`` per name, started
@@ -47,4 +48,5 @@ def get_reward(name: str, timeout_s: float = 2.0) -> Callable[[str, str], float]
             return _shared_pools[name].score([completion], [reference])[0]
 
     score_one.__name__ = f"{name}_reward"
+    score_one.takes_example = spec.custom  # its second argument is the example dict
     return score_one

@@ -1,4 +1,5 @@
-"""GSM8K-style numeric verifier: the final answer after ``####``, else the last number.
+"""GSM8K-style numeric verifier: the final answer after ``####`` or in a final ``\\boxed{}``,
+else the last number.
 
 Design: this check runs in the caller's process, so it must be bounded by construction.
 The completion is cut to its last ``MAX_TAIL_CHARS`` characters *before* any search, and
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+
+from llamarl_core.rewards.boxed import last_boxed
 
 MAX_TAIL_CHARS = 4096  # only the end of a completion can hold its final answer
 ANSWER_WINDOW_CHARS = 256  # how far after "####" the answer may start
@@ -37,12 +40,20 @@ def _to_decimal(text: str) -> Decimal | None:
 def extract_final_number(completion: str) -> str | None:
     """The answer a GSM8K-style completion commits to, as the matched text (or None).
 
-    Rule: if the (tail of the) completion contains ``####``, the first number after its
-    last occurrence; otherwise the last number anywhere in the tail. ``$``, ``%``, units
-    and thousands separators around the number are ignored.
+    Rule: the later of the last ``####`` and the last complete ``\\boxed{...}`` in the (tail
+    of the) completion decides: after ``####``, the first number of the next
+    ``ANSWER_WINDOW_CHARS``; in a box, the first number inside it. With neither, the last
+    number anywhere in the tail. ``$``, ``%``, units and thousands separators around the
+    number are ignored.
     """
     tail = completion[-MAX_TAIL_CHARS:].translate(_MINUS_SIGNS)
     marker = tail.rfind("####")
+    box_at = max(tail.rfind(opener) for opener in ("\\boxed", "\\fbox"))
+    if box_at > marker:
+        content = last_boxed(tail[box_at:])
+        if content is not None:  # an unclosed box after the marker does not count
+            match = _NUMBER.search(content.replace("$", ""))
+            return match.group(0) if match else None
     if marker >= 0:
         window = tail[marker + 4 : marker + 4 + ANSWER_WINDOW_CHARS]
         match = _NUMBER.search(window.replace("$", ""))

@@ -7,8 +7,11 @@ needs a symbolic check, the item goes to an idle worker and must answer within
 when the pool is created (in the background) so their imports overlap other work; a
 worker's start-up is not counted against ``timeout_s``.
 
-``stats`` counts: items, in_process (settled without a worker), isolated, timeouts,
-worker_crashes, errors (verifier raised; scored 0.0), restarts.
+``stats`` counts: items, in_process (settled without a worker), isolated, timeouts (items),
+worker_crashes, errors (items whose verifier raised, or whose custom reward's worker died;
+scored 0.0), restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
+A custom reward (``custom.py``) settles nothing in this process; with ``batch = True`` each
+worker gets one share of a ``score`` call as two lists, due ``timeout_s`` per item.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ class RewardPool:
             ("items", "in_process", "isolated", "timeouts", "worker_crashes", "errors",
              "restarts"), 0,
         )
+        self.first_error: str | None = None    # the first error (a custom reward's traceback)
+        self.first_timeout: str | None = None  # what the first timeout was
         self._workers: list[WorkerHandle] = []
         if self.spec.isolated is not None:
             self._workers = [WorkerHandle(name) for _ in range(num_workers)]
@@ -48,14 +53,15 @@ class RewardPool:
             worker.close()
         self._workers = []
 
-    def score(self, completions: list[str], references: list[str]) -> list[float]:
-        """One float per (completion, reference) pair, in order; never raises on content."""
+    def score(self, completions: list[str], references: list) -> list[float]:
+        """One float per (completion, reference) pair, in order; never raises on content.
+        For a custom reward each reference is the example dict its function receives."""
         if len(completions) != len(references):
             raise ValueError(
                 f"score got {len(completions)} completions but {len(references)} references"
             )
         scores = [0.0] * len(completions)
-        pending: list[tuple[int, tuple[str, str]]] = []
+        pending: list[tuple[int, tuple]] = []
         for i, (completion, reference) in enumerate(zip(completions, references)):
             prepared = self.spec.prepare(completion, reference)
             if isinstance(prepared, float):
@@ -68,44 +74,74 @@ class RewardPool:
         if pending:
             if not self._workers:
                 raise RuntimeError(f"RewardPool({self.name!r}) is closed")
-            self._run_isolated(pending, scores)
+            self._run_isolated(self._tasks(pending), scores)
         return scores
 
-    def _run_isolated(self, pending: list, scores: list[float]) -> None:
-        pending = pending[::-1]  # pop() from the end keeps input order
-        busy: dict[int, tuple[int, float]] = {}  # worker index -> (item index, deadline)
-        while pending or busy:
+    def _tasks(self, pending: list[tuple[int, tuple]]) -> list[tuple[list[int], tuple]]:
+        """(item indices, worker args) per task: one item each, or for a custom reward with
+        ``batch = True`` one contiguous share of the items per worker, as two lists."""
+        worker = self._workers[0]
+        worker.wait_ready()  # its ready message says whether the function takes lists
+        if not worker.info.get("batch"):
+            return [([i], args) for i, args in pending]
+        share = -(-len(pending) // len(self._workers))
+        parts = [pending[k:k + share] for k in range(0, len(pending), share)]
+        return [([i for i, _ in part], ([a[0] for _, a in part], [a[1] for _, a in part]))
+                for part in parts]
+
+    def _run_isolated(self, tasks: list, scores: list[float]) -> None:
+        """Each task on an idle worker, due ``timeout_s`` per item after it was sent."""
+        queue = list(enumerate(tasks))[::-1]  # pop() from the end keeps input order
+        busy: dict[int, tuple[int, float]] = {}  # worker index -> (task index, deadline)
+        while queue or busy:
             for w, worker in enumerate(self._workers):
-                if w not in busy and pending:
-                    item, (answer, reference) = pending.pop()
+                if w not in busy and queue:
+                    t, (items, args) = queue.pop()
                     try:
-                        worker.send(item, answer, reference)  # waits for start-up if needed
+                        worker.send(t, *args)  # waits for start-up if needed
                     except OSError:  # it died while idle: replace it, then resend
                         self.stats["worker_crashes"] += 1
                         self._restart(w)
                         worker = self._workers[w]
-                        worker.send(item, answer, reference)
-                    busy[w] = (item, time.monotonic() + self.timeout_s)
+                        worker.send(t, *args)
+                    busy[w] = (t, time.monotonic() + self.timeout_s * len(items))
             next_deadline = min(deadline for _, deadline in busy.values())
             conns = {self._workers[w].conn: w for w in busy}
             for conn in wait(list(conns), timeout=max(0.0, next_deadline - time.monotonic())):
                 w = conns[conn]
-                item, _ = busy.pop(w)
+                t, _ = busy.pop(w)
+                items = tasks[t][0]
                 try:
                     task_id, value, error = conn.recv()
                 except (EOFError, OSError):
                     self.stats["worker_crashes"] += 1
+                    code = self._workers[w].process.poll()
                     self._restart(w)
+                    if self.spec.custom:  # the user's function took its process down
+                        self._note_error(len(items), f"the reward worker process died (exit code "
+                                                     f"{code}) while scoring")
                     continue
-                scores[item] = value if task_id == item else 0.0
-                self.stats["errors"] += error is not None
+                if error is not None:
+                    self._note_error(len(items), error)
+                elif task_id == t:
+                    for i, v in zip(items, value if isinstance(value, list) else [value]):
+                        scores[i] = v
             now = time.monotonic()
-            for w, (item, deadline) in list(busy.items()):
+            for w, (t, deadline) in list(busy.items()):
                 if now >= deadline:
                     busy.pop(w)
-                    scores[item] = 0.0
-                    self.stats["timeouts"] += 1
+                    n = len(tasks[t][0])
+                    self.stats["timeouts"] += n
+                    if self.first_timeout is None:
+                        self.first_timeout = (f"{self.name}: {n} item(s) still unscored after "
+                                              f"{self.timeout_s * n:g} s (resources.reward.timeout_s="
+                                              f"{self.timeout_s:g} per item): scored 0, worker restarted")
                     self._restart(w)
+
+    def _note_error(self, n_items: int, error: str) -> None:
+        self.stats["errors"] += n_items
+        if self.first_error is None:
+            self.first_error = error
 
     def _restart(self, w: int) -> None:
         self.stats["restarts"] += 1

@@ -4,12 +4,15 @@ isolated part that only ever runs in a killable worker process.
 ``prepare(completion, reference)`` returns either the final score (a float) or the small
 argument tuple still to check in a worker with ``isolated(*args)``. A reward whose
 ``isolated`` is None (gsm8k, arith) is provably bounded and never needs a process.
+A custom reward (``custom.py``: ``module:function``) is ``custom``: every item goes to a
+worker, which imports the function; its second argument is the example dict, not the reference.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from llamarl_core.rewards.custom import is_custom
 from llamarl_core.rewards.math_answer import (
     check_math_equivalence,
     prepare_math,
@@ -25,6 +28,16 @@ class RewardSpec:
     prepare: Callable[[str, str], "float | tuple[str, str]"]
     isolated: Callable[[str, str], float] | None = None
     warm_up: Callable[[], None] | None = None
+    custom: bool = False  # the user's function: imported and called only in a worker process
+
+
+def _to_worker(completion: str, example) -> tuple:
+    """A custom reward settles nothing here; a bare reference becomes {"reference": ...}."""
+    return (completion, example if isinstance(example, dict) else {"reference": example})
+
+
+def _only_in_a_worker(*args):
+    raise RuntimeError("a custom reward runs only in a reward worker process (rewards/worker.py)")
 
 
 _REGISTRY: dict[str, RewardSpec] = {
@@ -43,6 +56,9 @@ def reward_names() -> list[str]:
 
 
 def get_spec(name: str) -> RewardSpec:
+    """The built-in spec, or for ``module:function`` one that imports nothing in this process."""
+    if is_custom(name):
+        return RewardSpec(name, _to_worker, _only_in_a_worker, custom=True)
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -12,11 +12,14 @@ to the parent by a socket pair wrapped in ``multiprocessing.connection.Connectio
 ``__main__`` (a script without an ``if __name__ == "__main__"`` guard would start itself
 again), and fork would copy threads, CUDA state and process-group sockets. A fresh
 interpreter inherits none of that, so it is safe to start inside a torchrun worker.
-Protocol: child sends ``("ready", None)`` once warmed up, then for each
-``(task_id, answer, reference)`` it replies ``(task_id, score, error_or_None)``.
+Protocol: child sends ``("ready", info)`` once warmed up (``info["batch"]``: a custom reward
+that takes lists), then for each ``(task_id, args)`` it replies ``(task_id, score,
+error_or_None)``: ``isolated(*args)`` for a built-in; for a custom reward ``args`` is
+``(completion, example)`` (or two lists, and the score a list) and the error its traceback.
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -24,30 +27,41 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import Connection
 
+from llamarl_core.rewards.custom import load_function
 from llamarl_core.rewards.specs import get_spec
 
 WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway sympy expansion dies, not the machine
+MAX_TRACEBACK_CHARS = 4000  # a custom reward's traceback, as sent to the reward log
 
 
 def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool) -> None:
     """Entry point of the child process: warm up, then answer tasks until EOF or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and shutdown
     _die_with_parent(parent_is_main_thread)
-    try:
-        import resource
+    spec = get_spec(reward_name)
+    if not spec.custom:  # a user's reward may legitimately need memory (a judge model, torch)
+        try:
+            import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_LIMIT_BYTES,) * 2)
-    except (ImportError, ValueError, OSError):
-        pass
+            resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_LIMIT_BYTES,) * 2)
+        except (ImportError, ValueError, OSError):
+            pass
     import logging
 
     logging.disable(logging.WARNING)  # math-verify warns once that its timeouts are off
-    spec = get_spec(reward_name)
-    if spec.warm_up is not None:
-        spec.warm_up()
-    conn.send(("ready", None))
+    if spec.custom:
+        fn = load_function(reward_name)
+        batch = bool(getattr(fn, "batch", False))
+        call = _batch_call(fn) if batch else _one_call(fn)
+        info = {"batch": batch}
+    else:
+        call, info = (lambda *args: float(spec.isolated(*args))), {}
+        if spec.warm_up is not None:
+            spec.warm_up()
+    conn.send(("ready", info))
     while True:
         try:
             task = conn.recv()
@@ -55,12 +69,35 @@ def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool)
             return
         if task is None:
             return
-        task_id, answer, reference = task
+        task_id, args = task
         try:
-            score, error = float(spec.isolated(answer, reference)), None
+            score, error = call(*args), None
         except Exception as exc:  # noqa: BLE001 - a verifier error scores 0, never kills
-            score, error = 0.0, f"{type(exc).__name__}: {str(exc)[:200]}"
+            score = 0.0
+            error = (traceback.format_exc()[-MAX_TRACEBACK_CHARS:] if spec.custom
+                     else f"{type(exc).__name__}: {str(exc)[:200]}")
         conn.send((task_id, score, error))
+
+
+def _finite(value) -> float:
+    score = float(value)
+    if not math.isfinite(score):
+        raise ValueError(f"the reward returned {value!r}, not a finite number")
+    return score
+
+
+def _one_call(fn):
+    return lambda completion, example: _finite(fn(completion, example))
+
+
+def _batch_call(fn):
+    def call(completions: list, examples: list) -> list[float]:
+        values = list(fn(completions, examples))
+        if len(values) != len(completions):
+            raise ValueError(f"a batch=True reward returned {len(values)} scores for "
+                             f"{len(completions)} completions")
+        return [_finite(v) for v in values]
+    return call
 
 
 def _die_with_parent(parent_is_main_thread: bool, poll_s: float = 1.0) -> None:
@@ -112,7 +149,7 @@ class WorkerHandle:
             pass_fds=(child_fd,), stdin=subprocess.DEVNULL, close_fds=True,
         )
         child_sock.close()
-        self.conn, self.ready = Connection(parent_sock.detach()), False
+        self.conn, self.ready, self.info = Connection(parent_sock.detach()), False, {}
 
     def is_alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -129,7 +166,7 @@ class WorkerHandle:
                 except EOFError:
                     break
                 if message[0] == "ready":
-                    self.ready = True
+                    self.ready, self.info = True, dict(message[1] or {})
                     return
             if not self.is_alive() and not self.conn.poll(0):
                 break
@@ -140,9 +177,9 @@ class WorkerHandle:
             f"{self.startup_timeout_s:.0f} s (exit code {code})"
         )
 
-    def send(self, task_id: int, answer: str, reference: str) -> None:
+    def send(self, task_id: int, *args) -> None:
         self.wait_ready()
-        self.conn.send((task_id, answer, reference))
+        self.conn.send((task_id, args))
 
     def kill(self) -> None:
         if self.is_alive():

@@ -50,7 +50,7 @@ def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
 def restore_controller_state(control: ControlPlane, run_dir: str, path: str) -> None:
     """Store keys and log files as they were at the checkpoint ('' = a fresh start)."""
     state = checkpoints.read_state(path) if path else {"step": 0, "next_chunk": {}, "dropped": {}}
-    for name in ("metrics.jsonl", "trained_examples.jsonl"):
+    for name in ("metrics.jsonl", "trained_examples.jsonl", "trained_samples.jsonl"):
         checkpoints.truncate_jsonl(os.path.join(run_dir, name), state["step"])
     for replica, chunk in state["next_chunk"].items():
         control.set_next_chunk(int(replica), chunk)

@@ -26,13 +26,15 @@ from llamarl_core.config.schema import AlgorithmConfig
 from llamarl_core.executors.tensorboard_log import scalar_items
 from test_runtime import metrics, processes_mentioning, train
 
-COMMON = ["run.max_steps=2", "data.num_eval_examples=4", "data.name=gsm8k", "generation.max_prompt_tokens=64",
+COMMON = ["run.max_steps=2", "data.num_eval_examples=4", "data.name=gsm8k", "data.instruction=''",
+          "generation.max_prompt_tokens=64",
           "algorithm.dynamic_sampling=true", "algorithm.max_resample_rounds=6", "algorithm.lr=3e-7",
           "algorithm.lr_warmup_steps=0", "algorithm.updates_per_batch=2", "algorithm.mini_batches=2"]
 RUNS = {
     "sync": ["algorithm.max_offpolicy_steps=0", "algorithm.prompts_per_step=2", "algorithm.name=ppo",
              "algorithm.clip_eps_low=0.2", "algorithm.clip_eps_high=0.28", "algorithm.overlong=filter",
-             "algorithm.lr_schedule=cosine", "algorithm.min_lr_ratio=0.1", "logging.wandb=true"],
+             "algorithm.lr_schedule=cosine", "algorithm.min_lr_ratio=0.1", "logging.wandb=true",
+             "logging.trained_samples_per_step=64"],
     "async": ["algorithm.max_offpolicy_steps=1", "resources.trainer.num_devices=2",
               "resources.trainer.strategy=fsdp2", "resources.cpu_cores=4", "algorithm.kl_coef=0.05",
               "algorithm.overlong=penalty", "algorithm.overlong_buffer_tokens=4", "algorithm.lr_schedule=linear"],
@@ -92,6 +94,16 @@ def test_dynamic_sampling_trains_no_group_whose_rewards_are_all_equal(runs, run)
     assert any(m["trainer/dropped_groups_frac"] > 0 for m in lines)  # most groups scored alike
     assert sum(m["trainer/trained_groups"] for m in lines) > 0  # and some did not
     assert all(m["trainer/staleness_max"] <= (0 if run == "sync" else 1) for m in lines)
+
+
+def test_the_trained_rows_as_the_reward_role_scored_them_hold_no_all_equal_group(runs):
+    # trained_samples.jsonl: every row rank 0 trained, with the verifier's reward (the sync run
+    # shapes nothing, so these are the rewards dynamic sampling judged)
+    rows = [json.loads(x) for x in (runs["sync"] / "trained_samples.jsonl").read_text().splitlines()]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["step"], r["example_id"]), []).append(r["reward"])
+    assert groups and all(len(g) % 4 == 0 and len(set(g)) > 1 for g in groups.values()), groups
 
 
 def test_the_learning_rate_is_logged_as_set_unrounded_on_its_schedule(runs):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from llamarl_core.data import DataFormatError, load_examples, resolve_dataset
+from llamarl_core.data import DataFormatError, Keys, load_examples, resolve_dataset
 
 
 def _write(tmp_path, rows, name="data.jsonl"):
@@ -73,3 +73,102 @@ def test_resolve_dataset_reads_a_folder_split_or_a_jsonl_path(tmp_path):
     _write(tmp_path, [{"question": "q", "answer": "#### 5"}] * 3, name="test.jsonl")
     assert len(resolve_dataset("gsm8k", str(tmp_path), "test", num_examples=2)) == 2
     assert len(resolve_dataset(str(tmp_path / "test.jsonl"), None, "test")) == 3
+
+
+ROWS = [{"input": "1+1", "target": "007", "topic": "add"}, {"input": "2+3", "target": "5", "topic": "add"}]
+
+
+def _tables(tmp_path):
+    """The same rows as .json, .parquet, .csv and a save_to_disk folder."""
+    datasets = pytest.importorskip("datasets")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "rows.json").write_text(json.dumps(ROWS))
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "rows.parquet")
+    (tmp_path / "rows.csv").write_text("input,target,topic\n" + "".join(
+        f"{r['input']},{r['target']},{r['topic']}\n" for r in ROWS))
+    datasets.Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "saved"))
+    return [str(tmp_path / name) for name in ("rows.json", "rows.parquet", "rows.csv", "saved")]
+
+
+def test_json_parquet_csv_and_saved_datasets_load_offline_with_every_field_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))  # nothing may be cached there
+    keys = Keys(prompt="input", answer="target")
+    for path in _tables(tmp_path):
+        examples = resolve_dataset("generic", path, "train", keys=keys)
+        assert [(e.prompt, e.reference) for e in examples] == [("1+1", "007"), ("2+3", "5")], path  # CSV: text
+        assert examples[0].as_dict() == {"input": "1+1", "target": "007", "topic": "add",
+                                         "id": examples[0].id, "prompt": "1+1", "reference": "007"}
+        assert examples[1].where.endswith(":row 2")
+    assert not (tmp_path / "hf_home").exists()
+
+
+def test_a_saved_dataset_dict_gives_each_split_its_own_rows(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:1]),
+                          "validation": datasets.Dataset.from_list(ROWS[1:])}).save_to_disk(str(tmp_path / "dd"))
+    keys = Keys(prompt="input", answer="target")
+    assert [e.prompt for e in resolve_dataset("generic", str(tmp_path / "dd"), "train", keys=keys)] == ["1+1"]
+    assert [e.prompt for e in resolve_dataset("generic", str(tmp_path / "dd"), "test", keys=keys)] == ["2+3"]
+
+
+def test_an_unreadable_table_names_the_file(tmp_path):
+    pytest.importorskip("datasets")
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(DataFormatError, match=r"bad\.parquet: not a readable \.parquet"):
+        load_examples(str(tmp_path / "bad.parquet"))
+
+
+def test_mapped_keys_take_numbers_and_lists_as_reference_text_and_keep_the_raw_row(tmp_path):
+    path = _write(tmp_path, [{"q": "x?", "a": 3}, {"q": "y?", "a": ["1", "one"]}, {"q": "z?", "a": None}])
+    examples = load_examples(path, keys=Keys(prompt="q", answer="a"), on_error="skip")
+    assert [e.reference for e in examples] == ["3", '["1", "one"]']
+    assert examples[1].fields["a"] == ["1", "one"] and examples.report.skipped[0][0] == 3
+
+
+def test_a_messages_field_is_the_chat_and_its_last_user_turn_the_prompt(tmp_path):
+    from llamarl_core.data import PromptFormat, render_prompt
+    from llamarl_core.models import ByteTokenizer
+
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    path = _write(tmp_path, [{"chat": chat, "answer": "4"}, {"chat": [{"role": "user"}], "answer": "1"}])
+    with pytest.raises(DataFormatError, match=r":2: field 'chat' must be a non-empty list"):
+        load_examples(path, keys=Keys(messages="chat"))
+    (example,) = load_examples(path, keys=Keys(messages="chat"), on_error="skip")
+    assert example.prompt == "2+2?" and list(example.messages) == chat
+    tok = ByteTokenizer()
+    assert render_prompt(example, "chat", tok) == tok.apply_chat_template(chat)
+    # data.instruction goes on the last user turn; the row's own system turn wins over data.system_prompt
+    fmt = PromptFormat("chat", "Sys.", "Box it.")
+    assert render_prompt(example, fmt, tok) == tok.apply_chat_template(
+        [chat[0], {"role": "user", "content": "2+2?\nBox it."}])
+    bare = load_examples(_write(tmp_path, [{"chat": chat[1:], "answer": "4"}], "bare.jsonl"), keys=Keys(messages="chat"))[0]
+    assert render_prompt(bare, fmt, tok) == tok.apply_chat_template(
+        [{"role": "system", "content": "Sys."}, {"role": "user", "content": "2+2?\nBox it."}])
+
+
+def test_data_keys_and_rewards_are_checked_by_the_schema():
+    from llamarl_core.config.errors import ConfigError
+    from llamarl_core.config.schema import DataConfig
+
+    for good in ("auto", "math", "mypkg.rewards:score", "path/to/my_reward.py:score"):
+        DataConfig(reward=good)
+    for bad in ("bleu", "mypkg.rewards", "dir/file.txt:score", "a b:score", "x.py:"):
+        with pytest.raises(ConfigError, match="data.reward"):
+            DataConfig(reward=bad)
+    with pytest.raises(ConfigError, match="data.messages_key=chat .* needs data.template=chat"):
+        DataConfig(messages_key="chat")
+    with pytest.raises(ConfigError, match="data.name='arithh' is not one of"):
+        DataConfig(name="arithh")
+
+
+def test_generic_data_has_no_built_in_verifier():
+    from llamarl_core.data import NoVerifier, default_reward
+
+    assert default_reward("generic", "gsm8k") == "gsm8k" and default_reward("math500") == "math"
+    with pytest.raises(NoVerifier, match="data.reward"):
+        default_reward("generic", "generic")
+    with pytest.raises(NoVerifier):
+        default_reward("path/to.jsonl", "generic")  # before: silently gsm8k's numeric rule

@@ -94,6 +94,6 @@ def test_a_prompt_too_long_for_the_checkpoint_is_rejected_before_loading(capsys,
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"id": "long-1", "prompt": "7" * 60, "answer": "7"}) + "\n")
     code, _, err = run_cli(capsys, f"checkpoint={tiny_checkpoint}", f"data={data}",
-                           f"eval.out={tmp_path}")
+                           f"eval.out={tmp_path}", "data.reward=gsm8k")  # generic rows: no verifier of their own
     # "Question: " (10) + 60 + "\nAnswer:" (8) = 78 byte tokens >= 64
     assert code == 2 and "example long-1: prompt has 78 tokens" in err and "max_seq_len is 64" in err

@@ -62,3 +62,19 @@ def test_arith_aliases_the_gsm8k_rule_and_unknown_names_list_the_known_ones():
     assert {"gsm8k", "arith", "math"} <= set(reward_names())
     with pytest.raises(KeyError, match="known rewards"):
         get_reward("bleu")
+
+
+@pytest.mark.parametrize("completion, reference, score", [
+    ("72 dollars a day for 3 days: \\boxed{216}", "216", 1.0),
+    ("The answer is $\\boxed{1,234}$ apples for 3 kids.", "1234", 1.0),   # box, then later numbers
+    ("#### 5\nno wait, \\boxed{6}", "6", 1.0),      # the later of #### and the box decides
+    ("\\boxed{6} or rather\n#### 5", "5", 1.0),
+    ("\\boxed{6} or rather\n#### 5", "6", 0.0),
+    ("#### 5 then \\boxed{6", "5", 1.0),            # an unclosed box does not count
+    ("\\boxed{x} 4", "4", 0.0),                      # a box with no number commits to nothing
+    ("\\fbox{-7}", "-7", 1.0),
+])
+def test_a_final_boxed_number_is_read_like_a_hashes_line(completion, reference, score):
+    # Why: a configurable instruction may ask GSM8K for \boxed{}; before, the last number
+    # anywhere won ("\boxed{1,234} apples for 3 kids" read as 3).
+    assert gsm8k(completion, reference) == score

@@ -1,0 +1,70 @@
+"""Before launch, in the controller: the reward checked, both data splits read and rendered once.
+
+`llamarl train` and `llamarl node` (node 0) call `check_data` before the store or any torchrun
+group starts, so a data or reward mistake exits 2 in a second, naming the key, the file and
+the line, instead of a role failing after launch and being restarted for nothing:
+- `data.reward`: a custom `module:function` / `file.py:function` must import and be callable,
+  checked in a short-lived killable subprocess (the user's code never runs in this process);
+  data with no built-in verifier (`data.name=generic`) needs `data.reward`;
+- train and held-out splits, through the same `load_split` the roles call: the file exists,
+  every line is UTF-8 and JSON with the fields the config maps (true line and column), and
+  some example is left; `data.on_error=skip` skips such lines instead, and how many is
+  printed here (and written to summary.json by the trainer);
+- every prompt rendered with the run's template and tokenizer (`encode_prompts`, as the
+  roles do), against `generation.max_prompt_tokens`: how many exceed it and the longest.
+"""
+from __future__ import annotations
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.data import DataFormatError, NoVerifier
+from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
+from llamarl_core.models import ByteTokenizer, load_tokenizer
+from llamarl_core.rewards.custom import check_importable, is_custom
+
+SPLITS = (("train", "train"), ("test", "held-out"))
+
+
+def check_data(cfg: LlamaRLConfig) -> list[str]:
+    """Raise ConfigError on the first problem; else the lines to print (counts, skips)."""
+    _check_reward(cfg)
+    tokenizer = load_tokenizer(cfg.model.checkpoint) if cfg.model.checkpoint else ByteTokenizer()
+    lines, counts, longest, reported = [], [], 0, set()
+    for split, label in SPLITS:
+        key = "data.path" if split == "train" or not cfg.data.eval_path else "data.eval_path"
+        try:
+            examples = load_split(cfg, split)
+        except (DataFormatError, FileNotFoundError) as e:
+            hint = " (data.on_error=skip would skip such lines)" if (
+                cfg.data.on_error == "raise" and ": no examples" not in str(e)) else ""
+            raise ConfigError(f"{key}: {e}{hint}") from None
+        except ValueError as e:
+            raise ConfigError(f"{key}={split_path(cfg, split)}: {e}") from None
+        try:
+            prompts = encode_prompts(cfg, examples, tokenizer)
+        except ValueError as e:
+            raise ConfigError(f"{e} ({label} split, {key}={split_path(cfg, split)})") from None
+        longest = max([longest, *map(len, prompts.prompt_ids)])
+        counts.append(f"{len(examples)} {label}")
+        report = getattr(examples, "report", None)
+        if report is not None and report.num_skipped and report.path not in reported:
+            reported.add(report.path)
+            first = "; ".join(f"line {n}: {why}" for n, why in report.skipped[:3])
+            lines.append(f"data: skipped {report.num_skipped} bad line(s) of {report.path} "
+                         f"(data.on_error=skip; {first})")
+    lines.append(f"data: {' / '.join(counts)} examples checked; prompts up to {longest} tokens "
+                 f"(generation.max_prompt_tokens={cfg.generation.max_prompt_tokens})")
+    return lines
+
+
+def _check_reward(cfg: LlamaRLConfig) -> None:
+    value = cfg.data.reward
+    if is_custom(value):
+        reason = check_importable(value)
+        if reason:
+            raise ConfigError(f"data.reward={value}: {reason}")
+        return
+    try:
+        reward_name(cfg)
+    except NoVerifier as e:
+        raise ConfigError(str(e)) from None
