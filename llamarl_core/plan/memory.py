@@ -30,10 +30,12 @@ class MemoryEstimate:
     optimizer: float
     activations: float
     kv_cache: float
+    reference: float = 0.0               # the frozen KL reference's weights (algorithm.kl_coef > 0)
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+        return (self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+                + self.reference)
 
     def to_dict(self) -> dict:
         return {"total": round(self.total, 3), **{k: round(v, 3) for k, v in asdict(self).items()}}
@@ -61,7 +63,8 @@ def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization
 
 
 def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
-                   micro_batch: int, seq_tokens: int, activation_checkpointing: bool) -> MemoryEstimate:
+                   micro_batch: int, seq_tokens: int, activation_checkpointing: bool,
+                   reference: bool = False) -> MemoryEstimate:
     n = m.num_params()
     b = DTYPE_BYTES[dtype]
     shard = fsdp * tp * pp
@@ -81,7 +84,14 @@ def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
     else:
         act = layers_local * per_layer_full
     act += 2 * tokens * m.vocab_size * 4 / tp  # fp32 logits and their gradient
-    return MemoryEstimate(weights / GIB, gradients / GIB, optimizer / GIB, act / GIB, 0.0)
+    # The KL reference (executors/trainer_model.py): frozen, stored in the compute dtype and
+    # sharded exactly like the trained weights; its FSDP gathers come after the policy's forward
+    # has resharded, so they reuse the gather term above. Its forward's fp32 log-probabilities
+    # over the vocabulary sit beside the policy's activations.
+    ref = n * b / shard if reference else 0.0
+    if reference:
+        act += tokens * m.vocab_size * 4 / tp
+    return MemoryEstimate(weights / GIB, gradients / GIB, optimizer / GIB, act / GIB, 0.0, ref / GIB)
 
 
 def colocated_memory(train: MemoryEstimate, gen: MemoryEstimate) -> MemoryEstimate:
@@ -91,7 +101,7 @@ def colocated_memory(train: MemoryEstimate, gen: MemoryEstimate) -> MemoryEstima
     two phases do not coexist, so the larger one counts.
     """
     return MemoryEstimate(train.weights + gen.weights, train.gradients, train.optimizer,
-                          max(train.activations, gen.activations), gen.kv_cache)
+                          max(train.activations, gen.activations), gen.kv_cache, train.reference)
 
 
 def reward_memory() -> MemoryEstimate:

@@ -102,6 +102,35 @@ def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type
     return model
 
 
+def shard_like(frozen: torch.nn.Module, trained: torch.nn.Module) -> torch.nn.Module:
+    """Lay out `frozen` (same architecture, no gradients: the KL reference) exactly as `trained`
+    is: FSDP2 shards on `trained`'s own device mesh where it is FSDP2-sharded (FSDP or HSDP),
+    so each rank holds the same rows of both; otherwise unchanged, a whole copy per rank as DDP
+    replicas hold. Weights are gathered in `frozen`'s own dtype (no optimizer, no master copy)."""
+    mesh = getattr(next(unwrap(trained).parameters()), "device_mesh", None)
+    if mesh is None:
+        return frozen
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    for layer in frozen.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=MixedPrecisionPolicy())
+    fully_shard(frozen, mesh=mesh, mp_policy=MixedPrecisionPolicy())
+    return frozen
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+@torch.no_grad()
+def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """dst's parameters = src's, name by name, each rank its own part: the two are laid out alike
+    (`shard_like`), so nothing is communicated. Casts to dst's dtype."""
+    sources = dict(unwrap(src).named_parameters())
+    for name, p in unwrap(dst).named_parameters():
+        _local(p).copy_(_local(sources[name]))
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 

@@ -77,6 +77,14 @@ class Rollout:
                        int(self.policy_versions[start:stop].min()), self.replica, self.chunk,
                        self.policy_versions[start:stop])
 
+    def select(self, rows: torch.Tensor) -> "Rollout":
+        """Rows `rows` (indices, possibly none) as one rollout; an empty one keeps the version."""
+        versions = self.policy_versions[rows]
+        return Rollout(self.tokens[rows], self.prompt_lens[rows], self.completion_lens[rows],
+                       self.behavior_logprobs[rows], self.rewards[rows], self.example_ids[rows],
+                       int(versions.min()) if versions.numel() else self.policy_version, self.replica,
+                       self.chunk, versions)
+
 
 def concat(rollouts: list[Rollout]) -> Rollout:
     """Stack chunks (right-padding tokens and log-probs to the longest)."""

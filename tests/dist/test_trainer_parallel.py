@@ -12,7 +12,10 @@ One 4-rank run (processes cost seconds here) does every scenario; each test asse
   it) gives the tokens, texts and finish reasons of the engine on the full weights;
 - the same sharded load for Qwen2.5 (1-D q/k/v biases) and Qwen3 (q/k norms, head_dim != dim /
   heads) checkpoints saved by transformers, and their step checkpoint (DCP, sharded 2 x 2 as
-  trained) read back by `load_pretrained` as the same model.
+  trained) read back by `load_pretrained` as the same model;
+- the KL reference (algorithm.kl_coef > 0) is laid out exactly like the HSDP trainer: the same
+  mesh, placements and local shards, in the compute dtype, with no gradients, and it computes
+  the trainer's logits.
 """
 from pathlib import Path
 
@@ -71,6 +74,16 @@ def _body(rank, world_size, store, ckpt_dir, stop, families):
     per = ROWS // world_size
     _train(model, _batch()[rank * per:(rank + 1) * per])
     out["hsdp"] = full_state(model, "fsdp2")
+    # 1b. The KL reference of that trainer: sharded like it, frozen, equal to it.
+    from llamarl_core.executors.trainer_model import build_reference_model
+    ref = build_reference_model(model, "cpu", torch.bfloat16)
+    trained = dict(model.named_parameters())
+    out["ref_layout"] = [(n, p.device_mesh == trained[n].device_mesh, p.placements == trained[n].placements,
+                          p.to_local().shape == trained[n].to_local().shape, p.dtype, p.requires_grad)
+                         for n, p in ref.named_parameters()]
+    with torch.no_grad():  # in the trainer's own dtype the reference computes its logits exactly
+        out["ref_logits"] = build_reference_model(model, "cpu", torch.float32)(_batch())
+        out["trained_logits"] = model(_batch())
     # 2. Meta-device model, sharded 2 x 2, loaded from safetensors into each rank's shard.
     meta, _ = build_empty(ckpt_dir, device="meta")
     wrap_data_parallel(meta, group, "fsdp2", dp=DP)
@@ -145,6 +158,19 @@ def test_meta_device_sharded_load_equals_a_full_load(results):
             assert torch.equal(out[rank]["loaded"][name], p.detach()), name
         assert out[rank]["held_bytes"] <= total / 2 + 4096  # one of 2 shards (+ uneven-row slack)
     assert sum(out[r]["held_bytes"] for r in (0, 1)) == total  # one replica's shards are the model
+
+
+def test_the_kl_reference_is_sharded_exactly_like_the_trainer_and_computes_its_logits(results):
+    _, out, _, _ = results
+    names = {n for n, _ in _model().named_parameters()}
+    for rank in range(WORLD):
+        layout = out[rank]["ref_layout"]
+        assert {n for n, *_ in layout} == names
+        # same mesh, same placements, same local shard: no rank holds more of the reference
+        # than of the trained weights; stored in bf16, no gradient
+        assert all(same_mesh and same_place and same_shape and dtype == torch.bfloat16 and not grad
+                   for _, same_mesh, same_place, same_shape, dtype, grad in layout)
+        torch.testing.assert_close(out[rank]["ref_logits"], out[rank]["trained_logits"], rtol=0, atol=0)
 
 
 def test_bf16_compute_under_fsdp2_keeps_fp32_master_weights(results):
