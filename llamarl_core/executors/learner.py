@@ -76,12 +76,17 @@ class Learner:
         t0, self._ratios = time.perf_counter(), []
         advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
         tokens, behavior, mask = completion_targets(batch)
-        device = _device(self.model)  # rollouts arrive in host memory
-        tokens, behavior, mask, advantages, staleness = (
-            x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
-        n = tokens.shape[0]
+        # Rollouts arrive in host memory. What the host decides with (which rows train, the
+        # micro-batch cuts and weights, the batch metrics) is read there, before the move:
+        # reading it back from the device would stall it once per number.
+        n, host_mask = tokens.shape[0], mask
         total_tokens = max(1.0, float(mask.sum()))  # over every row: skipping changes no weight
         trained = (advantages != 0) if self.skip_zero_advantage else torch.ones(n, dtype=torch.bool)  # [N]
+        host_metrics = dict(advantage_abs_mean=float(advantages.abs().mean()),
+                            staleness_mean=float(staleness.float().mean()), staleness_max=float(staleness.max()))
+        device = _device(self.model)
+        tokens, behavior, mask, advantages, staleness = (
+            x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
         micro_batches = list(self._micro_batches(batch, micro, trained))
         sums: dict[str, float] = {}
         weight_sum = 0.0
@@ -89,7 +94,7 @@ class Learner:
             t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
             with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
                 loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows])
-                weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
+                weight = (float(host_mask[rows, :width - 1].sum()) / total_tokens if a.aggregation == "token_mean"
                           else len(rows) / n)
                 (loss * weight).backward()
             weight_sum += weight
@@ -105,7 +110,7 @@ class Learner:
             sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, a.clip_eps), "loss": 0.0}
             self._ratios.append(torch.ones(0))
         # Staleness is a property of the batch, trained rows or not.
-        sums.update(staleness_mean=float(staleness.float().mean()), staleness_max=float(staleness.max()))
+        sums.update(staleness_mean=host_metrics["staleness_mean"], staleness_max=host_metrics["staleness_max"])
         if not micro_batches:  # zero gradients, so Adam's momentum and weight decay step as before
             for p in self.model.parameters():
                 if p.requires_grad:
@@ -114,7 +119,7 @@ class Learner:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         sums.update(grad_norm=float(grad_norm), lr=lr, reward_mean=float(batch.rewards.mean()),
-                    advantage_abs_mean=float(advantages.abs().mean()),
+                    advantage_abs_mean=host_metrics["advantage_abs_mean"],
                     completion_tokens=float(batch.completion_lens.sum()),
                     trained_rows_frac=float(trained.float().mean()),
                     tokens_per_s=float(batch.completion_lens.sum()) / (time.perf_counter() - t0))
