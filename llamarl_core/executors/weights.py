@@ -1,7 +1,8 @@
 """Wire the DDMA weight sync (transport/ddma.py) to a run: transport, plan, ranks, dtypes.
 
 Both ends build the same plan from the config alone: the trainer's parameter names and
-shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard), G generator
+shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard; under HSDP the
+shard of its replica, `trainer_shards`), G generator
 ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
 quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
@@ -16,6 +17,7 @@ import time
 
 import torch
 
+from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -51,11 +53,20 @@ def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torc
         s = tp_slice(name, shape, args, tp_rank, tp_size)
         return s.dim, s.start, s.size
 
-    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
+    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")), trainer_shards=trainer_shards(ctx),
                       generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
                       max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
                       fp8=engine_quantizes if fp8_wire(ctx) else None)
+
+
+def trainer_shards(ctx: WorkerContext) -> int:
+    """Ranks one copy of the trainer's weights is split over, as `parallel.wrap_data_parallel`
+    builds it: the FSDP group under fsdp2 (HSDP: T/fsdp replicas of it), else every rank (DDP
+    replicas each send 1/T of the rows, `parallel.local_shards`)."""
+    t, world = ctx.cfg.resources.trainer, len(ctx.ranks("trainer"))
+    fsdp, _ = trainer_sharding(t, world)
+    return fsdp if t.strategy == "fsdp2" and fsdp > 1 else world
 
 
 def fp8_wire(ctx: WorkerContext) -> bool:

@@ -221,15 +221,20 @@ class DdmaSender(_Endpoint):
         return self._stats(version, seconds, self.nbytes, wait_s)
 
     def _check(self, local: dict[str, torch.Tensor]) -> None:
-        for pieces in self.links:
-            for p in pieces:
-                t = local.get(p.name)
-                if t is None:
-                    raise ValueError(f"DDMA sender (trainer rank {self.rank}): no local shard for '{p.name}'")
-                rows = t.shape[0] if t.dim() else 1
-                if rows < p.src_rows[1]:
-                    raise ValueError(f"DDMA sender (trainer rank {self.rank}): '{p.name}' shard has {rows} rows, "
-                                     f"the plan reads rows up to {p.src_rows[1]} (not an FSDP dim-0 shard?)")
+        """Every shard this rank sends from has exactly the rows the plan says it owns: a
+        shard of other rows (an HSDP replica read as an FSDP shard) would send wrong weights
+        of the right shape."""
+        for name in sorted({p.name for pieces in self.links for p in pieces}):
+            t = local.get(name)
+            if t is None:
+                raise ValueError(f"DDMA sender (trainer rank {self.rank}): no local shard for '{name}'")
+            rows = t.shape[0] if t.dim() else 1
+            lo, hi = self.plan.shard_rows(name, self.rank)
+            if rows != hi - lo:
+                raise ValueError(f"DDMA sender (trainer rank {self.rank}): '{name}' shard has {rows} rows, the plan "
+                                 f"gives this rank rows [{lo}, {hi}) of {dict(self.plan.dim0)[name]} "
+                                 f"(FSDP shard {self.rank % self.plan.trainer_shards} of "
+                                 f"{self.plan.trainer_shards}; not this layout's shard?)")
 
     def _send_shm(self, local, version: int) -> float:
         n, wait_s = self.seq, 0.0

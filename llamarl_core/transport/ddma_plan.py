@@ -1,6 +1,7 @@
 """DDMA transfer plan: which trainer rank sends which block of which parameter to whom.
 
-LlamaRL §4.3: with FSDP each trainer rank owns a dim-0 shard of every parameter, and a
+LlamaRL §4.3: with FSDP each trainer rank owns a dim-0 shard of every parameter (under HSDP,
+a shard of its replica's copy: ``trainer_shards``), and a
 generator TP rank needs a row or column slice of it. Rather than gathering the model
 anywhere, the plan intersects the two, parameter by parameter, into *pieces*
 ``(trainer rank, generator rank, rows of the trainer's shard, columns, rows of the
@@ -114,6 +115,20 @@ class DdmaPlan:
     slots: tuple[tuple[GeneratorTensor, ...], ...]  # per generator rank
     slot_nbytes: tuple[int, ...]
     fp8_names: frozenset = frozenset()  # tensors that travel as fp8 + per-row scales
+    trainer_shards: int = 0  # ranks one copy of the weights is sharded over (0: all trainer ranks)
+    dim0: tuple = ()  # (name, full rows) of every tensor, for the senders' exact shard check
+
+    def shard_rows(self, name: str, trainer: int) -> tuple[int, int]:
+        """Rows of ``name`` trainer rank ``trainer`` holds: its FSDP shard within its replica."""
+        shards = self.trainer_shards or self.trainer_ranks
+        return fsdp_rows(dict(self.dim0)[name], shards, trainer % shards)
+
+    def senders_of(self, generator: int) -> range:
+        """The trainer ranks that send to ``generator``: one replica's shards (replicas take
+        turns over the generator ranks, so every replica sends, each to its share)."""
+        shards = self.trainer_shards or self.trainer_ranks
+        replica = generator % (self.trainer_ranks // shards)
+        return range(replica * shards, (replica + 1) * shards)
 
     def wire_dtype(self, name: str) -> torch.dtype:
         return FP8_DTYPE if name in self.fp8_names else self.dtype
@@ -139,16 +154,24 @@ class DdmaPlan:
 
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
                dtype: torch.dtype | None = None, slice_fn: SliceFn = megatron_slice,
-               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None) -> DdmaPlan:
+               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None,
+               trainer_shards: int = 0) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
     cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded.
     ``fp8(name)``: whether that (matrix) tensor travels as fp8 with per-row scales.
+    ``trainer_shards``: under HSDP, the FSDP group size s (trainer rank t holds
+    ``fsdp_rows(rows, s, t % s)``, T/s replicas hold the same rows); 0 = T (FSDP over every
+    rank, or DDP replicas that each send 1/T of the rows).
     """
     if trainer_ranks < 1 or generator_ranks < 1 or tp_size < 1 or generator_ranks % tp_size:
         raise ValueError(f"DDMA plan needs trainer_ranks>=1 and generator_ranks a multiple of tp_size, got "
                          f"T={trainer_ranks} G={generator_ranks} tp={tp_size}")
+    shards = trainer_shards or trainer_ranks
+    if shards < 1 or trainer_ranks % shards:
+        raise ValueError(f"DDMA plan: trainer_shards={trainer_shards} does not divide T={trainer_ranks} trainer ranks")
+    replicas = trainer_ranks // shards
     if not named_shapes:
         raise ValueError("named_shapes is empty: nothing to synchronise")
     dtypes = {d for _, d in named_shapes.values()}
@@ -180,14 +203,16 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
             if quantized:
                 fp8_names.add(name)
             band = max(1, max_piece_bytes // max(1, (c1 - c0) * itemsize))
-            for t in range(trainer_ranks):
-                a0, a1 = fsdp_rows(rows, trainer_ranks, t)
+            replica = g % replicas  # one replica sends to g; replicas take turns over the generators
+            for t in range(replica * shards, (replica + 1) * shards):
+                a0, a1 = fsdp_rows(rows, shards, t % shards)
                 lo, hi = max(a0, r0), min(a1, r1)
                 for s in range(lo, hi, band):
                     e = min(s + band, hi)
                     pieces.append(Piece(name, t, g, (s - a0, e - a0), (c0, c1), (s - r0, e - r0), cols))
+    dim0 = tuple((n, _as_2d(tuple(named_shapes[n][0]))[0]) for n in sorted(named_shapes))
     return DdmaPlan(trainer_ranks, generator_ranks, tp_size, dtype, tuple(pieces),
-                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names))
+                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names), shards, dim0)
 
 
 def tensor_view(slot: torch.Tensor, t: GeneratorTensor, dtype: torch.dtype) -> torch.Tensor:
