@@ -22,6 +22,7 @@ from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+from llamarl_core.transport.control import connect_run
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
 from llamarl_core.transport.membership import MembershipChanged, role_epoch
 from llamarl_core.transport.tp_layout import tp_slice
@@ -69,6 +70,14 @@ def trainer_shards(ctx: WorkerContext) -> int:
     return fsdp if t.strategy == "fsdp2" and fsdp > 1 else world
 
 
+def transfer_client(ctx: WorkerContext):
+    """A store client for the weight-sync endpoints alone: their receiving thread blocks in
+    it, and a TCPStore client serialises its callers, so sharing the role loop's client
+    would freeze that loop (and NCCL's lazy set-up would wait behind it)."""
+    c = ctx.plan["controller"]
+    return connect_run(c["host"], c["port"], ctx.run_id, ctx.cfg.controller.startup_timeout_s)
+
+
 def fp8_wire(ctx: WorkerContext) -> bool:
     """An fp8 generator gets fp8 weights and per-row scales on the wire (executors/fp8_weights.py)."""
     return ctx.cfg.resources.generator.quantization == "fp8"
@@ -89,7 +98,7 @@ def make_sender(ctx: WorkerContext, model: torch.nn.Module, epoch: int) -> DdmaS
         time.sleep(POLL_S)
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     device = next(model.parameters()).device
-    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=ctx.control.store,
+    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=transfer_client(ctx),
                       epoch=epoch, device=device, timeout_s=ctx.cfg.controller.step_timeout_s,
                       interrupt=interrupt)
 
@@ -102,5 +111,5 @@ def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dic
     epoch = generator_epoch(ctx)
     ctx.control.store.set(f"xfer/{epoch}/joined/{ctx.local_rank}", "1")  # the trainer waits for it
     return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
-                        store=ctx.control.store, epoch=epoch, run_id=ctx.run_id,
+                        store=transfer_client(ctx), epoch=epoch, run_id=ctx.run_id,
                         timeout_s=ctx.cfg.controller.step_timeout_s)

@@ -5,11 +5,19 @@ wire, exactly the engine's quantization (generation/quant.py) of that slice, q a
 
 One 4-process world runs every scenario (ranks 0..T-1 trainers, T..T+G-1 generators, the
 rest idle); each scenario is its own membership epoch, so it also shows endpoints being
-rebuilt from fresh `xfer/{epoch}` keys."""
+rebuilt from fresh `xfer/{epoch}` keys.
+
+Last, ranks 0 and 1 build the endpoints as the roles do (executors/weights.py, collective
+on gloo): they never use the role loop's store client (their receiving thread blocks in a
+store, and a TCPStore client serialises its callers: on a GPU the generator loop would freeze
+behind NCCL's lazy set-up), and both constructors finish a one-element warm-up per pair."""
 import hashlib
+import sys
+import threading
 
 import pytest
 import torch
+import torch.distributed as dist
 
 SHAPES = {  # odd first dims: a 2-way FSDP split is uneven (4+3, 5+5, 7+6)
     "tok_embeddings.weight": (10, 8), "layers.0.attention.wq.weight": (8, 8),
@@ -117,6 +125,7 @@ def _body(rank, world_size, store):
     results = {"fsdp_rows": _fsdp_rows_match(rank, store)}
     for epoch, (T, tp, dt, tr) in enumerate(SCENARIOS + FP8_SCENARIOS):
         results[(T, tp, dt, tr)] = _scenario(rank, store, epoch, T, tp, dt, tr)
+    results["endpoints"] = _endpoints(rank, store) if rank < 2 else None
     return results
 
 
@@ -133,3 +142,110 @@ def test_every_generator_rank_holds_exactly_its_slice_after_every_sync(results, 
 
 def test_fsdp2_shards_are_the_rows_the_plan_reads(results):
     assert results[0]["fsdp_rows"] and results[1]["fsdp_rows"]
+
+
+RUN_ID = "endpoints"
+
+
+class RecordingStore(dist.Store):
+    """The role loop's client: records every call made from weight-sync code or another thread."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.foreign = inner, []
+
+    def _note(self, op, key):
+        frames, f = [], sys._getframe(1)
+        while f is not None:
+            frames.append(f.f_code.co_filename)
+            f = f.f_back
+        if threading.current_thread() is not threading.main_thread() or \
+                any(name.endswith("transport/ddma.py") for name in frames):
+            self.foreign.append((op, str(key), threading.current_thread().name))
+
+    def set(self, key, value):
+        self._note("set", key)
+        return self.inner.set(key, value)
+
+    def get(self, key):
+        self._note("get", key)
+        return self.inner.get(key)
+
+    def add(self, key, n):
+        self._note("add", key)
+        return self.inner.add(key, n)
+
+    def check(self, keys):
+        self._note("check", keys)
+        return self.inner.check(keys)
+
+    def wait(self, keys, timeout=None):
+        self._note("wait", keys)
+        return self.inner.wait(keys) if timeout is None else self.inner.wait(keys, timeout)
+
+    def compare_set(self, key, expected, desired):
+        self._note("compare_set", key)
+        return self.inner.compare_set(key, expected, desired)
+
+    def delete_key(self, key):
+        self._note("delete_key", key)
+        return self.inner.delete_key(key)
+
+    def num_keys(self):
+        return self.inner.num_keys()
+
+
+def _model():
+    from llamarl_core.models import Llama, ModelArgs
+    torch.manual_seed(0)
+    return Llama(ModelArgs(vocab_size=64, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32,
+                           max_seq_len=16, rope_theta=10000.0)).requires_grad_(False)
+
+
+def _endpoints(rank, store):
+    from llamarl_core.config.load import load_config
+    from llamarl_core.executors.context import WorkerContext
+    from llamarl_core.executors.weights import make_receiver, make_sender
+    from llamarl_core.transport.control import RUN_ID_KEY, ControlPlane, run_prefix
+    from llamarl_core.transport.parallel import local_shards
+
+    if rank == 0:
+        store.set(RUN_ID_KEY, RUN_ID)
+    store.wait([RUN_ID_KEY])
+    cfg = load_config("cpu_tiny", ["controller.weight_transport=collective", "controller.step_timeout_s=30"])
+    plan = {"controller": {"host": "127.0.0.1", "port": store.port}, "nodes": 1,
+            "roles": [{"name": "generator", "parallelism": {"tp": 1}}]}
+    role_store = RecordingStore(dist.PrefixStore(run_prefix(RUN_ID), store))
+    role = "trainer" if rank == 0 else "generator"
+    ctx = WorkerContext(cfg, plan, "", role, 0, rank, {"trainer": [0], "generator": [1]},
+                        ControlPlane(role_store), None, run_id=RUN_ID)
+    model = _model()
+    if rank == 0:
+        sender = make_sender(ctx, model, 0)
+        warmed = sender.warmed_up
+        for v in (0, 1):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(1.0)
+            sender.send(local_shards(model, 1, 0), v)
+        sender.close()
+        return {"foreign": role_store.foreign, "warmed_up": warmed}
+    full = dict(model.named_parameters())
+    params = {n: torch.zeros_like(p) for n, p in full.items()}
+    receiver = make_receiver(ctx, params, full, model.args)
+    warmed = receiver.warmed_up  # set by the constructor, before any send
+    equal = []
+    for v in (0, 1):
+        stats = receiver.receive()
+        equal.append(stats.version == v and all(torch.equal(params[n], p + v + 1) for n, p in full.items()))
+    receiver.close()
+    return {"foreign": role_store.foreign, "warmed_up": warmed, "equal": equal}
+
+
+def test_weight_sync_endpoints_use_their_own_store_client_and_warm_up_every_pair(results):
+    # Fails on the old code: the endpoints were handed `ctx.control.store` (every handshake
+    # call went through it) and had no warm-up.
+    trainer, generator = results[0]["endpoints"], results[1]["endpoints"]
+    assert trainer["foreign"] == [] and generator["foreign"] == []  # the role loop's client untouched
+    assert trainer["warmed_up"] == [2] and generator["warmed_up"] == [1]  # each peer's member index + 1
+    assert generator["equal"] == [True, True]
