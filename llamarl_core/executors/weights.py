@@ -58,7 +58,8 @@ def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torc
                       generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
                       max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
-                      fp8=engine_quantizes if fp8_wire(ctx) else None)
+                      fp8=engine_quantizes if fp8_wire(ctx) else None,
+                      num_slots=ctx.cfg.resources.generator.weight_slots)
 
 
 def trainer_shards(ctx: WorkerContext) -> int:

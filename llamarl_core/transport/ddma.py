@@ -2,7 +2,9 @@
 
 Each generator rank owns two *slots*: flat buffers laid out like its (TP-sliced)
 parameters in its dtype. Its parameters are views into the slot it computes from; the
-other slot is the staging buffer the next version lands in. Each trainer rank writes
+other slot is the staging buffer the next version lands in. (With one slot, for a model
+whose two copies do not fit, ``resources.generator.weight_slots=1``: the generator pauses at
+a decode-step boundary while the trainers rewrite it, ``ready()`` saying they wait.) Each trainer rank writes
 (shm) or sends (collective) only the blocks of its own FSDP shard that a generator
 needs (``ddma_plan``), converting dtype on the way (or quantizing to fp8 with per-row
 scales, for the tensors the plan marks), straight into that generator's staging slot.
@@ -76,7 +78,7 @@ from llamarl_core.transport.weight_sync import SyncStats
 TRANSPORTS = ("collective", "shm", "cuda_ipc")
 WAIT_SLICE_S = 0.2  # the receiving thread's store waits, cut in slices so that close() ends it
 SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
-NUM_SLOTS = 2
+NUM_SLOTS = 2  # the default: decode on while the next version lands in the other slot
 INTERRUPT_POLL_S = 0.01
 
 
@@ -278,16 +280,21 @@ class DdmaSender(_Endpoint):
                                  f"{self.plan.trainer_shards}; not this layout's shard?)")
 
     def _send_shm(self, local, version: int) -> float:
-        n, wait_s = self.seq, 0.0
-        if n >= NUM_SLOTS:  # slot n % 2 was left by every generator once it adopted send n - 1
+        n, wait_s, k = self.seq, 0.0, self.plan.num_slots
+        G = self.plan.generator_ranks
+        if k == 1:  # one slot: the generators pause at a decode-step boundary before it is rewritten
+            self.store.set(f"want/{n}/{self.rank}", str(version))
+            keys, what = [f"free/{n}/{g}" for g in range(G)], "pause decoding"
+        else:  # slot n % 2 was left by every generator once it adopted send n - 1
+            keys, what = ([f"adopted/{n - 1}/{g}" for g in range(G)] if n >= k else []), f"adopt send #{n - 1}"
+        if keys:
             t = time.perf_counter()
-            _wait_keys(self.store, [f"adopted/{n - 1}/{g}" for g in range(self.plan.generator_ranks)],
-                       self.timeout_s, f"waiting for the generators to adopt send #{n - 1} "
+            _wait_keys(self.store, keys, self.timeout_s, f"waiting for the generators to {what} "
                        f"before writing weight version {version}", self.interrupt)
             wait_s = time.perf_counter() - t
         for g, pieces in enumerate(self.links):
             tensors = {t.name: t for t in self.plan.slots[g]}
-            slot = self._slots[g][n % NUM_SLOTS]
+            slot = self._slots[g][n % k]
             for p in pieces:  # the one copy: trainer shard → generator's staging slot, dtype on the way
                 t = tensors[p.name]
                 dst = dst_block(tensor_view(slot, t, self.plan.dtype), p)
@@ -360,9 +367,11 @@ class _Inbox:
     ``receive()`` at once (no poll sleep).
     """
 
-    def __init__(self, recv_send, timeout_s: float):
-        self.recv_send, self.timeout_s = recv_send, timeout_s
-        self.free = threading.Semaphore(NUM_SLOTS)  # both slots are free until the first adoption
+    def __init__(self, announced, recv_send, timeout_s: float, num_slots: int):
+        self.announced_fn, self.recv_send, self.timeout_s = announced, recv_send, timeout_s
+        # Two slots: both free until the first adoption. One: free once receive() paused decoding.
+        self.free = threading.Semaphore(num_slots if num_slots > 1 else 0)
+        self.announced = -1  # the newest send every trainer announced
         self.ready: dict[int, int] = {}  # send # → version
         self.left: dict[int, object] = {}  # slot → CUDA event: the computation on it has been queued
         self.arrived = threading.Condition()
@@ -378,10 +387,15 @@ class _Inbox:
         n = 0
         try:
             while not self.closed:
-                if not self.free.acquire(timeout=0.1):
-                    continue
-                version = self.recv_send(n)
+                version = self.announced_fn(n)
                 if version is None or version == CLOSE_VERSION:
+                    return
+                self.announced = n
+                while not self.free.acquire(timeout=0.1):
+                    if self.closed:
+                        return
+                self.recv_send(n)
+                if self.closed:
                     return
                 with self.arrived:
                     self.ready[n] = version
@@ -408,13 +422,13 @@ class DdmaReceiver(_Endpoint):
         self._paths: list[str] = []
         try:
             if transport == "shm":
-                self._paths = shm.new_paths(run_id, NUM_SLOTS)
+                self._paths = shm.new_paths(run_id, plan.num_slots)
                 self.slots = [shm.create(p, plan.slot_nbytes[rank]) for p in self._paths]
             elif transport == "cuda_ipc":  # kept alive by self.slots while trainers map them
-                self.slots = cuda_ipc.create([plan.slot_nbytes[rank]] * NUM_SLOTS, device)
+                self.slots = cuda_ipc.create([plan.slot_nbytes[rank]] * plan.num_slots, device)
             else:
                 self.slots = [torch.zeros(plan.slot_nbytes[rank], dtype=torch.uint8, device=device)
-                              for _ in range(NUM_SLOTS)]
+                              for _ in range(plan.num_slots)]
         except OSError as e:
             error, self._paths, self.slots = str(e), [], []
         if transport == "shm":
@@ -431,6 +445,7 @@ class DdmaReceiver(_Endpoint):
             view.update({scale_name(t.name): scale_view(slot, t) for t in self.tensors if t.fp8})
         self.nbytes = sum(plan.link_nbytes(t, rank) for t in range(plan.trainer_ranks))
         self._inbox = None
+        self._paused = -1  # one slot: the send this rank last paused for
         self.warmed_up: list[int] = []
         # CUDA: the receiving thread's own stream (see the module docstring); None on the CPU
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -438,7 +453,7 @@ class DdmaReceiver(_Endpoint):
             self.pg = self._make_pg(device)
             with _on(self.stream):
                 self.warmed_up = self._warm_up(range(plan.trainer_ranks), device)
-            self._inbox = _Inbox(self._recv_send, timeout_s)
+            self._inbox = _Inbox(self._announced, self._recv_send, timeout_s, plan.num_slots)
             self._inbox.start()
 
     def _check(self, params: dict[str, torch.Tensor]) -> str:
@@ -473,14 +488,12 @@ class DdmaReceiver(_Endpoint):
             raise RuntimeError(f"DDMA send #{n}: trainer ranks announced different versions {sorted(versions)}")
         return versions.pop()
 
-    def _recv_send(self, n: int) -> int | None:
-        """(Receiving thread) send ``n``: once announced, every piece in place into slot n % 2."""
-        version = self._announced(n)
-        if version is None or version == CLOSE_VERSION:
-            return version
-        view, works = self.views[n % NUM_SLOTS], []
+    def _recv_send(self, n: int) -> None:
+        """(Receiving thread) send ``n``, announced and its slot free: every piece in place."""
+        k = self.plan.num_slots
+        view, works = self.views[n % k], []
         with _on(self.stream):
-            left = self._inbox.left.pop(n % NUM_SLOTS, None)
+            left = self._inbox.left.pop(n % k, None)
             if left is not None:  # the decode steps queued on this slot read it before it is overwritten
                 self.stream.wait_event(left)
             for t in range(self.plan.trainer_ranks):  # in each trainer's send order: per piece its rows (and scales)
@@ -491,7 +504,6 @@ class DdmaReceiver(_Endpoint):
                     else:
                         works.append(self.pg.recv([dst_block(view[p.name], p).reshape(-1)], t, 0))
             self._complete(works, n)
-        return version
 
     def _complete(self, works: list, n: int) -> None:
         """Until every receive of send ``n`` has landed. gloo completes a work only inside
@@ -527,22 +539,50 @@ class DdmaReceiver(_Endpoint):
         return versions.pop()
 
     def ready(self) -> bool:
-        """Whether the next version has fully arrived (adopt it with ``poll``/``receive``)."""
-        return self._ready() is not None
+        """Whether ``receive()`` has a version to take now: it has fully arrived (two slots),
+        or the trainers wait to write it (one slot: ``receive()`` pauses decoding for it)."""
+        if self.plan.num_slots > 1:
+            return self._ready() is not None
+        if self.transport in SLOTTED:
+            return self.store.check([f"want/{self.seq}/0"])
+        self._ready()  # raises the receiving thread's error
+        return self._inbox.announced >= self.seq
 
     def poll(self) -> SyncStats | None:
-        """At a decode-step boundary: adopt the next version if it has fully arrived."""
+        """At a decode-step boundary: adopt the next version if it has fully arrived (one slot:
+        if the trainers wait to write it, pause for it)."""
         t0 = time.perf_counter()
+        if self.plan.num_slots == 1:
+            return self.receive() if self.ready() else None
         version = self._ready()
         if version is None:
             return None
         return self._adopt(version, t0, 0.0)
+
+    def _pause(self) -> None:
+        """One slot: this rank stops computing from it, so the trainers may rewrite it now."""
+        n = self.seq
+        if self._paused == n:
+            return
+        self._paused = n
+        if self.transport in SLOTTED:
+            if self.transport == "cuda_ipc":
+                cuda_ipc.fence()  # kernels queued on the slot have read it before it is rewritten
+            self.store.set(f"free/{n}/{self.rank}", b"1")
+            return
+        if self.stream is not None:
+            left = torch.cuda.Event()
+            left.record()
+            self._inbox.left[0] = left
+        self._inbox.free.release()
 
     def receive(self, timeout_s: float | None = None) -> SyncStats:
         """Block until the next version has arrived, then adopt it (woken by its arrival:
         the store's wait or the receiving thread's notice, no poll sleep)."""
         t0 = time.perf_counter()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
+        if self.plan.num_slots == 1:
+            self._pause()
         while (version := self._ready()) is None:
             left = deadline - time.perf_counter()
             if left <= 0:
@@ -565,12 +605,15 @@ class DdmaReceiver(_Endpoint):
     def _adopt(self, version: int, t0: float, wait_s: float) -> SyncStats:
         if self.last_version is not None and version <= self.last_version:
             raise RuntimeError(f"weight version {version} arrived after {self.last_version}: out of order")
-        n = self.seq
-        view = self.views[n % NUM_SLOTS]
+        n, k = self.seq, self.plan.num_slots
+        view = self.views[n % k]
         for name, p in self.params.items():
             p.data = view[name]  # the swap: compute from the slot the trainers just filled
         self.seq, self.last_version = n + 1, version
-        if self.transport in SLOTTED:
+        if k == 1:  # nothing to free: the next version waits for the next pause
+            if self.transport not in SLOTTED:
+                self._inbox.ready.pop(n, None)
+        elif self.transport in SLOTTED:
             if self.transport == "cuda_ipc":
                 cuda_ipc.fence()  # kernels queued on the old slot have read it before it is rewritten
             self.store.set(f"adopted/{n}/{self.rank}", b"1")  # slot (n+1) % 2 is free again
@@ -580,7 +623,7 @@ class DdmaReceiver(_Endpoint):
                 if self.stream is not None:  # once the decode steps queued until now have read it
                     left = torch.cuda.Event()
                     left.record()
-                    self._inbox.left[(n + 1) % NUM_SLOTS] = left
+                    self._inbox.left[(n + 1) % k] = left
                 self._inbox.free.release()
         return self._stats(version, time.perf_counter() - t0, self.nbytes, wait_s)
 

@@ -117,6 +117,7 @@ class DdmaPlan:
     fp8_names: frozenset = frozenset()  # tensors that travel as fp8 + per-row scales
     trainer_shards: int = 0  # ranks one copy of the weights is sharded over (0: all trainer ranks)
     dim0: tuple = ()  # (name, full rows) of every tensor, for the senders' exact shard check
+    num_slots: int = 2  # per generator rank: 2 = decode on while the next version lands; 1 = pause for it
 
     def shard_rows(self, name: str, trainer: int) -> tuple[int, int]:
         """Rows of ``name`` trainer rank ``trainer`` holds: its FSDP shard within its replica."""
@@ -149,13 +150,13 @@ class DdmaPlan:
     def spec(self) -> list:
         """What both sides must agree on, as plain data (for the handshake)."""
         return [self.trainer_ranks, self.generator_ranks, self.tp_size, str(self.dtype),
-                [[(t.name, list(t.shape), t.fp8) for t in s] for s in self.slots]]
+                [[(t.name, list(t.shape), t.fp8) for t in s] for s in self.slots], self.num_slots]
 
 
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
                dtype: torch.dtype | None = None, slice_fn: SliceFn = megatron_slice,
                max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None,
-               trainer_shards: int = 0) -> DdmaPlan:
+               trainer_shards: int = 0, num_slots: int = 2) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
@@ -164,6 +165,7 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     ``trainer_shards``: under HSDP, the FSDP group size s (trainer rank t holds
     ``fsdp_rows(rows, s, t % s)``, T/s replicas hold the same rows); 0 = T (FSDP over every
     rank, or DDP replicas that each send 1/T of the rows).
+    ``num_slots``: weight copies per generator rank (``resources.generator.weight_slots``).
     """
     if trainer_ranks < 1 or generator_ranks < 1 or tp_size < 1 or generator_ranks % tp_size:
         raise ValueError(f"DDMA plan needs trainer_ranks>=1 and generator_ranks a multiple of tp_size, got "
@@ -172,6 +174,8 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     if shards < 1 or trainer_ranks % shards:
         raise ValueError(f"DDMA plan: trainer_shards={trainer_shards} does not divide T={trainer_ranks} trainer ranks")
     replicas = trainer_ranks // shards
+    if num_slots not in (1, 2):
+        raise ValueError(f"DDMA plan: num_slots must be 1 or 2, got {num_slots}")
     if not named_shapes:
         raise ValueError("named_shapes is empty: nothing to synchronise")
     dtypes = {d for _, d in named_shapes.values()}
@@ -212,7 +216,7 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
                     pieces.append(Piece(name, t, g, (s - a0, e - a0), (c0, c1), (s - r0, e - r0), cols))
     dim0 = tuple((n, _as_2d(tuple(named_shapes[n][0]))[0]) for n in sorted(named_shapes))
     return DdmaPlan(trainer_ranks, generator_ranks, tp_size, dtype, tuple(pieces),
-                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names), shards, dim0)
+                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names), shards, dim0, num_slots)
 
 
 def tensor_view(slot: torch.Tensor, t: GeneratorTensor, dtype: torch.dtype) -> torch.Tensor:
