@@ -16,8 +16,7 @@ import torch
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
-from llamarl_core.generation.sampling import sampled_token_logprobs
-from llamarl_core.models import token_logprobs
+from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
 
@@ -146,19 +145,22 @@ class Learner:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
+    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True):
+        """The model's `head`: log-probs of `targets` (and the entropy) chunk by chunk from the
+        hidden states, never the [m, L'-1, V] logits (generation.sampling)."""
+        top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
+        return lambda h, output: chunked_sampled_logprobs(h[:, :-1], output, targets, self.temperature,
+                                                          top_k, top_p, entropy)
+
     def _micro_loss(self, tokens, behavior, mask, advantages, staleness):
         a = self.cfg.algorithm
-        logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
-        logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
+        logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0))  # [m, L'-1]
         self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
-        entropy = ref = None
-        if a.entropy_coef > 0:
-            logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-            entropy = -(logp.exp() * logp).sum(-1)                                 # [m, L'-1]
+        ref = None
         if a.kl_coef > 0 and self.ref_model is not None:
-            with torch.no_grad():
-                ref = token_logprobs(self.ref_model(tokens)[:, :-1], tokens[:, 1:], self.temperature)
+            with torch.no_grad():  # log softmax(logits / T) at the targets, no truncation
+                ref, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False))
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=a.clip_eps, ref_logprobs=ref, kl_coef=a.kl_coef, entropy=entropy,
                          entropy_coef=a.entropy_coef, staleness=staleness)
@@ -193,8 +195,9 @@ class WarmStart:
             loss_mask[r, p - 1:len(t) - 1] = 1.0
         device = _device(self.model)
         tokens, loss_mask = tokens.to(device), loss_mask.to(device)
-        logits = self.model(tokens)[:, :-1]                                        # [B, L-1, V]
-        nll = -token_logprobs(logits, tokens[:, 1:])                               # [B, L-1]
+        logp, _ = self.model(tokens, head=lambda h, output: chunked_sampled_logprobs(
+            h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
+        nll = -logp                                                                # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
