@@ -2,7 +2,8 @@
 
     resources.trainer            what wrap_data_parallel builds
     strategy=ddp                 DistributedDataParallel over the trainer group
-    strategy=fsdp2, dp=1         fully_shard per block + root on a 1-D mesh (FSDP, ZeRO-3)
+    strategy=fsdp2, dp=1         fully_shard on the embedding, per block, on [norm, output]
+                                 and the root, on a 1-D mesh (FSDP, ZeRO-3)
     strategy=fsdp2, dp>1         fully_shard on a 2-D mesh (dp_replicate x dp_shard) = HSDP:
                                  ranks [i*fsdp, (i+1)*fsdp) shard one replica (one node on
                                  GPUs, so the reduce-scatter stays on NVLink), replicas
@@ -90,8 +91,16 @@ def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type
         mesh = trainer_mesh(group, dp, world // dp, device_type)
         policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if mixed \
             else MixedPrecisionPolicy()
+        # Units as torchtitan's llama parallelize: the embedding, each block, and [norm, output]
+        # (their backward comes first, so they stay gathered from forward to it), then the
+        # root; the root alone would keep embedding and head gathered through forward and
+        # backward. A tied head shares the embedding's parameter: both stay with the root.
+        if not model.args.tie_embeddings:
+            fully_shard(model.tok_embeddings, mesh=mesh, mp_policy=policy)
         for layer in model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy)
+        if not model.args.tie_embeddings:
+            fully_shard([model.norm, model.output], mesh=mesh, mp_policy=policy, reshard_after_forward=False)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         return model
     if mixed:
