@@ -50,8 +50,32 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]):
     return args, recipe, overrides
 
 
-def print_resolved(recipe: str, overrides) -> None:
-    print(OmegaConf.to_yaml(compose_config(recipe, overrides)), end="")
+def print_resolved(recipe: str, overrides, data_key: str = "data.name",
+                   checkpoint_key: str = "model.checkpoint") -> None:
+    """The composed config, with `data.instruction` and `data.template` as the run resolves
+    them for the data set at `data_key` and the checkpoint at `checkpoint_key` (`llamarl eval`
+    passes `eval.data` / `eval.checkpoint`, each falling back to the training one)."""
+    cfg = compose_config(recipe, overrides)
+    _show_prompt_defaults(cfg, OmegaConf.select(cfg, data_key) or cfg.data.name,
+                          OmegaConf.select(cfg, checkpoint_key) or cfg.model.checkpoint)
+    print(OmegaConf.to_yaml(cfg), end="")
+
+
+def _show_prompt_defaults(cfg, data_name: str, checkpoint) -> None:
+    """Fill the prompt defaults in; a config that does not bind or a checkpoint whose tokenizer
+    does not load is printed as composed (the verbs themselves report those errors)."""
+    from llamarl_core.config.schema import DataConfig
+    from llamarl_core.data import prompt_format, resolve_template
+    from llamarl_core.models import ByteTokenizer, load_tokenizer
+
+    try:
+        fmt = prompt_format(DataConfig(**OmegaConf.to_container(cfg.data)), data_name)
+        cfg.data.instruction = fmt.instruction
+        if fmt.template == "auto":
+            tokenizer = load_tokenizer(checkpoint, required=False) if checkpoint else ByteTokenizer()
+            cfg.data.template = resolve_template(fmt.template, tokenizer)
+    except (ConfigError, TypeError, ValueError, OSError):
+        pass
 
 
 def run_guarded(fn: Callable[[], int]) -> int:

@@ -80,7 +80,7 @@ def main(argv) -> int:
         args, recipe, overrides = parse(parser, words_first(list(argv)))
         overrides = expand_short_words(overrides)
         if args.cfg:
-            print_resolved(recipe, overrides)
+            print_resolved(recipe, overrides, data_key="eval.data", checkpoint_key="eval.checkpoint")
             return EXIT_OK
         cfg = load_config(recipe, overrides)
         from llamarl_core.eval.run import run_eval

@@ -20,4 +20,5 @@ DEVICE_TYPES = ("cpu", "cuda", *DEVICES)                 # resources.device (cud
 STRATEGIES = ("ddp", "fsdp2")                            # resources.trainer.strategy
 WEIGHT_TRANSPORTS = ("auto", "collective", "shm", "cuda_ipc")  # controller.weight_transport
 BATCHING = ("continuous", "static")                      # generation.batching
+PROMPT_TEMPLATES = ("auto", "plain", "chat")             # data.template
 WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
                                          QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS, BATCHING,
-                                         WEIGHT_SLOTS)
+                                         PROMPT_TEMPLATES, WEIGHT_SLOTS)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -175,13 +175,25 @@ class GenerationConfig:
             raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
 
 
+# `data.instruction`'s default per data set (`data.name`, or `eval.data` for `llamarl eval`):
+# the answer format its verifier reads. A name not listed has none.
+DEFAULT_INSTRUCTIONS = {
+    "gsm8k": "Give the final answer on its own line as '#### <number>'.",
+    "math500": "Put the final answer in \\boxed{}.",
+}
+
+
 @dataclass
 class DataConfig:
     name: str = "arith"                  # arith | gsm8k | math500 | generic
     path: Optional[str] = None           # train JSONL (required for gsm8k/math500/generic)
     eval_path: Optional[str] = None      # held-out JSONL; defaults to a split of `path`
     reward: str = "auto"                 # auto (from name) | arith | gsm8k | math
-    template: str = "plain"              # plain | chat
+    template: str = "auto"               # auto (chat if the checkpoint's tokenizer has a chat
+                                         # template, else plain) | plain | chat
+    system_prompt: Optional[str] = None  # a system message (plain: a first paragraph); none by default
+    instruction: Optional[str] = None    # appended to the question on a new line; None = the data
+                                         # set's DEFAULT_INSTRUCTIONS entry, "" = none (docs/DATA.md)
     on_error: str = "raise"              # raise | skip malformed JSONL lines
     num_train_examples: int = 2000       # for the built-in task
     num_eval_examples: int = 200
@@ -192,12 +204,18 @@ class DataConfig:
                                          # varies the run (init, prompt order, sampling), not these
 
     def __post_init__(self):
-        _check_choice("data.template", self.template, ("plain", "chat"))
+        _check_choice("data.template", self.template, PROMPT_TEMPLATES)
         _check_choice("data.on_error", self.on_error, ("raise", "skip"))
         _check_choice("data.reward", self.reward, ("auto", "arith", "gsm8k", "math"))
         _check_choice("data.solution_style", self.solution_style, ("columns", "digit_sums", "short"))
         _check_positive("data.num_train_examples", self.num_train_examples)
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
+
+    def instruction_for(self, data_name: Optional[str] = None) -> str:
+        """`instruction`, its default resolved for `data_name` (default `name`): the one place."""
+        if self.instruction is not None:
+            return self.instruction
+        return DEFAULT_INSTRUCTIONS.get(data_name or self.name, "")
 
     def arith_knobs(self) -> dict:
         """The built-in task's difficulty keywords for `arith_examples` / `resolve_dataset`."""

@@ -6,42 +6,70 @@ the same solution format the verifier reads (``... #### N`` or ``\\boxed{}``), s
 and reward agree by construction: ``get_reward(src)(render_target(ex), ex.reference)``
 is 1.0 for every example that has a solution.
 
-Templates:
+A ``PromptFormat`` is ``data.template``, ``data.system_prompt`` and ``data.instruction``
+with the instruction's default resolved (``prompt_format``; the defaults are one table,
+``config/schema.py: DEFAULT_INSTRUCTIONS``). The question is ``example.prompt``, then the
+instruction on a new line when there is one. Templates (docs/DATA.md):
 - ``plain``: arith -> ``Q: 23+45\\nA:`` (bytes are tokens: keep it short);
-             others -> ``Question: ...\\nAnswer:``.
-- ``chat``:  ``tokenizer.apply_chat_template([{"role": "user", "content": ...}])``, with a
-             one-line instruction naming the answer format for gsm8k and math.
+             others -> ``Question: ...\\nAnswer:``; a system prompt is a first paragraph
+             (``<system prompt>\\n\\nQuestion: ...``).
+- ``chat``:  ``tokenizer.apply_chat_template(messages)`` with the generation prompt, where
+             messages are the system prompt as a ``system`` message (when set) and the
+             question as the ``user`` message.
+- ``auto``:  ``chat`` when the tokenizer has a chat template (a Hugging Face checkpoint's
+             own), else ``plain`` (the byte tokenizer of the built-in tiny models).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from llamarl_core.config.choices import PROMPT_TEMPLATES
 from llamarl_core.data.example import Example
 
-TEMPLATES = ("plain", "chat")
-_CHAT_INSTRUCTIONS = {
-    "gsm8k": "\nGive the final answer on its own line as '#### <number>'.",
-    "math": "\nPut the final answer in \\boxed{}.",
-}
+TEMPLATES = PROMPT_TEMPLATES
 
 
-def render_prompt(example: Example, template: str = "plain", tokenizer=None) -> str:
-    """The text the generator is conditioned on."""
-    if template == "plain":
-        if example.source == "arith":
-            return f"Q: {example.prompt}\nA:"
-        return f"Question: {example.prompt}\nAnswer:"
-    if template == "chat":
-        if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
-            raise ValueError(
-                "template 'chat' needs a tokenizer with apply_chat_template(messages) -> str"
-            )
-        content = example.prompt + _CHAT_INSTRUCTIONS.get(example.source, "")
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": content}])
-        if not isinstance(rendered, str):
-            raise TypeError(
-                f"tokenizer.apply_chat_template must return str, got {type(rendered).__name__}"
-            )
-        return rendered
-    raise ValueError(f"prompt template must be one of {TEMPLATES}, got {template!r}")
+@dataclass(frozen=True)
+class PromptFormat:
+    template: str = "plain"               # auto | plain | chat
+    system_prompt: Optional[str] = None   # None or "": no system prompt
+    instruction: str = ""                 # resolved: "" = none
+
+    def __post_init__(self):
+        if self.template not in TEMPLATES:
+            raise ValueError(f"prompt template must be one of {TEMPLATES}, got {self.template!r}")
+
+
+def prompt_format(data, data_name: Optional[str] = None) -> PromptFormat:
+    """The prompt settings of a `DataConfig` for the data set `data_name` (default
+    `data.name`; `llamarl eval` passes `eval.data`)."""
+    return PromptFormat(data.template, data.system_prompt, data.instruction_for(data_name))
+
+
+def resolve_template(template: str, tokenizer) -> str:
+    """`auto` → `chat` if the tokenizer has a chat template, else `plain`."""
+    if template != "auto":
+        return template
+    return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
+
+
+def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain", tokenizer=None) -> str:
+    """The text the generator is conditioned on. `template`: a PromptFormat, or a template
+    name (no system prompt, no instruction)."""
+    fmt = template if isinstance(template, PromptFormat) else PromptFormat(template)
+    question = example.prompt + (f"\n{fmt.instruction}" if fmt.instruction else "")
+    kind = resolve_template(fmt.template, tokenizer)
+    if kind == "plain":
+        text = f"Q: {question}\nA:" if example.source == "arith" else f"Question: {question}\nAnswer:"
+        return f"{fmt.system_prompt}\n\n{text}" if fmt.system_prompt else text
+    if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
+        raise ValueError("template 'chat' needs a tokenizer with apply_chat_template(messages) -> str")
+    messages = [{"role": "system", "content": fmt.system_prompt}] if fmt.system_prompt else []
+    rendered = tokenizer.apply_chat_template(messages + [{"role": "user", "content": question}])
+    if not isinstance(rendered, str):
+        raise TypeError(f"tokenizer.apply_chat_template must return str, got {type(rendered).__name__}")
+    return rendered
 
 
 def render_target(example: Example) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from llamarl_core.data import Example, render_prompt, render_target
+from llamarl_core.data import Example, PromptFormat, render_prompt, render_target
 from llamarl_core.eval.answers import answer_fn_for
 from llamarl_core.eval.metrics import is_correct, summarize
 from llamarl_core.generation import SamplingParams
@@ -32,13 +32,14 @@ class EvalResult:
     predictions: list[dict] = field(default_factory=list)  # one per example, in data order
 
 
-def encode_prompt(example: Example, template: str, tokenizer) -> list[int]:
-    """Prompt token ids, rendered exactly as training renders them."""
+def encode_prompt(example: Example, template: "PromptFormat | str", tokenizer) -> list[int]:
+    """Prompt token ids, rendered exactly as training renders them (`template`: the
+    `PromptFormat` of `data.prompt_format`, or a bare template name)."""
     return tokenizer.encode(render_prompt(example, template, tokenizer))
 
 
 def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[str, str], float], *,
-             template: str = "plain", n_samples: int = 1, temperature: float = 0.0,
+             template: "PromptFormat | str" = "plain", n_samples: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 32, stop_strings=(), seed: int = 0, batch_size: int = 64,
              progress: "bool | Callable[[int, int], None]" = False, reward_pool=None, rank: int = 0, world_size: int = 1,
              top_p: float = 1.0) -> EvalResult:
@@ -57,7 +58,7 @@ def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[st
     return EvalResult(summarize(predictions), predictions)
 
 
-def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, template: str = "plain",
+def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, template: "PromptFormat | str" = "plain",
                          n_samples: int = 1, temperature: float = 0.0, max_new_tokens: int = 32,
                          stop_strings=(), seed: int = 0, batch_size: int = 64,
                          progress: "bool | Callable[[int, int], None]" = False, rank: int = 0, world_size: int = 1,
@@ -140,7 +141,7 @@ def _prediction(index: int, ex: Example, greedy, samples) -> dict:
             "num_tokens": [len(c.token_ids) for c in samples]}
 
 
-def _prompt_ids(ex: Example, template: str, tokenizer, engine) -> list[int]:
+def _prompt_ids(ex: Example, template: "PromptFormat | str", tokenizer, engine) -> list[int]:
     ids = encode_prompt(ex, template, tokenizer)
     limit = getattr(engine, "max_seq_len", None)
     if not ids:

@@ -16,14 +16,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.data import PromptFormat, prompt_format, resolve_template
 from llamarl_core.eval.evaluate import encode_prompt, generate_predictions
 
 
-def model_spec(cfg, examples, max_new_tokens: int) -> dict:
-    """Checked, picklable settings for the generating processes."""
+def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = None) -> dict:
+    """Checked, picklable settings for the generating processes; `fmt` (default: the config's
+    for `data.name`) with its template resolved against the checkpoint's tokenizer."""
     from llamarl_core.models.hf_config import args_from_hf_config, read_config
     from llamarl_core.models.tokenizer import load_tokenizer
 
@@ -39,8 +42,10 @@ def model_spec(cfg, examples, max_new_tokens: int) -> dict:
         tokenizer = load_tokenizer(path)
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise ConfigError(f"eval.checkpoint={checkpoint}: {e}") from None
+    fmt = fmt or prompt_format(cfg.data)
+    fmt = replace(fmt, template=resolve_template(fmt.template, tokenizer))
     for ex in examples:
-        n = len(encode_prompt(ex, cfg.data.template, tokenizer))
+        n = len(encode_prompt(ex, fmt, tokenizer))
         if n >= max_seq_len:
             raise ConfigError(f"example {ex.id}: prompt has {n} tokens but the checkpoint's "
                               f"max_seq_len is {max_seq_len}; no room to generate")
@@ -57,7 +62,8 @@ def model_spec(cfg, examples, max_new_tokens: int) -> dict:
     return {"checkpoint": str(path), "dtype": g.dtype, "quantization": g.quantization,
             "max_batch_size": g.max_batch_size, "world_size": world_size,
             "device": "cuda" if use_cuda else "cpu", "threads": threads,
-            "template": cfg.data.template, "n_samples": cfg.eval.n_samples,
+            "template": fmt.template, "system_prompt": fmt.system_prompt,
+            "instruction": fmt.instruction, "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
             "max_new_tokens": max_new_tokens, "stop_strings": list(cfg.generation.stop_strings),
             "seed": cfg.run.seed}
@@ -106,7 +112,8 @@ def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:
     engine = GenerationEngine(model, tokenizer, max_batch_size=spec["max_batch_size"],
                               quantization=spec["quantization"])
     return generate_predictions(
-        engine, tokenizer, examples, template=spec["template"], n_samples=spec["n_samples"],
+        engine, tokenizer, examples, n_samples=spec["n_samples"],
+        template=PromptFormat(spec["template"], spec.get("system_prompt"), spec.get("instruction", "")),
         temperature=spec["temperature"], max_new_tokens=spec["max_new_tokens"],
         stop_strings=spec["stop_strings"], seed=spec["seed"], batch_size=spec["max_batch_size"],
         progress=progress, rank=rank, world_size=spec["world_size"], top_p=spec["top_p"])

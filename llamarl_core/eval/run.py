@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import default_reward, resolve_dataset
+from llamarl_core.data import default_reward, prompt_format, resolve_dataset
 from llamarl_core.eval.evaluate import EvalResult, merge_results, reference_predictions, score_predictions
 from llamarl_core.eval.metrics import summarize
 from llamarl_core.rewards import RewardPool
@@ -86,9 +86,9 @@ def run_eval(cfg: LlamaRLConfig, *, progress: bool = False, out_file: str | None
             predictions = reference_predictions(examples)
         else:
             from llamarl_core.eval.parallel import generate_on_replicas, model_spec
-            spec = model_spec(cfg, examples, max_new_tokens)
+            spec = model_spec(cfg, examples, max_new_tokens, prompt_format(cfg.data, eval_data_name(cfg)))
             info.update(checkpoint=spec["checkpoint"], num_ranks=spec["world_size"],
-                        device=spec["device"])
+                        device=spec["device"], template=spec["template"])
             predictions = generate_on_replicas(spec, examples, progress=progress)
         score_predictions(predictions, None, reward_pool=pool)
         info["reward_stats"] = dict(pool.stats)

@@ -12,6 +12,7 @@ import os
 from typing import Callable
 
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.data import prompt_format
 from llamarl_core.generation import GenerationEngine
 
 
@@ -22,7 +23,7 @@ def heldout_eval(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn,
     from llamarl_core.eval import evaluate
     gen, batch = cfg.generation, cfg.resources.generator.max_batch_size
     engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch)
-    result = evaluate(engine, tokenizer, examples, reward_fn, template=cfg.data.template, n_samples=1,
+    result = evaluate(engine, tokenizer, examples, reward_fn, template=prompt_format(cfg.data), n_samples=1,
                       temperature=0.0, max_new_tokens=gen.max_new_tokens,
                       stop_strings=tuple(gen.stop_strings), seed=cfg.run.seed, batch_size=batch,
                       progress=progress or False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Example, default_reward, render_target, resolve_dataset
+from llamarl_core.data import Example, default_reward, prompt_format, render_target, resolve_dataset
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -94,9 +94,9 @@ class PromptSet:
 
 def encode_prompts(cfg: LlamaRLConfig, examples: list[Example], tokenizer) -> PromptSet:
     """Render and tokenize; prompts longer than generation.max_prompt_tokens are an error."""
-    ids = []
+    ids, fmt = [], prompt_format(cfg.data)
     for ex in examples:
-        toks = encode_prompt(ex, cfg.data.template, tokenizer)
+        toks = encode_prompt(ex, fmt, tokenizer)
         if len(toks) > cfg.generation.max_prompt_tokens:
             raise ValueError(f"example {ex.id}: prompt has {len(toks)} tokens > "
                              f"generation.max_prompt_tokens={cfg.generation.max_prompt_tokens}")

@@ -3,8 +3,8 @@ from .args import BYTE_VOCAB_SIZE, PRESETS, ModelArgs, get_preset, with_override
 from .checkpoint import build_empty, checkpoint_tensors, load_pretrained, save_pretrained, save_streamed
 from .llama import KVCache, Llama
 from .logprobs import token_logprobs
-from .tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from .tokenizer import ByteTokenizer, HFTokenizer, has_tokenizer, load_tokenizer
 
 __all__ = ["BYTE_VOCAB_SIZE", "PRESETS", "ModelArgs", "get_preset", "with_overrides",
            "build_empty", "checkpoint_tensors", "load_pretrained", "save_pretrained", "save_streamed", "KVCache", "Llama", "token_logprobs",
-           "ByteTokenizer", "HFTokenizer", "load_tokenizer"]
+           "ByteTokenizer", "HFTokenizer", "has_tokenizer", "load_tokenizer"]

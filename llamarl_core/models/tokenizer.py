@@ -1,41 +1,43 @@
-"""Tokenizers: a byte tokenizer for the tiny models and `tokenizer.json` for real checkpoints.
+"""Tokenizers: a byte tokenizer for the built-in tiny models, `transformers.AutoTokenizer` for
+Hugging Face checkpoints.
 
-Both expose the same small surface (`encode`, `decode`, `bos_id`, `eos_id`, `pad_id`,
-`vocab_size`, `save`, `apply_chat_template`), and `load_tokenizer(dir)` picks the class from
-the files present, so `load_pretrained` returns whichever the checkpoint was saved with.
-Chat templates are the checkpoint's own Jinja template (`tokenizer_config.json`), rendered in
-a sandbox like transformers does; without one, a plain "Role: text" format is used.
+Why AutoTokenizer and not our own reader: a checkpoint's tokenizer is more than
+`tokenizer.json` (added tokens, special-token files, a chat template in
+`tokenizer_config.json` or `chat_template.jinja`, SentencePiece models), and transformers is
+what the checkpoint was saved with. `HFTokenizer` is a thin adapter exposing the small surface
+the rest of the code uses, the same as `ByteTokenizer`'s: `encode`, `decode`, `bos_id`,
+`eos_id`, `eos_ids` (stop ids), `pad_id`, `vocab_size`, `chat_template`,
+`apply_chat_template(messages) -> str` (with the generation prompt) and `save(dir)`.
+`load_tokenizer(dir)` picks the class from the files present.
+
+Stop ids are the tokenizer's EOS plus every id of `generation_config.json`'s `eos_token_id`
+(an int or a list: Llama-3 instruct stops on `<|eot_id|>` as well as `<|end_of_text|>`).
+`save` writes the tokenizer files, the chat template and `generation_config.json` byte for
+byte as they came in, so an exported checkpoint has the tokenizer its base model had.
 """
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import shutil
 from pathlib import Path
 from typing import Iterable, Optional
 
 from .args import BYTE_VOCAB_SIZE
 
 BYTE_TOKENIZER_FILE = "byte_tokenizer.json"
+# What a Hugging Face checkpoint keeps its tokenizer in (any subset), copied as-is on export.
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                      "added_tokens.json", "chat_template.jinja", "chat_template.json",
+                      "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json")
+CHAT_TEMPLATE_DIR = "additional_chat_templates"  # transformers 5.x: named extra templates
+_LOADABLE = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def plain_chat_format(messages: list[dict]) -> str:
-    """Fallback template: 'System: ...\\n\\nUser: ...\\n\\nAssistant:' (generation prompt last)."""
+    """Fallback when `data.template=chat` and the tokenizer has no chat template:
+    'System: ...\\n\\nUser: ...\\n\\nAssistant:' (generation prompt last)."""
     parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     return "\n\n".join(parts + ["Assistant:"])
-
-
-def render_chat_template(template: str, messages: list[dict], bos_token: str, eos_token: str) -> str:
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):
-        raise TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(template).render(messages=messages, bos_token=bos_token,
-                                            eos_token=eos_token, add_generation_prompt=True)
 
 
 class ByteTokenizer:
@@ -59,9 +61,14 @@ class ByteTokenizer:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict]) -> str:
-        if self.chat_template:
-            return render_chat_template(self.chat_template, messages, "", "")
-        return plain_chat_format(messages)
+        if not self.chat_template:
+            return plain_chat_format(messages)
+        # transformers' own renderer (sandboxed Jinja), so there is one renderer in the code
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        rendered, _ = render_jinja_template(conversations=[messages], chat_template=self.chat_template,
+                                            add_generation_prompt=True, bos_token="", eos_token="")
+        return rendered[0]
 
     def save(self, directory) -> None:
         data = {"type": "byte", "vocab_size": self.vocab_size, "pad_id": self.pad_id,
@@ -69,56 +76,72 @@ class ByteTokenizer:
         (Path(directory) / BYTE_TOKENIZER_FILE).write_text(json.dumps(data, indent=2))
 
 
-def _token_content(value) -> Optional[str]:
-    return value.get("content") if isinstance(value, dict) else value
+def _eos_list(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
 class HFTokenizer:
-    """`tokenizer.json` via the `tokenizers` library, specials from `tokenizer_config.json`."""
+    """A `transformers` tokenizer behind the small surface the code uses.
 
-    def __init__(self, tokenizer, config: Optional[dict] = None, eos_ids: Optional[list[int]] = None):
+    `files` holds the bytes of the tokenizer files it was read from (written back by `save`);
+    without them (a tokenizer built in memory), `save` uses transformers' `save_pretrained`."""
+
+    def __init__(self, tokenizer, generation_eos_ids: Iterable[int] = (),
+                 files: Optional[dict[str, bytes]] = None):
         self._tok = tokenizer
-        self.config = dict(config or {})
-        self.bos_token = _token_content(self.config.get("bos_token"))
-        self.eos_token = _token_content(self.config.get("eos_token"))
-        pad_token = _token_content(self.config.get("pad_token"))
-        self.bos_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
-        self.eos_id = self._tok.token_to_id(self.eos_token) if self.eos_token else None
-        pad_id = self._tok.token_to_id(pad_token) if pad_token else None
-        # Llama-3 ships no pad token; any id works since padded positions are masked out.
-        self.pad_id = pad_id if pad_id is not None else (self.eos_id if self.eos_id is not None else 0)
-        ids = list(eos_ids or []) + ([self.eos_id] if self.eos_id is not None else [])
-        self.eos_ids = tuple(dict.fromkeys(ids))
-        template = self.config.get("chat_template")
-        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-            by_name = {t["name"]: t["template"] for t in template}
-            template = by_name.get("default", next(iter(by_name.values()), None))
-        self.chat_template = template
-
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
+        self.files = dict(files or {})
+        self.bos_id: Optional[int] = tokenizer.bos_token_id
+        self.eos_id: Optional[int] = tokenizer.eos_token_id
+        # No pad token (Llama-3): any id works, padded positions are masked out.
+        pad = tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else (self.eos_id if self.eos_id is not None else 0)
+        ids = ([self.eos_id] if self.eos_id is not None else []) + list(generation_eos_ids)
+        self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(ids))
 
     @classmethod
     def from_dir(cls, directory) -> "HFTokenizer":
-        from tokenizers import Tokenizer
-
         directory = Path(directory)
-        config_file = directory / "tokenizer_config.json"
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
-        eos_ids: list[int] = []
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as err:
+            raise ValueError(f"{directory}: a Hugging Face tokenizer needs `transformers` "
+                             f"(pip install 'llamarl[hf]')") from err
+        try:  # local files only: nothing downloads at run time, no remote code runs
+            tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        except Exception as err:  # transformers raises OSError, ValueError, JSON errors...
+            raise ValueError(f"{directory}: the tokenizer cannot be read by transformers' "
+                             f"AutoTokenizer ({type(err).__name__}: {err})") from err
+        gen_eos: list[int] = []
         gen_file = directory / "generation_config.json"
         if gen_file.is_file():
-            eos = json.loads(gen_file.read_text()).get("eos_token_id")
-            eos_ids = eos if isinstance(eos, list) else ([eos] if eos is not None else [])
-        try:
-            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        except Exception as err:
-            raise ValueError(f"{directory / 'tokenizer.json'}: cannot be read ({err})") from err
-        return cls(tokenizer, config, eos_ids)
+            try:
+                gen_eos = _eos_list(json.loads(gen_file.read_text()).get("eos_token_id"))
+            except (json.JSONDecodeError, TypeError, ValueError) as err:
+                raise ValueError(f"{gen_file}: eos_token_id must be an int or a list of ints ({err})") from err
+        files = {name: (directory / name).read_bytes() for name in HF_TOKENIZER_FILES
+                 if (directory / name).is_file()}
+        extra = directory / CHAT_TEMPLATE_DIR
+        if extra.is_dir():
+            files.update({f"{CHAT_TEMPLATE_DIR}/{p.name}": p.read_bytes()
+                          for p in sorted(extra.iterdir()) if p.is_file()})
+        return cls(tok, gen_eos, files)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tok)  # base vocabulary plus added tokens
+
+    @property
+    def chat_template(self) -> Optional[str]:
+        """The default chat template (transformers keeps several as a name → template dict)."""
+        template = self._tok.chat_template
+        if isinstance(template, dict):
+            return template.get("default") or next(iter(template.values()), None)
+        return template
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        ids = self._tok.encode(text, add_special_tokens=False)
         if add_bos:
             if self.bos_id is None:
                 raise ValueError("add_bos=True but the tokenizer has no bos_token")
@@ -129,37 +152,52 @@ class HFTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
     def apply_chat_template(self, messages: list[dict]) -> str:
-        if self.chat_template:
-            return render_chat_template(self.chat_template, messages, self.bos_token or "",
-                                        self.eos_token or "")
-        return plain_chat_format(messages)
+        """The prompt text for `messages`, ending in the assistant's generation prompt;
+        `encode` of it equals transformers' `apply_chat_template(..., tokenize=True)`."""
+        if not self._tok.chat_template:
+            return plain_chat_format(messages)
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def save(self, directory) -> None:
         directory = Path(directory)
-        self._tok.save(str(directory / "tokenizer.json"))
-        (directory / "tokenizer_config.json").write_text(json.dumps(self.config, indent=2))
-        if len(self.eos_ids) > 1:  # e.g. Llama-3.1 instruct: end_of_text, eom, eot
-            (directory / "generation_config.json").write_text(
-                json.dumps({"eos_token_id": list(self.eos_ids)}, indent=2))
+        if not self.files:
+            self._tok.save_pretrained(str(directory))
+            if len(self.eos_ids) > 1:
+                (directory / "generation_config.json").write_text(
+                    json.dumps({"eos_token_id": list(self.eos_ids)}, indent=2))
+            return
+        for name, data in self.files.items():
+            target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
 
 
 class MissingTokenizer:
     """Stands in for the tokenizer of a model-only checkpoint: the weights load, and only a
     use of the tokenizer fails, naming the files it looked for."""
 
+    chat_template = None
+
     def __init__(self, directory: Path):
         self.directory = directory
 
     def __getattr__(self, name):
         raise FileNotFoundError(f"no tokenizer in {self.directory}: expected {BYTE_TOKENIZER_FILE} "
-                                f"or tokenizer.json (needed for tokenizer.{name})")
+                                f"or tokenizer.json (or another Hugging Face tokenizer file: "
+                                f"{', '.join(_LOADABLE[1:])}) (needed for tokenizer.{name})")
 
     def __bool__(self) -> bool:
         return False
 
 
+def has_tokenizer(directory) -> bool:
+    """Whether `load_tokenizer(directory)` finds a tokenizer there (files only, nothing read)."""
+    directory = Path(directory)
+    return any((directory / f).is_file() for f in (BYTE_TOKENIZER_FILE, *_LOADABLE))
+
+
 def load_tokenizer(directory, required: bool = True):
-    """ByteTokenizer if `byte_tokenizer.json` is present, else HFTokenizer from tokenizer.json;
+    """ByteTokenizer if `byte_tokenizer.json` is present, else transformers' AutoTokenizer;
     with neither, an error (`required`) or a `MissingTokenizer` that errors on first use."""
     directory = Path(directory)
     byte_file = directory / BYTE_TOKENIZER_FILE
@@ -168,8 +206,13 @@ def load_tokenizer(directory, required: bool = True):
         if data.get("vocab_size") != BYTE_VOCAB_SIZE:
             raise ValueError(f"{byte_file}: vocab_size {data.get('vocab_size')} != {BYTE_VOCAB_SIZE}")
         return ByteTokenizer(chat_template=data.get("chat_template"))
-    if (directory / "tokenizer.json").is_file():
+    if has_tokenizer(directory):
         return HFTokenizer.from_dir(directory)
     if not required:
         return MissingTokenizer(directory)
-    raise FileNotFoundError(f"no tokenizer in {directory}: expected {BYTE_TOKENIZER_FILE} or tokenizer.json")
+    raise FileNotFoundError(f"no tokenizer in {directory}: expected {BYTE_TOKENIZER_FILE} or tokenizer.json "
+                            f"(or another Hugging Face tokenizer file: {', '.join(_LOADABLE[1:])})")
+
+
+__all__ = ["BYTE_TOKENIZER_FILE", "HF_TOKENIZER_FILES", "ByteTokenizer", "HFTokenizer",
+           "MissingTokenizer", "has_tokenizer", "load_tokenizer", "plain_chat_format"]

@@ -1,13 +1,11 @@
 """Where the planner gets model sizes: a preset name, or a checkpoint's config.json."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import ModelConfig
 from llamarl_core.models.args import PRESETS, ModelArgs
 from llamarl_core.models.hf_config import args_from_hf_config, read_config
-from llamarl_core.models.tokenizer import BYTE_TOKENIZER_FILE
+from llamarl_core.models.tokenizer import BYTE_TOKENIZER_FILE, has_tokenizer
 
 
 def resolve_model_args(model: ModelConfig) -> tuple[ModelArgs, str]:
@@ -25,7 +23,6 @@ def resolve_model_args(model: ModelConfig) -> tuple[ModelArgs, str]:
 def check_tokenizer(model: ModelConfig) -> None:
     """Training encodes prompts, so its checkpoint needs a tokenizer file (a model-only
     directory is fine for `llamarl plan`'s sizes and the simulator, not for a run)."""
-    if model.checkpoint and not any((Path(model.checkpoint) / f).is_file()
-                                    for f in (BYTE_TOKENIZER_FILE, "tokenizer.json")):
+    if model.checkpoint and not has_tokenizer(model.checkpoint):
         raise ConfigError(f"model.checkpoint={model.checkpoint}: no tokenizer there "
-                          f"(expected {BYTE_TOKENIZER_FILE} or tokenizer.json)")
+                          f"(expected {BYTE_TOKENIZER_FILE} or tokenizer.json / tokenizer_config.json)")

@@ -48,7 +48,7 @@ def test_cfg_job_prints_the_resolved_config(capsys):
     assert code == 0 and "rho: 3.5" in out and "resources:" in out
 
 
-@pytest.mark.parametrize("verb", ["plan", "train", "eval", "bench"])
+@pytest.mark.parametrize("verb", ["plan", "train", "eval", "data", "bench"])
 def test_help_works_on_every_verb(capsys, verb):
     with pytest.raises(SystemExit) as e:
         main([verb, "--help"])

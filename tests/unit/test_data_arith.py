@@ -1,7 +1,8 @@
 """The built-in arithmetic task and the prompt/target templates."""
 import pytest
 
-from llamarl_core.data import Example, arith_examples, render_prompt, render_target, resolve_dataset
+from llamarl_core.config.schema import DataConfig
+from llamarl_core.data import Example, arith_examples, prompt_format, render_prompt, render_target, resolve_dataset
 from llamarl_core.rewards import get_reward
 
 
@@ -55,7 +56,7 @@ def test_chat_template_goes_through_the_tokenizer():
             return "<user>" + messages[0]["content"] + "</user><assistant>"
 
     example = Example("1", "What is 2+2?", "4", "2+2=4\n#### 4", "gsm8k")
-    rendered = render_prompt(example, "chat", FakeTokenizer())
+    rendered = render_prompt(example, prompt_format(DataConfig(name="gsm8k", template="chat")), FakeTokenizer())
     assert rendered.startswith("<user>What is 2+2?\n") and "####" in rendered
     assert render_prompt(example) == "Question: What is 2+2?\nAnswer:"
     with pytest.raises(ValueError, match="tokenizer"):
