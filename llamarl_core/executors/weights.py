@@ -20,6 +20,7 @@ import torch
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.fp8_weights import engine_quantizes
+from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.control import connect_run
@@ -59,7 +60,8 @@ def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torc
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
                       max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
                       fp8=engine_quantizes if fp8_wire(ctx) else None,
-                      num_slots=ctx.cfg.resources.generator.weight_slots)
+                      num_slots=ctx.cfg.resources.generator.weight_slots,
+                      groups=fused_param_groups(named_shapes))  # the engine computes from the slot
 
 
 def trainer_shards(ctx: WorkerContext) -> int:

@@ -156,7 +156,7 @@ class DdmaPlan:
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
                dtype: torch.dtype | None = None, slice_fn: SliceFn = megatron_slice,
                max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None,
-               trainer_shards: int = 0, num_slots: int = 2) -> DdmaPlan:
+               trainer_shards: int = 0, num_slots: int = 2, groups: list[list[str]] = ()) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
@@ -166,6 +166,9 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     ``fsdp_rows(rows, s, t % s)``, T/s replicas hold the same rows); 0 = T (FSDP over every
     rank, or DDP replicas that each send 1/T of the rows).
     ``num_slots``: weight copies per generator rank (``resources.generator.weight_slots``).
+    ``groups``: names laid out back to back, in this order, in every slot (the engine's fused
+    projections, `generation.fused.fused_param_groups`: it then computes from the slot itself);
+    other tensors start 64-byte aligned, in name order.
     """
     if trainer_ranks < 1 or generator_ranks < 1 or tp_size < 1 or generator_ranks % tp_size:
         raise ValueError(f"DDMA plan needs trainer_ranks>=1 and generator_ranks a multiple of tp_size, got "
@@ -184,7 +187,8 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     fp8_names: set[str] = set()
     slots: list[list[GeneratorTensor]] = [[] for _ in range(generator_ranks)]
     sizes = [0] * generator_ranks
-    for name in sorted(named_shapes):
+    order, then = _slot_order(named_shapes, groups)
+    for name in order:
         shape = tuple(int(d) for d in named_shapes[name][0])
         rows, cols = _as_2d(shape)
         for g in range(generator_ranks):
@@ -203,7 +207,11 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
             nbytes = (r1 - r0) * (c1 - c0) * itemsize
             scale_at = _align(sizes[g] + nbytes) if quantized else -1
             slots[g].append(GeneratorTensor(name, tuple(local), sizes[g], nbytes, scale_at))
-            sizes[g] = _align(scale_at + (r1 - r0) * SCALE_BYTES if quantized else sizes[g] + nbytes)
+            nxt = then.get(name)  # its group's next member follows at once: one [rows, cols] run
+            packed = (nxt is not None and not quantized and not (fp8 is not None and fp8(nxt))
+                      and _as_2d(tuple(named_shapes[nxt][0]))[1] == cols)
+            sizes[g] = sizes[g] + nbytes if packed else \
+                _align(scale_at + (r1 - r0) * SCALE_BYTES if quantized else sizes[g] + nbytes)
             if quantized:
                 fp8_names.add(name)
             band = max(1, max_piece_bytes // max(1, (c1 - c0) * itemsize))
@@ -217,6 +225,24 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     dim0 = tuple((n, _as_2d(tuple(named_shapes[n][0]))[0]) for n in sorted(named_shapes))
     return DdmaPlan(trainer_ranks, generator_ranks, tp_size, dtype, tuple(pieces),
                     tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names), shards, dim0, num_slots)
+
+
+def _slot_order(named_shapes: NamedShapes, groups) -> tuple[list[str], dict[str, str]]:
+    """(names in slot order, name → the next member of its group): name order, except that a
+    group's members follow its first one. Groups naming absent tensors are ignored."""
+    first, then = {}, {}
+    for group in groups:
+        if len(group) > 1 and all(n in named_shapes for n in group):
+            first[min(group)] = group
+            then.update(zip(group[:-1], group[1:]))
+    grouped = {n for g in first.values() for n in g}
+    order = []
+    for name in sorted(named_shapes):
+        if name in first:
+            order += first[name]
+        elif name not in grouped:
+            order.append(name)
+    return order, then
 
 
 def tensor_view(slot: torch.Tensor, t: GeneratorTensor, dtype: torch.dtype) -> torch.Tensor:

@@ -131,6 +131,7 @@ def _body(rank, world_size, store):
     for epoch, case in enumerate(SCENARIOS + FP8_SCENARIOS + ONE_SLOT_SCENARIOS):
         results[case] = _scenario(rank, store, epoch, *case)
     results["endpoints"] = _endpoints(rank, store) if rank < 2 else None
+    results["memory"] = _generator_memory(rank, store) if rank >= 2 else None
     return results
 
 
@@ -257,3 +258,71 @@ def test_weight_sync_endpoints_use_their_own_store_client_and_warm_up_every_pair
     assert trainer["foreign"] == [] and generator["foreign"] == []  # the role loop's client untouched
     assert trainer["warmed_up"] == [2] and generator["warmed_up"] == [1]  # each peer's member index + 1
     assert generator["equal"] == [True, True]
+
+
+def _live_bytes() -> int:
+    """Bytes of every live tensor storage in this process (each storage once)."""
+    import gc
+    seen = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
+            storage = obj.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _generator_memory(rank, store):
+    """Ranks 2 (trainer) and 3 (a generator rank built as GeneratorExecutor builds it): after
+    a sync the engine computes from the slot itself, and the process holds what the plan says."""
+    from llamarl_core.config.load import load_config
+    from llamarl_core.executors.chunks import ChunkGenerator
+    from llamarl_core.executors.setup import PromptSet, build_meta_model, materialize_zeros
+    from llamarl_core.generation.fused import fused_param_groups
+    from llamarl_core.plan.memory import GIB, generator_memory
+    from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+    from llamarl_core.transport.ddma_plan import build_plan
+
+    cfg = load_config("cpu_tiny", ["resources.generator.max_batch_size=8", "generation.max_prompt_tokens=16",
+                                   "generation.max_new_tokens=16", "algorithm.group_size=2",
+                                   "algorithm.prompts_per_step=4"])
+    model, tok = build_meta_model(cfg, dtype="float32")
+    shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=1, groups=fused_param_groups(shapes))
+    kw = dict(transport="shm", store=dist.PrefixStore("memory", store), timeout_s=60)
+    if rank == 2:
+        torch.manual_seed(0)
+        from llamarl_core.models import Llama
+        trained = Llama(model.args)
+        sender = DdmaSender(plan, 0, **kw)
+        for v in (0, 1):
+            sender.send({n: p.detach() + v for n, p in trained.named_parameters()}, v)
+        sender.close()
+        return None
+    model.requires_grad_(False)
+    materialize_zeros(model, "cpu")
+    prompts = PromptSet(examples=[None] * 4, prompt_ids=[[1] + [7] * 15] * 4)  # full-length prompts: a full cache
+    chunks = ChunkGenerator(cfg, model, tok, prompts, 0, 1)
+    receiver = DdmaReceiver(plan, 0, dict(model.named_parameters()), run_id="ddma-memory", **kw)
+    outside = []
+    for v in (0, 1):
+        receiver.receive()
+        chunks.engine.refresh_weights()
+        chunks.generate(chunk=v, policy_version=v)
+        slot = receiver.slots[v % 2]
+        lo, hi = slot.data_ptr(), slot.data_ptr() + slot.numel()
+        outside += [f"v{v} {key}" for key, proj in chunks.engine.proj.items()
+                    if not lo <= proj.weight.data_ptr() < hi]
+    want = generator_memory(model.args, tp=1, pp=1, dtype="float32", quantization="none", batch=8,
+                            prompt_tokens=16, seq_tokens=32)
+    receiver.close()
+    return {"outside": outside, "live_bytes": _live_bytes(), "planned_bytes": (want.weights + want.kv_cache) * GIB,
+            "slot_bytes": plan.slot_nbytes[0]}
+
+
+def test_after_a_sync_the_engine_computes_from_the_slot_and_holds_what_the_plan_says(results):
+    # Fails on the old code: the engine concatenated fresh fused copies after every sync (3
+    # copies of the weights live, the plan counting 1), and no projection lay in a slot.
+    memory = results[3]["memory"]
+    assert memory["outside"] == []  # every projection is a view into the slot it computes from
+    ratio = memory["live_bytes"] / memory["planned_bytes"]  # the plan's resident terms: weights + KV cache
+    assert 0.9 <= ratio <= 1.1, memory

@@ -106,3 +106,19 @@ def test_a_sender_refuses_a_shard_with_other_rows_than_the_plan_gives_it():
     sender._check({name: torch.zeros(3, 2)})  # HSDP: rank 2 holds rows 0-2 of its replica's copy
     with pytest.raises(ValueError, match=r"'layers.0.attention.wq.weight' shard has 2 rows.*\[0, 3\)"):
         sender._check({name: torch.zeros(2, 2)})  # fewer rows (the old check let any <= pass)
+
+
+def test_the_engines_fused_groups_lie_back_to_back_in_every_slot():
+    # wq [4, 2], wk [2, 2], wv [2, 2] (the engine's qkv), tp=2: each generator rank holds 2 + 1 +
+    # 1 rows of 2 float32 = 16 + 8 + 8 = 32 B, one run; the norm starts aligned after it.
+    from llamarl_core.generation.fused import fused_param_groups
+    a = "layers.0.attention."
+    shapes = {a + "wq.weight": ((4, 2), torch.float32), a + "wk.weight": ((2, 2), torch.float32),
+              a + "wv.weight": ((2, 2), torch.float32), "layers.0.ffn_norm.weight": ((2,), torch.float32)}
+    groups = fused_param_groups(shapes)
+    assert groups == [[a + "wq.weight", a + "wk.weight", a + "wv.weight"]]
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=2, tp_size=2, groups=groups)
+    for slot in plan.slots:
+        at = {t.name: (t.offset_bytes, t.nbytes) for t in slot}
+        assert [at[n] for n in groups[0]] == [(0, 16), (16, 8), (24, 8)]
+        assert at["layers.0.ffn_norm.weight"][0] == 64
