@@ -25,3 +25,4 @@ BATCHING = ("continuous", "static")                      # generation.batching
 PROMPT_TEMPLATES = ("auto", "plain", "chat")             # data.template
 DATA_NAMES = ("arith", "gsm8k", "math500", "generic")      # data.name
 BUILTIN_REWARDS = ("arith", "gsm8k", "math")             # data.reward (beside auto and module:function)
+WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots

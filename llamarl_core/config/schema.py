@@ -14,7 +14,7 @@ from typing import List, Optional
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
-                                         PROMPT_TEMPLATES)
+                                         PROMPT_TEMPLATES, WEIGHT_SLOTS)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -65,6 +65,7 @@ class GeneratorResources:
     quantization: str = "none"           # weight-only: int8 (CPU/GPU) or fp8 e4m3 (CUDA)
     max_batch_size: int = 64             # sequences decoded together per replica
     threads: int = 0                     # torch threads per rank on CPU; 0 = planned
+    weight_slots: int = 2                # DDMA weight copies: 2 = decode on while the next lands; 1 = pause
 
     def __post_init__(self):
         for k in ("num_devices", "tp", "pp", "max_batch_size"):
@@ -73,6 +74,7 @@ class GeneratorResources:
         _check_positive("resources.generator.threads", self.threads, 0)
         _check_choice("resources.generator.dtype", self.dtype, DTYPES)
         _check_choice("resources.generator.quantization", self.quantization, QUANTIZATIONS)
+        _check_choice("resources.generator.weight_slots", self.weight_slots, WEIGHT_SLOTS)
 
 
 @dataclass

@@ -20,8 +20,7 @@ from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
-from llamarl_core.generation.sampling import sampled_token_logprobs
-from llamarl_core.models import token_logprobs
+from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
 
@@ -108,8 +107,22 @@ class Learner:
                                    self.eos_ids) if a.overlong == "filter" else torch.zeros(n, dtype=torch.bool))
         mask = mask & ~filtered[:, None]                                           # [N, L'-1]
         trained = ((advantages != 0) & ~filtered if self.skip_zero_advantage
-                   else torch.ones(n, dtype=torch.bool))                           # [N], host memory
-        device = _device(self.model)  # rollouts arrive in host memory
+                   else torch.ones(n, dtype=torch.bool))                           # [N]
+        # Rollouts arrive in host memory. What the host decides with (which rows train, the
+        # micro-batch cuts and weights, the batch metrics) is read there, before the move:
+        # reading it back from the device would stall it once per number.
+        host_mask = mask
+        # Staleness is a property of the batch, trained rows or not.
+        batch_metrics = dict(
+            staleness_mean=_mean(staleness), staleness_max=float(staleness.max()) if n else 0.0,
+            lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
+            completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
+            uniform_groups_frac=uniform_groups_frac(rewards, a.group_size))
+        if a.overlong == "penalty":
+            batch_metrics["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
+        if a.overlong == "filter":
+            batch_metrics["overlong_filtered_frac"] = _mean(filtered)
+        device = _device(self.model)
         tokens, behavior, mask, advantages, staleness = (
             x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
         # pi_old: the policy before this batch's first update, the anchor of every later ratio.
@@ -121,31 +134,23 @@ class Learner:
             for rows in torch.tensor_split(torch.arange(n), a.mini_batches):      # contiguous row ranges
                 in_rows = torch.zeros(n, dtype=torch.bool)
                 in_rows[rows] = True
-                updates.append(self._update(batch, tokens, behavior, mask, advantages, staleness, old,
-                                            in_rows, trained & in_rows, record_ratios=not updates))
+                updates.append(self._update(batch, tokens, behavior, mask, host_mask, advantages, staleness,
+                                            old, in_rows, trained & in_rows, record_ratios=not updates))
         sums = _combine(updates)
-        # Staleness is a property of the batch, trained rows or not.
-        sums.update(staleness_mean=_mean(staleness), staleness_max=float(staleness.max()) if n else 0.0)
-        sums.update(lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
-                    completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
-                    uniform_groups_frac=uniform_groups_frac(rewards, a.group_size),
-                    tokens_per_s=float(batch.completion_lens.sum()) / (time.perf_counter() - t0))
-        if a.overlong == "penalty":
-            sums["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
-        if a.overlong == "filter":
-            sums["overlong_filtered_frac"] = _mean(filtered)
+        sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / (time.perf_counter() - t0))
         # For TensorBoard's histograms: every counted token's pi/mu (before the batch's first
         # update) and every row's staleness.
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
 
-    def _update(self, batch, tokens, behavior, mask, advantages, staleness, old, rows_in: torch.Tensor,
-                trained: torch.Tensor, record_ratios: bool) -> dict:
-        """One optimizer step on the rows `rows_in` (micro-batches of the `trained` ones)."""
+    def _update(self, batch, tokens, behavior, mask, host_mask, advantages, staleness, old,
+                rows_in: torch.Tensor, trained: torch.Tensor, record_ratios: bool) -> dict:
+        """One optimizer step on the rows `rows_in` (micro-batches of the `trained` ones).
+        Weights and cuts come from `host_mask` (host memory), the loss from `mask` (the device's)."""
         a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
         # Weights over every row of the update: skipping a row changes no other row's weight.
-        total_tokens = max(1.0, float(mask[rows_in.to(mask.device)].sum()))
-        has_tokens = mask.any(dim=1).cpu()                                         # [N]
+        total_tokens = max(1.0, float(host_mask[rows_in].sum()))
+        has_tokens = host_mask.any(dim=1)                                          # [N]
         total_rows = max(1, int((has_tokens & rows_in).sum()))
         micro_batches = list(self._micro_batches(batch, micro, trained))
         sums: dict[str, float] = {}
@@ -155,8 +160,8 @@ class Learner:
             o = None if old is None else old[rows, :width - 1]
             with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
                 loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios)
-                weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
-                          else int(has_tokens[rows.cpu()].sum()) / total_rows)
+                weight = (float(host_mask[rows, :width - 1].sum()) / total_tokens if a.aggregation == "token_mean"
+                          else int(has_tokens[rows].sum()) / total_rows)
                 (loss * weight).backward()
             weight_sum += weight
             for k, v in metrics.items():
@@ -188,7 +193,8 @@ class Learner:
         old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
         for rows, width in self._micro_batches(batch, self.cfg.resources.trainer.micro_batch_size, trained):
             t = tokens[rows, :width]                                                       # [m, w]
-            old[rows, :width - 1] = self.policy_logprobs(self.model(t)[:, :-1], t[:, 1:]).float()
+            logprobs, _ = self.model(t, head=self._head(t[:, 1:]))                         # [m, w-1]
+            old[rows, :width - 1] = logprobs.float()
         return old
 
     def _micro_batches(self, batch: Rollout, micro: int, trained: torch.Tensor):
@@ -210,24 +216,27 @@ class Learner:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
+    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True):
+        """The model's `head`: log-probs of `targets` (and the entropy) chunk by chunk from the
+        hidden states, never the [m, L'-1, V] logits (generation.sampling)."""
+        top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
+        return lambda h, output: chunked_sampled_logprobs(h[:, :-1], output, targets, self.temperature,
+                                                          top_k, top_p, entropy)
+
     def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True):
         a = self.cfg.algorithm
-        logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
-        logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
+        logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0))  # [m, L'-1]
         if record_ratios:  # the batch's pi/mu as sampled: the first update's only
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
-        entropy = ref = None
-        if a.entropy_coef > 0:
-            logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-            entropy = -(logp.exp() * logp).sum(-1)                                 # [m, L'-1]
+        ref = None
         if a.kl_coef > 0 and self.ref_model is not None:
-            with torch.no_grad():
-                ref = token_logprobs(self.ref_model(tokens)[:, :-1], tokens[:, 1:], self.temperature)
+            with torch.no_grad():  # log softmax(logits / T) at the targets, no truncation
+                ref, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False))
         low, high = a.clip_range()
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
-                         clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref, kl_coef=a.kl_coef, entropy=entropy,
-                         entropy_coef=a.entropy_coef, staleness=staleness)
+                         clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
+                         kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef, staleness=staleness)
 
 
 def _mean(values: torch.Tensor) -> float:
@@ -271,8 +280,9 @@ class WarmStart:
             loss_mask[r, p - 1:len(t) - 1] = 1.0
         device = _device(self.model)
         tokens, loss_mask = tokens.to(device), loss_mask.to(device)
-        logits = self.model(tokens)[:, :-1]                                        # [B, L-1, V]
-        nll = -token_logprobs(logits, tokens[:, 1:])                               # [B, L-1]
+        logp, _ = self.model(tokens, head=lambda h, output: chunked_sampled_logprobs(
+            h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
+        nll = -logp                                                                # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)

@@ -46,19 +46,42 @@ def embedding_params(m: ModelArgs) -> int:
     return m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)
 
 
-def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization: str,
-                     batch: int, prompt_tokens: int, seq_tokens: int) -> MemoryEstimate:
+SAMPLING_VOCAB_ROWS = 4  # fp32 [B, V] alive while sampling: logits, log-probs, their exp, the race noise
+
+
+def norm_params(m: ModelArgs) -> int:
+    """RMSNorm weights (two per block and the final one): replicated on every TP rank."""
+    return (2 * m.n_layers + 1) * m.dim
+
+
+def generator_weight_bytes(m: ModelArgs, *, tp: int, dtype: str, quantization: str) -> float:
+    """Bytes of one copy of the weights one generator TP rank holds: the block linears' TP
+    slice (in their wire dtype: fp8 = 1 byte), norms, embedding and head whole (TP keeps them
+    replicated, transport/tensor_parallel.py)."""
     b = DTYPE_BYTES[dtype]
-    n_embed = embedding_params(m)
-    n_linear = m.num_params() - n_embed
-    b_linear = QUANT_BYTES.get(quantization, b)  # weight-only quantization of block linears
-    weights = (n_linear * b_linear + n_embed * b) / (tp * pp)
+    n_embed, n_norm = embedding_params(m), norm_params(m)
+    n_block = m.num_params() - n_embed - n_norm
+    b_block = 1 if quantization == "fp8" else b  # fp8 arrives quantized (executors/fp8_weights.py)
+    return n_block * b_block / tp + (n_norm + n_embed) * b
+
+
+def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization: str,
+                     batch: int, prompt_tokens: int, seq_tokens: int, slots: int = 2) -> MemoryEstimate:
+    """`slots`: weight copies held. A generator role holds two DDMA slots (it computes from one
+    while the next version lands in the other, transport/ddma.py); the synchronous actor's
+    engine one (colocated_memory). int8 adds its quantized copy of the block linears."""
+    b = DTYPE_BYTES[dtype]
+    weights = slots * generator_weight_bytes(m, tp=tp, dtype=dtype, quantization=quantization)
+    if quantization == "int8":
+        weights += (m.num_params() - embedding_params(m) - norm_params(m)) * QUANT_BYTES["int8"] / tp
+    weights /= pp
     # KV heads are split over TP ranks; beyond n_kv_heads ranks each holds one head's copy.
     kv_heads_local = math.ceil(m.n_kv_heads / tp)
     kv = batch * seq_tokens * 2 * (m.n_layers / pp) * kv_heads_local * m.head_dim * b
     # Prefill is the peak: one layer's hidden states, QKV and MLP intermediates for the whole
-    # batch, plus fp32 logits of the last position.
-    act = batch * prompt_tokens * (4 * m.dim + 3 * m.ffn_dim / tp) * b + batch * m.vocab_size * 4 / tp
+    # batch; sampling holds a few fp32 [B, V] (the head is replicated: every TP rank has all V).
+    act = (batch * prompt_tokens * (4 * m.dim + 3 * m.ffn_dim / tp) * b
+           + SAMPLING_VOCAB_ROWS * batch * m.vocab_size * 4)
     return MemoryEstimate(weights / GIB, 0.0, 0.0, act / GIB, kv / GIB)
 
 

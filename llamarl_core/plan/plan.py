@@ -116,7 +116,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
     gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,
                                    batch=g.max_batch_size, prompt_tokens=gen.max_prompt_tokens,
-                                   seq_tokens=seq_tokens)
+                                   seq_tokens=seq_tokens, slots=1 if is_sync else g.weight_slots)
 
     def trainer_mem(fsdp: int):
         return mem.trainer_memory(model, fsdp=fsdp, tp=t.tp, pp=t.pp, dtype=t.dtype,

@@ -1,19 +1,27 @@
 """`llamarl train recipe=cpu_parallel` for real: generator TP = 2 and an FSDP2 trainer with
-activation checkpointing on gloo; every synced version hashes equal slice by slice."""
+activation checkpointing on gloo; every synced version hashes equal slice by slice.
+
+Run with 4 trainer ranks and fsdp=2: HSDP (2 replicas of a 2-way shard), the layout of
+recipes 8b_gsm8k and 405b_math. Before the fix the DDMA plan read trainer rank t's rows as
+`fsdp_rows(rows, 4, t)` while FSDP2 holds `fsdp_rows(rows, 2, t % 2)`: the run ended
+normally with every generator slice different from the trainer's, version 0 included. The
+2-rank FSDP layout of the recipe as shipped is the plan's default case (tests/dist/test_ddma.py)."""
 import json
 import subprocess
 import sys
 
 
-def test_cpu_parallel_recipe_trains_and_every_slice_checksum_matches(tmp_path):
+def test_cpu_parallel_recipe_under_hsdp_trains_and_every_slice_checksum_matches(tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run([sys.executable, "-m", "llamarl_cli.main", "train", "recipe=cpu_parallel",
+                          "resources.trainer.num_devices=4", "resources.trainer.fsdp=2",
                           f"run.dir={run_dir}"], capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     plan = json.loads((run_dir / "plan.json").read_text())
     trainer = next(r for r in plan["roles"] if r["name"] == "trainer")
     generator = next(r for r in plan["roles"] if r["name"] == "generator")
-    assert trainer["parallelism"]["fsdp"] == 2 and generator["parallelism"]["tp"] == 2
+    assert trainer["parallelism"]["fsdp"] == 2 and trainer["parallelism"]["dp"] == 2
+    assert generator["parallelism"]["tp"] == 2
     steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
     lines = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]

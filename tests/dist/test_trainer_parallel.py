@@ -58,6 +58,24 @@ def _greedy(max_new_tokens: int, stop: str):
                           stop_strings=(stop,) if stop else ())
 
 
+def _watch_units(model) -> dict:
+    """Whether the embedding and the head are gathered (plain tensors, not DTensor shards)
+    while the middle block runs forward and backward."""
+    from torch.distributed.tensor import DTensor
+    seen = {"forward": set(), "backward": set()}
+
+    def note(phase):
+        seen[phase].update(n for n, m in (("tok_embeddings", model.tok_embeddings), ("output", model.output))
+                           if not isinstance(m.weight, DTensor))
+
+    def on_output(module, args, output):
+        note("forward")
+        if output.requires_grad:
+            output.register_hook(lambda grad: note("backward"))  # the middle block's backward starts
+    model.layers[1].register_forward_hook(on_output)
+    return seen
+
+
 def _body(rank, world_size, store, ckpt_dir, stop, families):
     import torch.distributed as dist
 
@@ -72,7 +90,9 @@ def _body(rank, world_size, store, ckpt_dir, stop, families):
     mesh = model.tok_embeddings.weight.device_mesh
     out["mesh"] = (mesh.mesh.tolist(), mesh.mesh_dim_names)
     per = ROWS // world_size
+    gathered = _watch_units(model)
     _train(model, _batch()[rank * per:(rank + 1) * per])
+    out["units"] = gathered
     out["hsdp"] = full_state(model, "fsdp2")
     # 1b. The KL reference of that trainer: sharded like it, frozen, equal to it.
     from llamarl_core.executors.trainer_model import build_reference_model
@@ -147,6 +167,12 @@ def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights
     for rank in range(WORLD):
         for name, p in reference.named_parameters():
             torch.testing.assert_close(out[rank]["hsdp"][name], p.detach(), rtol=0, atol=1e-5, msg=name)
+
+
+def test_embedding_and_head_are_fsdp_units_of_their_own_not_gathered_in_the_middle_blocks(results):
+    # Fails before the fix: they belonged to the root unit, gathered through forward and backward.
+    for rank in results[1]:
+        assert rank["units"] == {"forward": set(), "backward": set()}, rank["units"]
 
 
 def test_meta_device_sharded_load_equals_a_full_load(results):
