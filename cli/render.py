@@ -41,6 +41,10 @@ def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
                        "[green]yes[/]" if ok else "[red]NO[/]")
     console.print(layout)
     console.print(memory)
+    for r in plan.roles:  # a fifth term only when on: the table stays within 80 columns
+        if r.memory.reference:
+            console.print(f"{r.name} total includes the KL reference (algorithm.kl_coef > 0): "
+                          f"{r.memory.reference:.2f} GiB per device, sharded like the trained weights")
     if plan.predicted:
         s, a = plan.predicted["sync"], plan.predicted["async"]
         console.print(f"predicted RL step time (scale simulator): sync {s:.2f} s, async {a:.2f} s "

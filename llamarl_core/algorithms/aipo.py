@@ -14,9 +14,22 @@ and a token whose ratio exceeds rho still gets gradient ``rho * A * grad log pi`
 ``kind`` selects the estimator behind the same interface:
 - ``aipo``:  the truncated-IS estimator above.
 - ``pg``:    plain on-policy policy gradient, ``-A * log pi`` (ignores mu).
-- ``ppo``:   PPO/GRPO ratio clipping, ``-min(r*A, clip(r, 1-eps, 1+eps)*A)``, r = pi/mu.
+- ``ppo``:   PPO/GRPO ratio clipping, ``-min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)``,
+             r = pi/mu (eps_high > eps_low is DAPO's clip-higher, arXiv 2503.14476 section 3.1).
 - ``clamp``: ``-min(pi/mu, rho) * A`` with the ratio differentiated: gradient
              ``r*A*grad log pi`` below the cap and exactly 0 above it.
+
+Several updates per batch (``old_logprobs`` = log pi_old, the trainer's policy before the
+batch's first update): the ratio splits as pi/mu = (pi/pi_old) * (pi_old/mu), the decoupled
+objective of Hilton et al. 2021 (arXiv 2110.00641) that AReaL uses for async RL. AIPO's
+truncated weight ``w = stopgrad(min(pi_old/mu, rho))`` corrects the generator's lag and stays
+fixed over the updates; the update ratio ``r = pi/pi_old`` (1 at the first update) is what
+PPO clips:
+- ``aipo``:  ``-w * r * A``            (gradient ``w * r * A * grad log pi``; = AIPO at r = 1)
+- ``pg``:    ``-r * A``                (on-policy surrogate; = pg at r = 1)
+- ``ppo``:   ``-w * min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)``
+- ``clamp``: unchanged, ``-min(pi/mu, rho) * A`` (its cap is on the whole ratio)
+
 Optional terms: ``kl_coef * k3(pi || ref)`` with k3 = exp(ref - logp) - (ref - logp) - 1,
 and ``-entropy_coef * entropy``. Metrics are plain floats computed under no_grad.
 """
@@ -24,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from llamarl_core.algorithms.metrics import importance_metrics
+from llamarl_core.algorithms.metrics import as_float, importance_metrics
 from llamarl_core.config.choices import AGGREGATIONS, LOSS_KINDS
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
 
@@ -50,7 +63,9 @@ def aipo_loss(
     aggregation: str = "token_mean",
     *,
     kind: str = "aipo",
-    clip_eps: float = 0.2,
+    clip_eps: float = 0.2,  # PPO clip, lower side (and the upper one unless clip_eps_high is given)
+    clip_eps_high: float | None = None,
+    old_logprobs: torch.Tensor | None = None,  # [B, T] log pi_old, when a batch gets several updates
     ref_logprobs: torch.Tensor | None = None,  # [B, T] reference-policy log-probs
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,  # [B, T] per-token policy entropy
@@ -66,13 +81,20 @@ def aipo_loss(
     advantages = advantages.detach().to(logprobs.dtype)  # [B, T]
     log_ratio = (logprobs - behavior).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T]
     ratio = torch.exp(log_ratio)  # [B, T] pi/mu, differentiable
-    if kind == "aipo":
+    lo, hi = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
+    clip_ratio = ratio  # [B, T] the ratio PPO clips (and ppo_clip_frac counts)
+    if old_logprobs is not None and kind != "clamp":
+        old = old_logprobs.detach().to(logprobs.dtype)  # [B, T]
+        w = torch.exp((old - behavior).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).clamp(max=rho)  # [B, T]
+        clip_ratio = torch.exp((logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # [B, T] pi/pi_old
+        per_token = _decoupled(kind, clip_ratio, w, advantages, lo, hi)  # [B, T]
+    elif kind == "aipo":
         weight = ratio.detach().clamp(max=rho)  # [B, T] stopgrad(min(r, rho))
         per_token = -weight * advantages * logprobs  # [B, T]
     elif kind == "pg":
         per_token = -advantages * logprobs  # [B, T]
     elif kind == "ppo":
-        clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)  # [B, T]
+        clipped = ratio.clamp(lo, hi)  # [B, T]
         per_token = -torch.minimum(ratio * advantages, clipped * advantages)  # [B, T]
     else:  # clamp
         per_token = -ratio.clamp(max=rho) * advantages  # [B, T]
@@ -90,13 +112,25 @@ def aipo_loss(
     else:  # E_{a~mu}[-log pi(a)]: the policy's entropy, estimated on the sampled tokens for free
         metrics["entropy"] = _masked_mean(-logprobs.detach(), mask)
     loss = aggregate(per_token, mask, aggregation)  # []
-    metrics.update(importance_metrics(ratio.detach(), mask, rho, clip_eps, staleness))
-    metrics["loss"] = float(loss.detach())
+    metrics.update(importance_metrics(ratio.detach(), mask, rho, clip_eps, staleness, clip_eps_high=clip_eps_high,
+                                      clip_ratio=clip_ratio.detach()))
+    metrics["loss"] = as_float(loss.detach())
     return loss, metrics
 
 
+def _decoupled(kind: str, r: torch.Tensor, w: torch.Tensor, advantages: torch.Tensor,
+               lo: float, hi: float) -> torch.Tensor:
+    """Per-token loss of several updates per batch: update ratio r = pi/pi_old (differentiable),
+    fixed behaviour weight w = min(pi_old/mu, rho) (detached)."""
+    if kind == "aipo":
+        return -w * r * advantages  # [B, T]
+    if kind == "pg":
+        return -r * advantages  # [B, T]
+    return -w * torch.minimum(r * advantages, r.clamp(lo, hi) * advantages)  # [B, T] ppo
+
+
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((values * mask).sum() / mask.sum().clamp(min=1.0))
+    return as_float((values * mask).sum() / mask.sum().clamp(min=1.0))
 
 
 def _check_inputs(logprobs, behavior_logprobs, advantages, mask, rho, kind) -> None:

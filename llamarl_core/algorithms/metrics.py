@@ -2,7 +2,8 @@
 
 - ``is_ratio_mean`` / ``is_ratio_max``: pi/mu over counted tokens; 1.0 when on-policy.
 - ``is_truncated_frac``: share of tokens with pi/mu > rho (AIPO caps their weight).
-- ``ppo_clip_frac``: share of tokens with pi/mu outside [1 - eps, 1 + eps].
+- ``ppo_clip_frac``: share of tokens whose clipped ratio (pi/mu; pi/pi_old when a batch gets
+  several updates) is outside [1 - eps_low, 1 + eps_high].
 - ``ess``: normalised effective sample size of the truncated weights w = min(pi/mu, rho),
   (sum w)^2 / (n * sum w^2), in (0, 1]; 1.0 when all weights are equal.
 - ``mismatch_kl``: E[log mu - log pi] over the sampled tokens, the train/generate mismatch
@@ -12,7 +13,23 @@
 """
 from __future__ import annotations
 
+import math
+
 import torch
+
+
+def as_float(value: torch.Tensor) -> float:
+    """A one-element tensor as the Python float that prints as its own dtype prints it: the
+    shortest decimal that reads back as the same float32 (0.1, not 0.10000000149011612), so
+    a log shows what was measured, no digit more and none less. float64 is returned as is."""
+    x = float(value)
+    if value.dtype == torch.float64 or not value.is_floating_point() or not math.isfinite(x):
+        return x
+    for digits in range(1, 18):
+        shortest = float(f"{x:.{digits}g}")
+        if torch.tensor(shortest, dtype=value.dtype).item() == x:
+            return shortest
+    return x
 
 
 @torch.no_grad()
@@ -22,9 +39,14 @@ def importance_metrics(
     rho: float,
     clip_eps: float,
     staleness: torch.Tensor | None = None,  # [B]
+    *,
+    clip_eps_high: float | None = None,  # None: clip_eps on both sides
+    clip_ratio: torch.Tensor | None = None,  # [B, T] the ratio PPO clips; None: `ratio`
 ) -> dict[str, float]:
     counted = mask > 0  # [B, T]
     r = ratio[counted].double()  # [n]
+    c = r if clip_ratio is None else clip_ratio[counted].double()  # [n]
+    hi = clip_eps if clip_eps_high is None else clip_eps_high
     metrics: dict[str, float] = {"tokens": float(r.numel())}
     if r.numel() == 0:
         metrics.update(is_ratio_mean=1.0, is_ratio_max=1.0, is_truncated_frac=0.0,
@@ -35,7 +57,7 @@ def importance_metrics(
             is_ratio_mean=float(r.mean()),
             is_ratio_max=float(r.max()),
             is_truncated_frac=float((r > rho).double().mean()),
-            ppo_clip_frac=float(((r < 1 - clip_eps) | (r > 1 + clip_eps)).double().mean()),
+            ppo_clip_frac=float(((c < 1 - clip_eps) | (c > 1 + hi)).double().mean()),
             ess=float(w.sum() ** 2 / (w.numel() * (w * w).sum()).clamp(min=1e-300)),
             mismatch_kl=float(-r.log().mean()),
         )

@@ -12,6 +12,8 @@ from llamarl_core.config.hardware import DEVICES
 LOSS_KINDS = ("aipo", "pg", "ppo", "clamp")              # algorithm.name
 ADVANTAGE_MODES = ("mean", "loo", "std")                 # algorithm.advantage
 AGGREGATIONS = ("token_mean", "sequence_mean")           # algorithm.aggregation
+OVERLONG_MODES = ("keep", "filter", "penalty")           # algorithm.overlong
+LR_SCHEDULES = ("constant", "linear", "cosine")          # algorithm.lr_schedule
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)                              # model / generator / trainer dtypes
 QUANT_BYTES = {"int8": 1, "fp8": 1}                      # weight-only, per block-linear weight
@@ -23,3 +25,4 @@ BATCHING = ("continuous", "static")                      # generation.batching
 PROMPT_TEMPLATES = ("auto", "plain", "chat")             # data.template
 DATA_NAMES = ("arith", "gsm8k", "math500", "generic")      # data.name
 BUILTIN_REWARDS = ("arith", "gsm8k", "math")             # data.reward (beside auto and module:function)
+WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots

@@ -8,12 +8,13 @@ counts, memory). Key names under `resources`, `algorithm` and `run` are a user c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import List, Optional
 
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
-                                         QUANTIZATIONS, STRATEGIES, WEIGHT_TRANSPORTS, BATCHING,
-                                         BUILTIN_REWARDS, DATA_NAMES, PROMPT_TEMPLATES)
+                                         LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
+                                         WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
+                                         PROMPT_TEMPLATES, WEIGHT_SLOTS)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -64,6 +65,7 @@ class GeneratorResources:
     quantization: str = "none"           # weight-only: int8 (CPU/GPU) or fp8 e4m3 (CUDA)
     max_batch_size: int = 64             # sequences decoded together per replica
     threads: int = 0                     # torch threads per rank on CPU; 0 = planned
+    weight_slots: int = 2                # DDMA weight copies: 2 = decode on while the next lands; 1 = pause
 
     def __post_init__(self):
         for k in ("num_devices", "tp", "pp", "max_batch_size"):
@@ -72,6 +74,7 @@ class GeneratorResources:
         _check_positive("resources.generator.threads", self.threads, 0)
         _check_choice("resources.generator.dtype", self.dtype, DTYPES)
         _check_choice("resources.generator.quantization", self.quantization, QUANTIZATIONS)
+        _check_choice("resources.generator.weight_slots", self.weight_slots, WEIGHT_SLOTS)
 
 
 @dataclass
@@ -133,33 +136,83 @@ class ResourcesConfig:
 
 @dataclass
 class AlgorithmConfig:
+    """The RL objective and its knobs; docs/ALGORITHMS.md gives each one's formula and source."""
     name: str = "aipo"                   # aipo | pg | ppo | clamp
     rho: float = 4.0                     # AIPO importance-ratio cap
-    clip_eps: float = 0.2                # PPO/GRPO clip range
+    clip_eps: float = 0.2                # PPO/GRPO clip range, both sides (the symmetric shorthand)
+    clip_eps_low: Optional[float] = None   # DAPO clip-higher: ratio >= 1 - clip_eps_low; None = clip_eps
+    clip_eps_high: Optional[float] = None  # ratio <= 1 + clip_eps_high; None = clip_eps
     group_size: int = 8                  # samples per prompt
     prompts_per_step: int = 32           # prompts per optimizer step
     lr: float = 2e-4
     lr_warmup_steps: int = 10            # linear warm-up of the RL learning rate
+    lr_schedule: str = "constant"        # after the warm-up, over run.max_steps: constant | linear | cosine
+    min_lr_ratio: float = 0.0            # linear/cosine end at min_lr_ratio * lr
+    updates_per_batch: int = 1           # passes over each batch (PPO epochs); > 1 records pi_old
+    mini_batches: int = 1                # optimizer steps per pass, each on 1/mini_batches of the rows
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one
+    kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one, sharded like the trainer
     entropy_coef: float = 0.0
     advantage: str = "mean"              # mean | loo | std
     aggregation: str = "token_mean"      # token_mean | sequence_mean
+    dynamic_sampling: bool = False       # DAPO: train only groups whose rewards differ, resampling to fill the step
+    max_resample_rounds: int = 4         # dynamic sampling: extra chunks per generator replica per step, at most
+    overlong: str = "keep"               # completions cut at generation.max_new_tokens: keep | filter | penalty
+    overlong_buffer_tokens: int = 0      # penalty: the last this many tokens ramp the penalty from 0 to -1
     max_offpolicy_steps: int = 1         # k: 0 = synchronous, colocated; >= 1 = async
 
     def __post_init__(self):
         _check_choice("algorithm.name", self.name, LOSS_KINDS)
         _check_choice("algorithm.advantage", self.advantage, ADVANTAGE_MODES)
         _check_choice("algorithm.aggregation", self.aggregation, AGGREGATIONS)
+        _check_choice("algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _check_choice("algorithm.overlong", self.overlong, OVERLONG_MODES)
         _check_positive("algorithm.group_size", self.group_size)
         _check_positive("algorithm.prompts_per_step", self.prompts_per_step)
         _check_positive("algorithm.max_offpolicy_steps", self.max_offpolicy_steps, 0)
-        for key in ("rho", "clip_eps", "lr", "grad_clip"):
+        for key in ("rho", "lr", "grad_clip"):
             _check_number(f"algorithm.{key}", getattr(self, key), above=0)
         for key in ("weight_decay", "kl_coef", "entropy_coef"):
             _check_number(f"algorithm.{key}", getattr(self, key), at_least=0)
         _check_positive("algorithm.lr_warmup_steps", self.lr_warmup_steps, 0)
+        _check_positive("algorithm.updates_per_batch", self.updates_per_batch)
+        _check_positive("algorithm.mini_batches", self.mini_batches)
+        _check_positive("algorithm.max_resample_rounds", self.max_resample_rounds, 0)
+        _check_positive("algorithm.overlong_buffer_tokens", self.overlong_buffer_tokens, 0)
+        _check_number("algorithm.min_lr_ratio", self.min_lr_ratio, at_least=0)
+        if self.min_lr_ratio > 1:
+            raise ConfigError(f"algorithm.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        self._check_clip()
+        if self.dynamic_sampling and self.group_size < 2:
+            raise ConfigError("algorithm.dynamic_sampling=true needs algorithm.group_size >= 2: a group of "
+                              "one sample always scores alike and would always be dropped")
+        if self.overlong == "penalty" and self.overlong_buffer_tokens < 1:
+            raise ConfigError("algorithm.overlong=penalty needs algorithm.overlong_buffer_tokens >= 1 "
+                              "(the length over which the penalty ramps from 0 to -1)")
+        if self.overlong != "penalty" and self.overlong_buffer_tokens:
+            raise ConfigError(f"algorithm.overlong_buffer_tokens={self.overlong_buffer_tokens} is read only "
+                              f"with algorithm.overlong=penalty (got {self.overlong!r})")
+
+    def _check_clip(self) -> None:
+        """Precedence: a bound given explicitly wins; a bound left unset takes clip_eps. With both
+        bounds set, clip_eps would have no effect, so a clip_eps other than its default is refused
+        as contradictory rather than silently ignored."""
+        low, high = self.clip_range()
+        for key, v in (("clip_eps", self.clip_eps), ("clip_eps_low", low), ("clip_eps_high", high)):
+            _check_number(f"algorithm.{key}", v, above=0)
+        if low >= 1:
+            raise ConfigError(f"algorithm.clip_eps_low={low} must be < 1 (the ratio's lower bound is 1 - it)")
+        default = next(f.default for f in fields(self) if f.name == "clip_eps")
+        if self.clip_eps_low is not None and self.clip_eps_high is not None and self.clip_eps != default:
+            raise ConfigError(f"algorithm.clip_eps={self.clip_eps} contradicts algorithm.clip_eps_low="
+                              f"{self.clip_eps_low} and algorithm.clip_eps_high={self.clip_eps_high}: "
+                              f"with both bounds set the symmetric clip_eps has no effect; drop it")
+
+    def clip_range(self) -> tuple[float, float]:
+        """(eps_low, eps_high): PPO keeps the ratio in [1 - eps_low, 1 + eps_high]."""
+        return (self.clip_eps if self.clip_eps_low is None else self.clip_eps_low,
+                self.clip_eps if self.clip_eps_high is None else self.clip_eps_high)
 
 
 @dataclass
@@ -342,6 +395,10 @@ class EvalConfig:
 @dataclass
 class LoggingConfig:
     tensorboard: bool = True             # event files under <run_dir>/tb/ (needs `tensorboard`)
+    wandb: bool = False                  # Weights & Biases under <run_dir>/wandb/ (needs `wandb`;
+                                         # WANDB_MODE=offline writes files only)
+    wandb_project: str = "llamarl"
+    wandb_run_name: Optional[str] = None  # None = the run directory's name
     samples_per_eval: int = 4            # (prompt, completion, reward) rows per held-out eval
     trained_samples_per_step: int = 0    # rows of every trained batch in trained_samples.jsonl (0: none)
 

@@ -69,16 +69,21 @@ class _Groups:
         self.owner, self.chunk, self.on_group = owner, chunk, on_group
         self.size = owner.cfg.algorithm.group_size
         self.prompt_ids = prompt_ids
+        # Tokens and log-probs are assembled where the engine made them (no per-sample copy to
+        # the host; the rollout sender's thread takes each group to the host); lengths, ids and
+        # versions are host numbers from the start.
+        device = owner.engine.device
         self.tokens = torch.full((n, gen.max_prompt_tokens + gen.max_new_tokens),
                                  owner.tokenizer.pad_id, dtype=torch.long)
-        self.behavior = torch.zeros(n, gen.max_new_tokens)
+        for r, p in enumerate(prompt_ids):
+            self.tokens[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+        self.tokens = self.tokens.to(device)
+        self.behavior = torch.zeros(n, gen.max_new_tokens, device=device)
         self.prompt_lens = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
         self.completion_lens = torch.zeros(n, dtype=torch.long)
         self.versions = torch.full((n,), policy_version, dtype=torch.long)
         self.example_ids = torch.tensor(example_ids, dtype=torch.long)
         self.left = [self.size] * (n // self.size)  # samples still running per group
-        for r, p in enumerate(prompt_ids):
-            self.tokens[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
 
     def add(self, done: Finished) -> None:
         r, c, p = done.index, done.token_ids.numel(), len(self.prompt_ids[done.index])

@@ -5,6 +5,11 @@
     OwnChunks  (sync, k = 0):   generate this rank's own chunk with the weights it trains, have
         the reward role score it, train on it. Always on-policy.
 
+Dynamic sampling (executors/resample.py) takes more chunks within one step: `collect_more`
+consumes one further chunk of every source replica and counts it as a dropped chunk, so the
+generator's credit rule (chunk n is trained at step n - dropped) still holds; `agree` is how
+the trainer ranks decide together without entering a collective.
+
 `start()` is called once version 0 is published: no chunk can arrive before that, and a
 receive posted earlier would wait through the warm start and first eval (and time out).
 
@@ -71,6 +76,23 @@ class _Waits:
             reopen()
         return got
 
+    def agree(self, key: str, value) -> list:
+        """Every trainer rank's `value` (JSON) for `key`, in rank order. Through the store, like
+        `wait_for_peers`: a rank waiting here still serves restarts, which an all-gather would
+        not let it do while a peer waits for rows from a restarted generator."""
+        if self.world == 1:
+            return [value]
+        control = self.ctx.control
+        control.set_json(f"{key}/{self.rank}", value)
+        control.store.add(f"{key}/n", 1)
+        while control.get_int(f"{key}/n") < self.world:
+            if self.ctx.should_stop():
+                raise Stopped()
+            if "reward" in self.on_wait():
+                self._open()
+            time.sleep(0.005)
+        return [control.get_json(f"{key}/{r}") for r in range(self.world)]
+
 
 class RewardFeed(_Waits):
     def __init__(self, ctx: WorkerContext, rank: int, world: int):
@@ -94,22 +116,33 @@ class RewardFeed(_Waits):
                         for i in self.sources}
 
     def collect(self, step: int, version: int) -> Collected:
-        ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
         chunks, t0 = [], time.time()
-        with ctx.timeline.span("wait", step=step):
+        with self.ctx.timeline.span("wait", step=step):
             for i in self.sources:
-                while True:
-                    r = self._get(lambda: self.inboxes[i], self._open)
-                    if r is None or r.chunk < self.next_chunk.get(i, 0):
-                        continue  # a restart cut the wait short, or a chunk consumed before it came again
-                    self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
-                    ctx.control.set_expected(i, self.rank, r.chunk + 1)
-                    if r.policy_version >= version - k:
-                        chunks.append(r)
-                        break
-                    if i in self.counted:
-                        ctx.control.add_dropped(i)
+                chunks.append(self._next_fresh(i, version))
         return concat(chunks), staleness_per_row(chunks, version), time.time() - t0
+
+    def collect_more(self, step: int, version: int) -> Collected:
+        """One more chunk of every source replica within step `step`; each counts as dropped."""
+        rows, staleness, waited_s = self.collect(step, version)
+        for i in self.sources:
+            if i in self.counted:
+                self.ctx.control.add_dropped(i)
+        return rows, staleness, waited_s
+
+    def _next_fresh(self, i: int, version: int):
+        """Replica i's next chunk within k versions of `version`; older ones are dropped and counted."""
+        ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
+        while True:
+            r = self._get(lambda: self.inboxes[i], self._open)
+            if r is None or r.chunk < self.next_chunk.get(i, 0):
+                continue  # a restart cut the wait short, or a chunk consumed before it came again
+            self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
+            ctx.control.set_expected(i, self.rank, r.chunk + 1)
+            if r.policy_version >= version - k:
+                return r
+            if i in self.counted:
+                ctx.control.add_dropped(i)
 
     def wait_for_peers(self, step: int) -> None:
         """Every trainer rank has its rows of `step` before any enters the step's collectives:
@@ -132,12 +165,12 @@ class RewardFeed(_Waits):
 
 class OwnChunks(_Waits):
     def __init__(self, ctx: WorkerContext, rank: int, world: int, model, tokenizer, prompts):
-        self.ctx, self.rank, self.replicas = ctx, rank, world
+        self.ctx, self.rank, self.world, self.replicas = ctx, rank, world, world
         self.chunks = ChunkGenerator(ctx.cfg, model, tokenizer, prompts, rank, world,
                                      ctx.cfg.resources.generator.quantization)
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
-        self.next_chunk: dict[int, int] = {}  # chunk n is step n: the data position
+        self.next_chunk: dict[int, int] = {}  # this rank's next chunk (= step without resampling)
         self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
 
     def start(self) -> None:
@@ -155,8 +188,9 @@ class OwnChunks(_Waits):
 
     def collect(self, step: int, version: int) -> Collected:
         ctx, t0 = self.ctx, time.time()
+        chunk = self.next_chunk.get(self.rank, step)
         with ctx.timeline.span("generate", step=step, version=version):
-            rollout = self.chunks.generate(step, version)
+            rollout = self.chunks.generate(chunk, version)
         scored, send = None, True
         while scored is None:  # sent again when the reward role was restarted meanwhile
             if send:
@@ -171,10 +205,16 @@ class OwnChunks(_Waits):
             with ctx.timeline.span("wait", step=step):
                 scored = self._get(lambda: self.inbox, self._open)
             send = self.inbox is not inbox  # new links: the new reward rank never saw it
-        self.next_chunk[self.rank] = step + 1
+        self.next_chunk[self.rank] = chunk + 1
         ctx.control.set_stats("generator", self.rank,
                               {**self.chunks.stats(since=ctx.timeline.t_start), **ctx.timeline.totals()})
         return scored, staleness_per_row([scored], version), time.time() - t0
+
+    def collect_more(self, step: int, version: int) -> Collected:
+        """One more chunk, generated now with the weights being trained; counted as dropped."""
+        collected = self.collect(step, version)
+        self.ctx.control.add_dropped(self.rank)
+        return collected
 
     def weights_changed(self) -> None:
         self.chunks.engine.refresh_weights()  # the engine shares the trained module

@@ -34,6 +34,9 @@ from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
+# Decode steps between two looks for new weights inside a chunk: each look is store round trips
+# (and a broadcast under TP), a decode step on a GPU a few milliseconds.
+SWAP_POLL_STEPS = 8
 
 class GeneratorExecutor:
     def __init__(self, ctx: WorkerContext):
@@ -64,6 +67,7 @@ class GeneratorExecutor:
         self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
         self.held = -1
         self.last_sync: dict = {}
+        self.decode_turns = 0  # between_steps calls: the same count on every TP rank of a replica
 
     def _receive(self) -> None:
         """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
@@ -157,7 +161,11 @@ class GeneratorExecutor:
     def _swap_if_published(self) -> int:
         """Between decode steps: take newer weights in place (the trainer need not wait for
         this chunk to end); the engine tags each running sample with the version returned.
-        With TP, TP rank 0 decides for its replica (every rank must swap at the same step)."""
+        With TP, TP rank 0 decides for its replica (every rank must swap at the same step).
+        Looked at every SWAP_POLL_STEPS steps only."""
+        self.decode_turns += 1
+        if self.decode_turns % SWAP_POLL_STEPS:
+            return self.held
         swap = (self.rank.is_leader and not self.ctx.should_stop()
                 and self.receiver.ready())  # never blocks: a version that has fully arrived
         if self.rank.agree(swap):

@@ -14,10 +14,13 @@ import time
 import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
+from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
+from llamarl_core.algorithms.lr_schedule import lr_at
+from llamarl_core.algorithms.metrics import as_float
+from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.wire.rollout import Rollout
-from llamarl_core.generation.sampling import sampled_token_logprobs
-from llamarl_core.models import token_logprobs
+from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
 
@@ -28,7 +31,7 @@ def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torc
     Target position t predicts token t+1; row r's completion tokens sit at token indices
     p_r .. p_r + c_r - 1, i.e. target positions p_r - 1 .. p_r + c_r - 2.
     """
-    length = int((batch.prompt_lens + batch.completion_lens).max())
+    length = int((batch.prompt_lens + batch.completion_lens).max()) if batch.num_rows else 1
     tokens = batch.tokens[:, :length]                                          # [N, L']
     pos = torch.arange(length - 1)[None, :]                                    # [1, L'-1]
     k = pos - (batch.prompt_lens[:, None] - 1)                                 # [N, L'-1]
@@ -47,8 +50,20 @@ def _maybe_no_sync(model, last: bool):
 
 
 class Learner:
+    """One RL step per batch. Where each knob of `algorithm` acts:
+
+        rewards      overlong=penalty adds DAPO's length penalty   (algorithms/overlong.py)
+        advantages   group-relative, `advantage`                   (algorithms/advantages.py)
+        mask         overlong=filter drops truncated rows' tokens
+        lr           warm-up, then `lr_schedule`                    (algorithms/lr_schedule.py)
+        pi_old       one no-grad forward, when updates_per_batch x mini_batches > 1
+        updates      updates_per_batch passes x mini_batches optimizer steps, each one
+                     length-sorted micro-batches with gradient accumulation
+        loss         aipo_loss: `name`, rho, clip range, KL, entropy (algorithms/aipo.py)
+    """
+
     def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, ref_model: torch.nn.Module | None = None,
-                 data_parallel: bool = False):
+                 data_parallel: bool = False, eos_ids: tuple[int, ...] = ()):
         self.model, self.cfg, self.ref_model = model, cfg, ref_model
         a = cfg.algorithm
         # A row whose advantage is exactly 0 (its whole group scored alike) adds exactly 0 to
@@ -56,41 +71,97 @@ class Learner:
         # skips its forward and backward. Data-parallel ranks run the same number of
         # micro-batches (each is a collective), so they keep every row.
         self.skip_zero_advantage = not data_parallel and a.kl_coef == 0 and a.entropy_coef == 0
+        if a.overlong == "filter" and not eos_ids:
+            raise ValueError("algorithm.overlong=filter needs the tokenizer's eos_ids to tell a truncated "
+                             "completion from one that ended at the limit")
+        self.eos_ids = eos_ids
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
                                            betas=(0.9, 0.95))
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
-        self.steps_done = 0
+        self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
         self.length_sorted = True  # micro-batches of similar lengths (see _micro_batches)
         self.histograms: dict[str, torch.Tensor] = {}
 
+    def learning_rate(self) -> float:
+        """Adam's first updates are sign-like and large; a short warm-up keeps them from undoing
+        the warm start before its moment estimates settle. Then the schedule, over run.max_steps."""
+        a = self.cfg.algorithm
+        return lr_at(self.steps_done, a.lr, a.lr_warmup_steps, self.cfg.run.max_steps, a.lr_schedule,
+                     a.min_lr_ratio)
+
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
-        """AIPO step on this rank's rows (whole groups); returns float metrics."""
-        a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
-        # Adam's first updates are sign-like and large; a short warm-up keeps them from
-        # undoing the warm start before its moment estimates settle.
-        lr = a.lr * min(1.0, (self.steps_done + 1) / max(1, a.lr_warmup_steps))
+        """One RL step on this rank's rows (whole groups); returns float metrics."""
+        a, gen = self.cfg.algorithm, self.cfg.generation
+        lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.steps_done += 1
         t0, self._ratios = time.perf_counter(), []
-        advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)   # [N]
+        rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, gen.max_new_tokens,
+                                   a.overlong_buffer_tokens)                       # [N]
+        advantages = compute_advantages(rewards, a.group_size, a.advantage)       # [N]
         tokens, behavior, mask = completion_targets(batch)
-        device = _device(self.model)  # rollouts arrive in host memory
+        n = tokens.shape[0]
+        filtered = (truncated_rows(batch.tokens, batch.prompt_lens, batch.completion_lens, gen.max_new_tokens,
+                                   self.eos_ids) if a.overlong == "filter" else torch.zeros(n, dtype=torch.bool))
+        mask = mask & ~filtered[:, None]                                           # [N, L'-1]
+        trained = ((advantages != 0) & ~filtered if self.skip_zero_advantage
+                   else torch.ones(n, dtype=torch.bool))                           # [N]
+        # Rollouts arrive in host memory. What the host decides with (which rows train, the
+        # micro-batch cuts and weights, the batch metrics) is read there, before the move:
+        # reading it back from the device would stall it once per number.
+        host_mask = mask
+        # Staleness is a property of the batch, trained rows or not.
+        batch_metrics = dict(
+            staleness_mean=_mean(staleness), staleness_max=float(staleness.max()) if n else 0.0,
+            lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
+            completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
+            uniform_groups_frac=uniform_groups_frac(rewards, a.group_size))
+        if a.overlong == "penalty":
+            batch_metrics["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
+        if a.overlong == "filter":
+            batch_metrics["overlong_filtered_frac"] = _mean(filtered)
+        device = _device(self.model)
         tokens, behavior, mask, advantages, staleness = (
             x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
-        n = tokens.shape[0]
-        total_tokens = max(1.0, float(mask.sum()))  # over every row: skipping changes no weight
-        trained = (advantages != 0) if self.skip_zero_advantage else torch.ones(n, dtype=torch.bool)  # [N]
+        # pi_old: the policy before this batch's first update, the anchor of every later ratio.
+        # With one update per batch it is the update's own forward, so it is not recomputed.
+        several = a.updates_per_batch * a.mini_batches > 1
+        old = self._old_logprobs(batch, tokens, trained) if several else None
+        updates = []
+        for _ in range(a.updates_per_batch):
+            for rows in torch.tensor_split(torch.arange(n), a.mini_batches):      # contiguous row ranges
+                in_rows = torch.zeros(n, dtype=torch.bool)
+                in_rows[rows] = True
+                updates.append(self._update(batch, tokens, behavior, mask, host_mask, advantages, staleness,
+                                            old, in_rows, trained & in_rows, record_ratios=not updates))
+        sums = _combine(updates)
+        sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / (time.perf_counter() - t0))
+        # For TensorBoard's histograms: every counted token's pi/mu (before the batch's first
+        # update) and every row's staleness.
+        self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
+        return sums
+
+    def _update(self, batch, tokens, behavior, mask, host_mask, advantages, staleness, old,
+                rows_in: torch.Tensor, trained: torch.Tensor, record_ratios: bool) -> dict:
+        """One optimizer step on the rows `rows_in` (micro-batches of the `trained` ones).
+        Weights and cuts come from `host_mask` (host memory), the loss from `mask` (the device's)."""
+        a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
+        # Weights over every row of the update: skipping a row changes no other row's weight.
+        total_tokens = max(1.0, float(host_mask[rows_in].sum()))
+        has_tokens = host_mask.any(dim=1)                                          # [N]
+        total_rows = max(1, int((has_tokens & rows_in).sum()))
         micro_batches = list(self._micro_batches(batch, micro, trained))
         sums: dict[str, float] = {}
         weight_sum = 0.0
         for i, (rows, width) in enumerate(micro_batches):
             t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
+            o = None if old is None else old[rows, :width - 1]
             with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
-                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows])
-                weight = (float(m.sum()) / total_tokens if a.aggregation == "token_mean"
-                          else len(rows) / n)
+                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios)
+                weight = (float(host_mask[rows, :width - 1].sum()) / total_tokens if a.aggregation == "token_mean"
+                          else int(has_tokens[rows].sum()) / total_rows)
                 (loss * weight).backward()
             weight_sum += weight
             for k, v in metrics.items():
@@ -101,26 +172,30 @@ class Learner:
         # Metrics are means over the rows that were trained (all rows unless skipped); with
         # none (every group scored alike) they are importance_metrics' values for no tokens.
         sums = {k: v if k in MAX_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
-        if not micro_batches:
-            sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, a.clip_eps), "loss": 0.0}
-            self._ratios.append(torch.ones(0))
-        # Staleness is a property of the batch, trained rows or not.
-        sums.update(staleness_mean=float(staleness.float().mean()), staleness_max=float(staleness.max()))
         if not micro_batches:  # zero gradients, so Adam's momentum and weight decay step as before
+            low, high = a.clip_range()
+            sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, low, clip_eps_high=high),
+                    "loss": 0.0}
+            if record_ratios:
+                self._ratios.append(torch.ones(0))
             for p in self.model.parameters():
                 if p.requires_grad:
                     p.grad = torch.zeros_like(p)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        sums.update(grad_norm=float(grad_norm), lr=lr, reward_mean=float(batch.rewards.mean()),
-                    advantage_abs_mean=float(advantages.abs().mean()),
-                    completion_tokens=float(batch.completion_lens.sum()),
-                    trained_rows_frac=float(trained.float().mean()),
-                    tokens_per_s=float(batch.completion_lens.sum()) / (time.perf_counter() - t0))
-        # For TensorBoard's histograms: every counted token's π/μ and every row's staleness.
-        self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
+        sums["grad_norm"] = as_float(grad_norm)
         return sums
+
+    @torch.no_grad()
+    def _old_logprobs(self, batch: Rollout, tokens: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
+        """log pi_old [N, L'-1] of the trained rows under the weights before any update."""
+        old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
+        for rows, width in self._micro_batches(batch, self.cfg.resources.trainer.micro_batch_size, trained):
+            t = tokens[rows, :width]                                                       # [m, w]
+            logprobs, _ = self.model(t, head=self._head(t[:, 1:]))                         # [m, w-1]
+            old[rows, :width - 1] = logprobs.float()
+        return old
 
     def _micro_batches(self, batch: Rollout, micro: int, trained: torch.Tensor):
         """(row indices, token width) per micro-batch of the `trained` rows. Rows go in length
@@ -129,7 +204,7 @@ class Learner:
         are weighted by their token share). `length_sorted = False` is the old layout, for
         the benchmark."""
         lengths = batch.prompt_lens + batch.completion_lens                       # [N]
-        width = int(lengths.max())
+        width = int(lengths.max()) if batch.num_rows else 1
         rows_kept = trained.nonzero().squeeze(1)                                  # [n]
         order = rows_kept[torch.argsort(lengths[rows_kept], stable=True)] if self.length_sorted else rows_kept
         n = len(order)
@@ -141,22 +216,39 @@ class Learner:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
-    def _micro_loss(self, tokens, behavior, mask, advantages, staleness):
+    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True):
+        """The model's `head`: log-probs of `targets` (and the entropy) chunk by chunk from the
+        hidden states, never the [m, L'-1, V] logits (generation.sampling)."""
+        top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
+        return lambda h, output: chunked_sampled_logprobs(h[:, :-1], output, targets, self.temperature,
+                                                          top_k, top_p, entropy)
+
+    def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True):
         a = self.cfg.algorithm
-        logits = self.model(tokens)[:, :-1]                                        # [m, L'-1, V]
-        logprobs = self.policy_logprobs(logits, tokens[:, 1:])                     # [m, L'-1]
-        self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
+        logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0))  # [m, L'-1]
+        if record_ratios:  # the batch's pi/mu as sampled: the first update's only
+            self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
-        entropy = ref = None
-        if a.entropy_coef > 0:
-            logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-            entropy = -(logp.exp() * logp).sum(-1)                                 # [m, L'-1]
+        ref = None
         if a.kl_coef > 0 and self.ref_model is not None:
-            with torch.no_grad():
-                ref = token_logprobs(self.ref_model(tokens)[:, :-1], tokens[:, 1:], self.temperature)
+            with torch.no_grad():  # log softmax(logits / T) at the targets, no truncation
+                ref, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False))
+        low, high = a.clip_range()
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
-                         clip_eps=a.clip_eps, ref_logprobs=ref, kl_coef=a.kl_coef, entropy=entropy,
-                         entropy_coef=a.entropy_coef, staleness=staleness)
+                         clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
+                         kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef, staleness=staleness)
+
+
+def _mean(values: torch.Tensor) -> float:
+    """Mean as a float; 0.0 for no values (a step that trained no rows: dynamic sampling)."""
+    return as_float(values.float().mean()) if values.numel() else 0.0
+
+
+def _combine(updates: list[dict]) -> dict:
+    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima)."""
+    keys = dict.fromkeys(k for u in updates for k in u)
+    return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
+            else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}
 
 
 class WarmStart:
@@ -188,8 +280,9 @@ class WarmStart:
             loss_mask[r, p - 1:len(t) - 1] = 1.0
         device = _device(self.model)
         tokens, loss_mask = tokens.to(device), loss_mask.to(device)
-        logits = self.model(tokens)[:, :-1]                                        # [B, L-1, V]
-        nll = -token_logprobs(logits, tokens[:, 1:])                               # [B, L-1]
+        logp, _ = self.model(tokens, head=lambda h, output: chunked_sampled_logprobs(
+            h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
+        nll = -logp                                                                # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)

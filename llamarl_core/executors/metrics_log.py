@@ -1,8 +1,10 @@
 """metrics.jsonl (one line per trainer step) and the live-view copy in the store.
 
-Keys are `role/quantity` with units in the name. The trainer's rank 0 writes; it reads the
+Keys are `role/quantity` with units in the name; values are written as measured (Python's
+shortest repr of each float), never rounded. The trainer's rank 0 writes; it reads the
 other roles' counters (busy/idle seconds, tokens, syncs) from the store's stats keys. Each line
-also goes to TensorBoard (`tensorboard_log.py`) unless `logging.tensorboard=false`.
+also goes to TensorBoard (`tensorboard_log.py`) unless `logging.tensorboard=false`, and to
+Weights & Biases (`wandb_log.py`) with `logging.wandb=true`.
 """
 from __future__ import annotations
 
@@ -12,18 +14,23 @@ import time
 
 import torch
 
+from llamarl_core.config.schema import LoggingConfig
 from llamarl_core.executors.tensorboard_log import TensorBoardLog
+from llamarl_core.executors.wandb_log import WandbLog
 from llamarl_core.transport.control import ControlPlane
 
 
 class MetricsLog:
     def __init__(self, run_dir: str, control: ControlPlane, role_sizes: dict[str, int],
-                 tensorboard: bool = True, first_step: int = 1):
+                 logging: LoggingConfig | None = None, first_step: int = 1):
+        logging = logging or LoggingConfig()
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)
         self.control, self.role_sizes = control, role_sizes
         self.t_start = time.time()
-        self.tb = TensorBoardLog.open(run_dir, tensorboard, purge_step=first_step if first_step > 1 else None)
+        self.tb = TensorBoardLog.open(run_dir, logging.tensorboard,
+                                      purge_step=first_step if first_step > 1 else None)
+        self.wandb = WandbLog.open(run_dir, logging, first_step)
 
     def role_stats(self) -> dict:
         out: dict = {}
@@ -34,37 +41,39 @@ class MetricsLog:
                 continue
             busy = sum(s["busy_s"] for s in stats) / len(stats)
             idle = sum(s["idle_s"] for s in stats) / len(stats)
-            out[f"{role}/busy_s"], out[f"{role}/idle_s"] = round(busy, 3), round(idle, 3)
-            out[f"{role}/busy_frac"] = round(busy / (busy + idle), 4) if busy + idle > 0 else 0.0
+            out[f"{role}/busy_s"], out[f"{role}/idle_s"] = busy, idle
+            out[f"{role}/busy_frac"] = busy / (busy + idle) if busy + idle > 0 else 0.0
             if role == "reward":  # samples scored 0 because the verifier raised / ran out of time
                 pools = [s.get("pool", {}) for s in stats]
                 out["reward/errors"] = sum(p.get("errors", 0) for p in pools)
                 out["reward/timeouts"] = sum(p.get("timeouts", 0) for p in pools)
             if role == "generator":
-                out["generator/tokens_per_s"] = round(sum(s["tokens_per_s"] for s in stats), 2)
+                out["generator/tokens_per_s"] = sum(s["tokens_per_s"] for s in stats)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
                 kls = [s["quant_kl"] for s in stats if "quant_kl" in s]
                 if kls:  # quantized generator: token-level KL(full || quantized), mean of replicas
-                    out["generator/quant_kl"] = round(sum(kls) / len(kls), 6)
+                    out["generator/quant_kl"] = sum(kls) / len(kls)
                 syncs = [s["sync"] for s in stats if s.get("sync")]
                 if syncs:
-                    out["sync/receive_seconds"] = round(max(x["seconds"] for x in syncs), 5)
+                    out["sync/receive_seconds"] = max(x["seconds"] for x in syncs)
         return out
 
     def write(self, line: dict, histograms: dict[str, torch.Tensor] | None = None) -> dict:
-        line = {"wall_s": round(time.time() - self.t_start, 3), **line, **self.role_stats()}
+        line = {"wall_s": time.time() - self.t_start, **line, **self.role_stats()}
         if line.get("trainer/wall_s"):
-            line["trainer/busy_frac"] = round(line.get("trainer/busy_s", 0.0) / line["trainer/wall_s"], 4)
+            line["trainer/busy_frac"] = line.get("trainer/busy_s", 0.0) / line["trainer/wall_s"]
         self._file.write(json.dumps(line) + "\n")
         self.control.set_json("metrics/latest", line)
-        if self.tb is not None:
-            self.tb.write(line, histograms)
+        for sink in (self.tb, self.wandb):
+            if sink is not None:
+                sink.write(line, histograms)
         return line
 
     def close(self) -> None:
         self._file.close()
-        if self.tb is not None:
-            self.tb.close()
+        for sink in (self.tb, self.wandb):
+            if sink is not None:
+                sink.close()
 
 
 class TrainedExamplesLog:

@@ -84,7 +84,7 @@ class WeightSync:
 
     @staticmethod
     def _stats(stats) -> dict:
-        return {"sync/seconds": round(stats.seconds, 5), "sync/gbps": round(stats.gbps, 4),
+        return {"sync/seconds": stats.seconds, "sync/gbps": stats.gbps,
                 "sync/bytes": stats.bytes, "sync/transport": stats.transport}
 
     def close(self) -> None:

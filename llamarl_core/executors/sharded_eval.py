@@ -9,6 +9,11 @@ each rank computes are identical, and rank 0's are the ones reported.
 
 `generate(prompts, params, seed)` matches `GenerationEngine.generate` for greedy decoding
 (stop tokens, stop strings, `max_new_tokens`), so `eval.evaluate` takes it as its engine.
+
+Cost: every decode step all-gathers every block once (what sharding at 70B/405B buys: no
+rank holds the model). There is no local way around it; what amortises it is the batch (one
+gather serves all its rows: the eval's batches are resources.generator.max_batch_size
+prompts). Each step reads the device once (the tokens and their log-probs together).
 """
 from __future__ import annotations
 
@@ -68,12 +73,14 @@ class LockstepGreedy:
         for step in range(N):
             lp = torch.log_softmax(logits.float(), dim=-1)
             nxt = lp.argmax(dim=-1)  # [B]
+            # One host read per step (not two per row): token ids are exact in float64.
+            picked, picked_lp = torch.stack([nxt.double(), lp.gather(1, nxt[:, None])[:, 0].double()]).tolist()
             for i in range(B):
                 if reason[i] is not None:
                     continue
-                t = int(nxt[i])
+                t = int(picked[i])
                 out[i].append(t)
-                logprobs[i].append(float(lp[i, t]))
+                logprobs[i].append(picked_lp[i])
                 if t in stop_ids:
                     reason[i] = "stop"
                 elif params.stop_strings and (hit := truncate_at_stop_string(out[i], tok.decode, params.stop_strings)):

@@ -32,14 +32,16 @@ from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
+from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
 from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
-from llamarl_core.executors.trainer_model import build_trainer_model
+from llamarl_core.executors.resample import DynamicSampling
+from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
 from llamarl_core.transport.membership import role_epoch
-from llamarl_core.transport.parallel import iter_full_tensors, unwrap
+from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
+from llamarl_core.transport.sharded_load import load_sharded
 from llamarl_core.wire.rollout import Rollout
 
 
@@ -50,10 +52,12 @@ class TrainerExecutor:
         self.model, self.raw, self.tokenizer = build_trainer_model(ctx, role)
         self.group = ctx.groups.get(role)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
-        ref = None
-        if cfg.algorithm.kl_coef > 0:
-            ref = build_model(cfg, dtype=t.dtype, device=ctx.device)[0].requires_grad_(False)
-        self.learner = Learner(self.model, cfg, ref, data_parallel=self.world > 1)
+        # The KL reference is the policy RL starts from (refreshed after the warm start), sharded
+        # like the trainer: trainer_model.py.
+        self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[t.dtype])
+                    if cfg.algorithm.kl_coef > 0 else None)
+        eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
+        self.learner = Learner(self.model, cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")
         self.data_skipped = {split: getattr(getattr(x, "report", None), "num_skipped", 0)  # on_error=skip
@@ -66,11 +70,13 @@ class TrainerExecutor:
         self.feed = make_feed(self)
         self.publisher = make_publisher(self)
         self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
+        # How a step's rows are collected: the feed itself, or rounds of it (executors/resample.py).
+        self.sampler = DynamicSampling(self.feed, cfg) if cfg.algorithm.dynamic_sampling else self.feed
         publisher_watch = rejoin.watch(ctx, ["generator"])
         self.publisher.on_broken = lambda e: rejoin.await_verdict(ctx, publisher_watch, e)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
         first_step = checkpoints.read_state(cfg.run.resume)["step"] + 1 if cfg.run.resume else 1
-        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging.tensorboard, first_step)
+        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging, first_step)
                     if self.rank == 0 else None)
         self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
         n_samples = cfg.logging.trained_samples_per_step
@@ -92,7 +98,7 @@ class TrainerExecutor:
         for step in range(start, cfg.run.max_steps):
             t0 = time.time()
             ctx.progress()
-            batch, staleness, waited_s = self.feed.collect(step, self.version)
+            batch, staleness, waited_s = self.sampler.collect(step, self.version)
             self.feed.wait_for_peers(step)
             with ctx.timeline.span("train", step=step):
                 metrics = self.learner.rl_step(batch, staleness)
@@ -122,6 +128,8 @@ class TrainerExecutor:
             warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"))
+        if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start
+            copy_weights(self.ref, self.model)
         self.checkpoint(WARMSTART_CHECKPOINT)
         if self.rank == 0:
             path = os.path.join(self.ctx.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
@@ -225,6 +233,9 @@ class TrainerExecutor:
         self.version, self.learner.steps_done = state["policy_version"], state["lr_steps"]
         self.accuracy = {int(v): a for v, a in state["accuracy_by_version"].items()}
         self.feed.next_chunk = {int(i): c for i, c in state["next_chunk"].items()}
+        warmstarted = os.path.join(os.path.dirname(os.path.abspath(path)), WARMSTART_CHECKPOINT)
+        if self.ref is not None and os.path.isdir(warmstarted):  # that run's RL started from its warm start
+            load_sharded(self.ref, warmstarted)
         print(f"resumed from {path}: step {state['step']}, policy version {self.version}", flush=True)
         return state["step"]
 
@@ -259,17 +270,18 @@ class TrainerExecutor:
         if self.log is None:
             return
         ctx = self.ctx
+        # Values as measured: rounding here once logged a learning rate of 1e-6 as 0.0.
         line = {"step": step + 1, "policy_version": self.version,
-                "reward_mean": round(metrics.pop("reward_mean"), 4),
-                **{f"trainer/{k}": round(v, 5) for k, v in metrics.items()},
+                "reward_mean": metrics.pop("reward_mean"),
+                **{f"trainer/{k}": v for k, v in metrics.items()},
+                **getattr(self.sampler, "metrics", {}),
                 "batch/min_policy_version": batch.policy_version,
                 "dropped_chunks": self._dropped_total(),
                 **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},
-                "step_s": round(step_s, 4), "trainer/wait_s": round(waited_s, 4),
+                "step_s": step_s, "trainer/wait_s": waited_s,
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
-        eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
-        line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, eos_ids))
+        line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, self.learner.eos_ids))
         if self.version in self.accuracy:
             line["eval/accuracy"] = self.accuracy[self.version]
         line = self.log.write(line, self.learner.histograms)

@@ -6,6 +6,10 @@
     loading   a checkpoint under FSDP2 with > 1 rank: built on the meta device, sharded, then
               each rank reads only its rows (transport/sharded_load.py); otherwise the full
               model (seeded preset init or checkpoint) is built once per rank
+    reference the frozen KL reference (algorithm.kl_coef > 0): built on the meta device, laid
+              out like the trained model (FSDP2 shards on its mesh, or a replica per rank under
+              DDP), stored in the compute dtype, filled from the trained model's own part on
+              each rank: no rank ever holds the full reference where the trainer is sharded
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.setup import build_model
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models import build_empty, load_tokenizer
-from llamarl_core.transport.parallel import wrap_data_parallel
+from llamarl_core.transport.parallel import copy_weights, shard_like, unwrap, wrap_data_parallel
 from llamarl_core.transport.sharded_load import load_sharded, materialize
 
 MASTER_DTYPE = "float32"
@@ -47,3 +51,17 @@ def build_trainer_model(ctx: WorkerContext, role: str):
         materialize(raw, device)
         load_sharded(raw, cfg.model.checkpoint)
     return model, raw, tokenizer
+
+
+def build_reference_model(trained: torch.nn.Module, device: str | torch.device,
+                          dtype: torch.dtype) -> torch.nn.Module:
+    """The KL reference: a frozen copy of `trained` as it is now, laid out exactly like it, in
+    `dtype` (the trainer's compute dtype: the reference is only ever run forward)."""
+    raw = unwrap(trained)
+    with torch.device("meta"):
+        ref = type(raw)(raw.args).to(dtype)
+    ref.requires_grad_(False)
+    shard_like(ref, trained)
+    materialize(ref, torch.device(device))
+    copy_weights(ref, trained)
+    return ref.eval()

@@ -1,7 +1,8 @@
 """Wire the DDMA weight sync (transport/ddma.py) to a run: transport, plan, ranks, dtypes.
 
 Both ends build the same plan from the config alone: the trainer's parameter names and
-shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard), G generator
+shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard; under HSDP the
+shard of its replica, `trainer_shards`), G generator
 ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
 quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
@@ -16,10 +17,13 @@ import time
 
 import torch
 
+from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.fp8_weights import engine_quantizes
+from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+from llamarl_core.transport.control import connect_run
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
 from llamarl_core.transport.membership import MembershipChanged, role_epoch
 from llamarl_core.transport.tp_layout import tp_slice
@@ -51,11 +55,30 @@ def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torc
         s = tp_slice(name, shape, args, tp_rank, tp_size)
         return s.dim, s.start, s.size
 
-    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")),
+    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")), trainer_shards=trainer_shards(ctx),
                       generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
                       max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
-                      fp8=engine_quantizes if fp8_wire(ctx) else None)
+                      fp8=engine_quantizes if fp8_wire(ctx) else None,
+                      num_slots=ctx.cfg.resources.generator.weight_slots,
+                      groups=fused_param_groups(named_shapes))  # the engine computes from the slot
+
+
+def trainer_shards(ctx: WorkerContext) -> int:
+    """Ranks one copy of the trainer's weights is split over, as `parallel.wrap_data_parallel`
+    builds it: the FSDP group under fsdp2 (HSDP: T/fsdp replicas of it), else every rank (DDP
+    replicas each send 1/T of the rows, `parallel.local_shards`)."""
+    t, world = ctx.cfg.resources.trainer, len(ctx.ranks("trainer"))
+    fsdp, _ = trainer_sharding(t, world)
+    return fsdp if t.strategy == "fsdp2" and fsdp > 1 else world
+
+
+def transfer_client(ctx: WorkerContext):
+    """A store client for the weight-sync endpoints alone: their receiving thread blocks in
+    it, and a TCPStore client serialises its callers, so sharing the role loop's client
+    would freeze that loop (and NCCL's lazy set-up would wait behind it)."""
+    c = ctx.plan["controller"]
+    return connect_run(c["host"], c["port"], ctx.run_id, ctx.cfg.controller.startup_timeout_s)
 
 
 def fp8_wire(ctx: WorkerContext) -> bool:
@@ -78,7 +101,7 @@ def make_sender(ctx: WorkerContext, model: torch.nn.Module, epoch: int) -> DdmaS
         time.sleep(POLL_S)
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     device = next(model.parameters()).device
-    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=ctx.control.store,
+    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=transfer_client(ctx),
                       epoch=epoch, device=device, timeout_s=ctx.cfg.controller.step_timeout_s,
                       interrupt=interrupt)
 
@@ -91,5 +114,5 @@ def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dic
     epoch = generator_epoch(ctx)
     ctx.control.store.set(f"xfer/{epoch}/joined/{ctx.local_rank}", "1")  # the trainer waits for it
     return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
-                        store=ctx.control.store, epoch=epoch, run_id=ctx.run_id,
+                        store=transfer_client(ctx), epoch=epoch, run_id=ctx.run_id,
                         timeout_s=ctx.cfg.controller.step_timeout_s)

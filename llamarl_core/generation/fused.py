@@ -26,6 +26,14 @@ If a parameter of an adopted model is later re-pointed by someone else (its stor
 the fused buffer), `current()` notices and adopts again. Biases (Qwen2's q/k/v) are stacked
 the same way into one bias per fused projection, adopted or copied like the weights, and stay
 in the model's dtype when the weights are quantized.
+
+**In place** (the generator role): when every group's parameters already lie back to back in
+one storage, in the engine's order (the DDMA slots are laid out so: `fused_param_groups`,
+transport/ddma_plan.py), the projections are views of that storage in the `[out, in]` layout,
+on any device: nothing is copied or concatenated, at adoption or after a sync (the swap
+re-points the parameters into the other slot; `current()` notices and takes views there).
+Biases are views the same way. The generator then holds exactly its DDMA slots
+(docs/PLAN_MEMORY.md).
 """
 from __future__ import annotations
 
@@ -73,8 +81,8 @@ class Proj:
         self.w = weight.t() if transposed else weight  # [in, out] or [out, in]
         self.bias = bias  # [out] or None
         self.module = module
-        self.onednn = (weight.device.type == "cpu" and weight.dtype == torch.float32
-                       and onednn_linear_available())
+        self.onednn = (transposed and weight.device.type == "cpu" and weight.dtype == torch.float32
+                       and onednn_linear_available())  # measured for this layout only
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.onednn and x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]:
@@ -103,13 +111,16 @@ class _HookedQuantized:
         return _hooked(self.module, x, self.quantized(x))
 
 
+# The projections a block runs: key → the modules (under `layers.<i>.`) stacked on the output axis.
+BLOCK_PROJECTIONS = (("qkv", ("attention.wq", "attention.wk", "attention.wv")), ("wo", ("attention.wo",)),
+                     ("w13", ("feed_forward.w1", "feed_forward.w3")), ("w2", ("feed_forward.w2",)))
+
+
 def _groups(model: nn.Module) -> list[tuple[str, list[nn.Linear]]]:
     """(key, linears stacked on the output axis) for every projection the engine runs."""
     out = []
     for i, layer in enumerate(model.layers):
-        a, f = layer.attention, layer.feed_forward
-        out += [(f"{i}.qkv", [a.wq, a.wk, a.wv]), (f"{i}.wo", [a.wo]),
-                (f"{i}.w13", [f.w1, f.w3]), (f"{i}.w2", [f.w2])]
+        out += [(f"{i}.{key}", [layer.get_submodule(m) for m in modules]) for key, modules in BLOCK_PROJECTIONS]
     if model.output.weight is not model.tok_embeddings.weight:
         out.append(("output", [model.output]))
     return out
@@ -120,6 +131,38 @@ def _stacked_bias(linears: list[nn.Linear]) -> Optional[torch.Tensor]:
     if linears[0].bias is None:
         return None
     return torch.cat([lin.bias.detach() for lin in linears])
+
+
+def fused_param_groups(names) -> list[list[str]]:
+    """The parameter names the engine stacks into one projection, in its order (from names
+    alone, so a trainer and a generator agree without a model): `layers.3.attention.wq.weight`,
+    `...wk.weight`, `...wv.weight` (and the same for any other leaf, e.g. biases). A weight sync
+    that lays each group out back to back lets the engine compute from it in place."""
+    names, out = set(names), []
+    for name in sorted(names):
+        for _, modules in BLOCK_PROJECTIONS:
+            head = f".{modules[0]}."
+            if len(modules) > 1 and name.startswith("layers.") and head in name:
+                prefix, leaf = name.split(head, 1)
+                group = [f"{prefix}.{m}.{leaf}" for m in modules]
+                if all(g in names for g in group):
+                    out.append(group)
+    return out
+
+
+def _in_place(ws: list[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A [out_total, ...] view spanning the tensors (the linears' weights, or their biases) when
+    they lie back to back, in this order, in one storage (a DDMA slot laid out in fused order);
+    else None."""
+    w0 = ws[0]
+    at = w0.storage_offset()
+    for w in ws:
+        if (w.dim() != w0.dim() or not w.is_contiguous() or w.shape[1:] != w0.shape[1:] or w.dtype != w0.dtype
+                or w.untyped_storage().data_ptr() != w0.untyped_storage().data_ptr() or w.storage_offset() != at):
+            return None
+        at += w.numel()
+    rows = sum(w.shape[0] for w in ws)
+    return w0.detach().new_empty(0).set_(w0.untyped_storage(), w0.storage_offset(), (rows, *w0.shape[1:]))
 
 
 def _stacked(linears: list[nn.Linear], transposed: bool) -> torch.Tensor:
@@ -172,10 +215,24 @@ class EngineWeights:
         self._built = True
 
     def _adopt(self) -> None:
-        """Re-point every projection's parameters at slices of one fused buffer."""
+        """Views of storage the parameters already share in fused order (in place), else
+        re-point every projection's parameters at slices of one fused buffer."""
         self.proj, self._aliases = {}, []
+        groups = _groups(self.model)
         with torch.no_grad():
-            for key, linears in _groups(self.model):
+            views = [_in_place([lin.weight for lin in linears]) for _, linears in groups]
+            if all(v is not None for v in views):
+                for (key, linears), view in zip(groups, views):
+                    has_bias = linears[0].bias is not None
+                    # a bias in place is a view too; one laid out elsewhere is copied (it is tiny)
+                    bias = (_in_place([lin.bias for lin in linears]) if has_bias else None)
+                    bias = _stacked_bias(linears) if has_bias and bias is None else bias
+                    self.proj[key] = Proj(view, False, linears[0] if len(linears) == 1 else None, bias)
+                    self._aliases += [(t, t.data_ptr()) for lin in linears
+                                      for t in ((lin.weight, lin.bias) if has_bias else (lin.weight,))]
+                self._built = True
+                return
+            for key, linears in groups:
                 stacked = _stacked(linears, self._transposed)  # [out_total, in]
                 bias = _stacked_bias(linears)  # [out_total] or None
                 start = 0

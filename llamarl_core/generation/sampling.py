@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 import torch
+import torch.utils.checkpoint
 
 from .params import SamplingParams
 
@@ -99,7 +100,7 @@ def race_noise(logp: torch.Tensor, noise: Union[torch.Generator, Sequence[Option
                ) -> torch.Tensor:
     """E ~ Exp(1) shaped like logp [B, V]: from one generator's stream, or row r from its own
     seed `noise[r]` (None: a row nobody reads, left at E = 1 without drawing)."""
-    if noise is None or isinstance(noise, torch.Generator):
+    if not isinstance(noise, (list, tuple)):  # None or a generator (FakeCuda's is no torch.Generator instance)
         return torch.empty_like(logp).exponential_(1.0, generator=noise)
     if len(noise) != logp.shape[0]:
         raise ValueError(f"{len(noise)} row seeds for {logp.shape[0]} rows")
@@ -111,6 +112,44 @@ def race_noise(logp: torch.Tensor, noise: Union[torch.Generator, Sequence[Option
         else:
             uniform[r].uniform_(generator=generator.manual_seed(seed))
     return uniform.log_().neg_()  # U = 0 gives E = inf: that token cannot win
+
+
+LOGPROB_CHUNK_BYTES = 256 << 20  # fp32 logits of one chunk of positions (trainer log-probs)
+
+
+def _chunk_logprobs(h: torch.Tensor, targets: torch.Tensor, head, temperature: float, top_k: int,
+                    top_p: float, entropy: bool):
+    logits = head(h).float()  # [B, t, V]
+    logp = sampled_token_logprobs(logits, targets, temperature, top_k, top_p)  # [B, t]
+    if not entropy:
+        return logp, None
+    full = torch.log_softmax(logits / temperature, dim=-1)  # [B, t, V]
+    return logp, -(full.exp() * full).sum(-1)  # [B, t]
+
+
+def chunked_sampled_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
+                             top_k: int = 0, top_p: float = 1.0, entropy: bool = False,
+                             chunk_bytes: int | None = None):
+    """`sampled_token_logprobs(head(hidden), targets, ...)` [B, T] (and the entropy of
+    softmax(logits / T) [B, T] with `entropy`) without ever holding [B, T, V] logits.
+
+    hidden [B, T, D] (normed), `head` the output projection. Positions go in chunks of about
+    `chunk_bytes` of fp32 logits; with gradients each chunk is recomputed in backward
+    (`torch.utils.checkpoint`), so forward and backward hold one chunk's logits and their
+    gradient at a time: the fp32 [B, T, V] logits, their temperature-scaled copy, the log
+    softmax and its gradient (four full-size tensors, more with top-k/top-p) are never made."""
+    B, T, _ = hidden.shape
+    vocab = head.weight.shape[0]
+    per = max(1, (chunk_bytes or LOGPROB_CHUNK_BYTES) // max(1, B * vocab * 4))
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    logps, ents = [], []
+    for s in range(0, T, per):
+        args = (hidden[:, s:s + per], targets[:, s:s + per], head, temperature, top_k, top_p, entropy)
+        lp, ent = (torch.utils.checkpoint.checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad
+                   else _chunk_logprobs(*args))
+        logps.append(lp)
+        ents.append(ent)
+    return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if entropy else None)
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams,

@@ -17,6 +17,12 @@ Per sequence the scheduler records the policy versions it decoded under (first a
 a weight swap between decode steps changes the policy mid-sequence, and the log-probs it
 reports are those it actually sampled with.
 
+Which rows ended (a stop token, or a stop string in the decoded text) is read on the host one
+loop turn late (`host_reads.LateHostRead`: one non-blocking copy per turn, one event wait),
+so the GPU already runs the next step while the host decides. A row that stopped therefore
+decodes one token more, which is dropped; a row that reaches its length cap (the host knows
+that without a read) leaves its slot at once, its tokens kept aside until its last check.
+
 Admission prefills each distinct prompt once (`prefill_once.GroupPrefill`: a group's G
 copies share one prefill's KV), and every token is drawn with noise keyed by (seed, sample,
 token index), never by slot: which rows share a step does not change what a sample draws.
@@ -29,6 +35,7 @@ from typing import Callable, Optional
 import torch
 
 from .forward import decode
+from .host_reads import LateHostRead
 from .params import Finished, SamplingParams
 from .prefill_once import GroupPrefill
 from .sampling import row_seed, sample_next
@@ -59,24 +66,28 @@ class Batch:
         self.cap = [min(params.max_new_tokens, engine.max_seq_len - len(p)) for p in prompts]
         B, N = min(engine.max_batch_size, len(prompts)), max(self.cap, default=1)
         self.cache = engine.slot_cache(B, max((len(p) for p in prompts), default=1) + N)
-        self.tokens = torch.full((B, N), tok.pad_id, dtype=torch.long, device=device)
-        self.logprobs = torch.zeros(B, N, dtype=torch.float32, device=device)
+        # Column N is scratch: free slots write their (ignored) token there.
+        self.tokens = torch.full((B, N + 1), tok.pad_id, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(B, N + 1, dtype=torch.float32, device=device)
         self.next_tok = torch.zeros(B, dtype=torch.long, device=device)
         self.pos = torch.zeros(B, dtype=torch.long, device=device)  # next cache index per slot
         self.sample = [-1] * B        # prompt index in each slot (-1: free)
         self.made = [0] * B           # tokens generated so far per slot
-        self.first_version = [0] * B
-        self.host_tokens: list[list[int]] = [[] for _ in range(B)]  # only with stop strings
+        self.first_version: dict[int, int] = {}       # prompt index → version of its first token
+        self.host_tokens: dict[int, list[int]] = {}   # prompt index → its tokens (stop strings only)
+        self.capped: dict[int, tuple] = {}            # prompt index → (tokens, logprobs) kept aside
+        self.reader = LateHostRead(device)
+        self.checks = None            # the last turn's (host read, [(prompt, n, version)]) to resolve
+        self.groups = GroupPrefill(prompts, enabled=engine.prefill_once)
         self.used = 0                 # slots 0..used-1 form the decode batch
         self.waiting = deque(range(len(prompts)))
         self.out: list[Optional[Finished]] = [None] * len(prompts)
-        self.groups = GroupPrefill(prompts, enabled=engine.prefill_once)
 
     def run(self) -> list[Finished]:
-        while self.waiting or any(s >= 0 for s in self.sample[:self.used]):
+        while self.waiting or any(s >= 0 for s in self.sample[:self.used]) or self.checks is not None:
             self._poll_weights()
-            self._admit()
-            self._decode()
+            sampled = [x for x in (self._admit(), self._decode()) if x is not None]
+            self._check(sampled)
         return self.out  # type: ignore[return-value]
 
     # ---- phases ------------------------------------------------------------------------
@@ -89,19 +100,19 @@ class Batch:
             self.version = version
             self.engine.refresh_weights()
 
-    def _admit(self) -> None:
+    def _admit(self):
         if not self.waiting:
-            return
+            return None
         running = sum(s >= 0 for s in self.sample[:self.used])
         if self.static and running:
-            return
+            return None
         if self.static:
             self.used = 0
         free = [i for i in range(self.used) if self.sample[i] < 0]
         free += range(self.used, self.cache_slots)
         take = min(len(free), len(self.waiting))
         if take == 0:
-            return
+            return None
         slots = free[:take]
         idx = [self.waiting.popleft() for _ in range(take)]
         self.used = max(self.used, max(slots) + 1)
@@ -113,15 +124,15 @@ class Batch:
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
         for s, j in zip(slots, idx):
-            self.sample[s], self.made[s], self.first_version[s] = j, 1, self.version
-            self.host_tokens[s] = []
-        self._finish(slots, tok)
+            self.sample[s], self.made[s], self.first_version[j] = j, 1, self.version
+            self.host_tokens[j] = []
+        return tok, self._stepped(slots)
 
-    def _decode(self) -> None:
+    def _decode(self):
         B = self.used
         live = [s for s in range(B) if self.sample[s] >= 0]
         if not live:
-            return
+            return None
         compact = self.engine.compact_finished_rows and (self.static or not self.waiting)
         if compact and len(live) <= B // 2:
             self._compact(live)
@@ -130,7 +141,9 @@ class Batch:
         logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
         tok, logp = self._sample(logits, [(self.sample[s], self.made[s]) if self.sample[s] >= 0
                                           else None for s in range(B)])
-        made = torch.tensor(self.made[:B], device=tok.device).clamp_(max=self.tokens.shape[1] - 1)
+        scratch = self.tokens.shape[1] - 1
+        made = torch.tensor([self.made[s] if self.sample[s] >= 0 else scratch for s in range(B)],
+                            device=tok.device)
         rows = torch.arange(B, device=tok.device)
         self.tokens[rows, made], self.logprobs[rows, made] = tok, logp
         self.next_tok[:B] = tok
@@ -139,7 +152,7 @@ class Batch:
         for s in range(B):
             if self.sample[s] >= 0:
                 self.made[s] += 1
-        self._finish(list(range(B)), tok)
+        return tok, self._stepped(range(B))
 
     def _sample(self, logits: torch.Tensor, rows: list) -> tuple[torch.Tensor, torch.Tensor]:
         """rows[r]: (sample index, token index) of row r, or None for a free slot."""
@@ -149,37 +162,68 @@ class Batch:
             tok = self.engine.token_sync(tok)
         return tok, logp
 
-    def _finish(self, slots: list[int], tok: torch.Tensor) -> None:
-        """Hand over every sequence in `slots` (tok [len(slots)] just sampled) that ended."""
-        stopped = torch.isin(tok, self.stop_ids_t).tolist()  # the step's one host read
-        host = tok.tolist() if self.params.stop_strings else None
-        for r, s in enumerate(slots):
+    def _stepped(self, slots) -> list:
+        """What to check for each of `slots` that just sampled: (prompt, tokens so far, version)
+        or None for a free slot. A row at its length cap leaves its slot now."""
+        out = []
+        for s in slots:
             j = self.sample[s]
             if j < 0:
+                out.append(None)
                 continue
+            n = self.made[s]
+            out.append((j, n, self.version))
+            if n >= self.cap[j]:  # kept aside until its stop check: the slot is free for the next prompt
+                self.capped[j] = (self.tokens[s, :n].clone(), self.logprobs[s, :n].clone())
+                self.sample[s] = -1
+        return out
+
+    def _check(self, sampled: list) -> None:
+        """Queue this turn's stop checks (one copy to the host), then resolve the last turn's."""
+        current = None
+        if sampled:
+            tok = torch.cat([t for t, _ in sampled])
+            flags = torch.isin(tok, self.stop_ids_t).long()
+            payload = torch.stack([flags, tok]) if self.params.stop_strings else flags[None]
+            current = (self.reader.start(payload), [c for _, checks in sampled for c in checks])
+        previous, self.checks = self.checks, current
+        if previous is not None:
+            handle, checks = previous
+            self._resolve(checks, *self.reader.finish(handle))
+
+    def _resolve(self, checks: list, stopped: list, tokens: Optional[list] = None) -> None:
+        """Hand over every row whose check says it ended (stop token, stop string, cap)."""
+        for r, check in enumerate(checks):
+            if check is None or self.out[check[0]] is not None:
+                continue  # a free slot, or a row that ended at an earlier check
+            j, n, version = check
             reason = "stop" if stopped[r] else None
-            if host is not None:
-                self.host_tokens[s].append(host[r])
-                if reason is None and first_stop(self.engine.tokenizer.decode(
-                        self.host_tokens[s][-self.tail:]), self.params.stop_strings):
+            if tokens is not None:
+                host = self.host_tokens[j]
+                host.append(tokens[r])
+                if reason is None and first_stop(self.engine.tokenizer.decode(host[-self.tail:]),
+                                                 self.params.stop_strings):
                     reason = "stop"
-            if reason is None and self.made[s] >= self.cap[j]:
+            if reason is None and n >= self.cap[j]:
                 reason = "length"
             if reason is not None:
-                self._emit(s, j, reason)
+                self._emit(j, n, reason, version)
 
-    def _emit(self, s: int, j: int, reason: str) -> None:
-        n = self.made[s]
-        tokens, logprobs = self.tokens[s, :n].clone(), self.logprobs[s, :n].clone()
+    def _emit(self, j: int, n: int, reason: str, version: int) -> None:
+        if j in self.capped:  # it reached its cap after the step that ended it: keep n tokens
+            tokens, logprobs = (t[:n] for t in self.capped.pop(j))
+        else:
+            s = self.sample.index(j)
+            tokens, logprobs = self.tokens[s, :n].clone(), self.logprobs[s, :n].clone()
+            self.sample[s] = -1
         if self.params.stop_strings:
-            cut = truncate_at_stop_string(tokens.tolist(), self.engine.tokenizer.decode,
+            cut = truncate_at_stop_string(self.host_tokens[j][:n], self.engine.tokenizer.decode,
                                           self.params.stop_strings)
             if cut is not None:
                 tokens, logprobs, reason = tokens[:cut[0]], logprobs[:cut[0]], "stop"
         done = Finished(index=j, token_ids=tokens, logprobs=logprobs, finish_reason=reason,
-                        policy_versions=(self.first_version[s], self.version))
+                        policy_versions=(self.first_version[j], version))
         self.out[j] = done
-        self.sample[s] = -1
         if self.on_finish is not None:
             self.on_finish(done)
 
@@ -194,7 +238,7 @@ class Batch:
             self.groups.moved(moves)
             for buf in (self.tokens, self.logprobs, self.next_tok, self.pos):
                 buf[dst] = buf[src]
-            for lst in (self.sample, self.made, self.first_version, self.host_tokens):
+            for lst in (self.sample, self.made):
                 for a, b in moves:
                     lst[b] = lst[a]
         for s in range(n, self.used):

@@ -16,7 +16,7 @@ never expanded to all query heads.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -173,11 +173,16 @@ class Llama(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: Optional[torch.Tensor] = None,
                 cache: Optional[KVCache] = None, cache_start: int = 0,
-                attn_mask: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
+                attn_mask: Optional[torch.Tensor] = None, last_only: bool = False,
+                head: Optional[Callable[[torch.Tensor, nn.Module], Any]] = None):
         """input_ids [B, T] -> logits [B, T, V] (or [B, 1, V] with `last_only`).
 
         positions [B, T] (default 0..T-1); attn_mask bool [B, 1, T, cache_start+T] where True
         means "may attend" (required for multi-token steps that use a cache at start > 0).
+        `head(h, output)`: what to return instead of the logits, from the normed hidden
+        states h [B, T, D] and the output projection; called inside this forward, so a
+        wrapper's hooks (FSDP, DDP) see it (the trainer computes log-probs chunk by chunk
+        there: no [B, T, V] logits, `generation.sampling.chunked_sampled_logprobs`).
         """
         B, T = input_ids.shape
         if cache is not None and attn_mask is None and T > 1 and cache_start > 0:
@@ -194,6 +199,8 @@ class Llama(nn.Module):
             h = layer(h, cos.to(h.dtype), sin.to(h.dtype), attn_mask, cache, i, cache_start)
         if last_only:
             h = h[:, -1:]
+        if head is not None:
+            return head(self.norm(h), self.output)
         return self.output(self.norm(h)).float()
 
     def new_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:

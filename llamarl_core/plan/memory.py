@@ -30,10 +30,12 @@ class MemoryEstimate:
     optimizer: float
     activations: float
     kv_cache: float
+    reference: float = 0.0               # the frozen KL reference's weights (algorithm.kl_coef > 0)
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+        return (self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+                + self.reference)
 
     def to_dict(self) -> dict:
         return {"total": round(self.total, 3), **{k: round(v, 3) for k, v in asdict(self).items()}}
@@ -44,24 +46,48 @@ def embedding_params(m: ModelArgs) -> int:
     return m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)
 
 
-def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization: str,
-                     batch: int, prompt_tokens: int, seq_tokens: int) -> MemoryEstimate:
+SAMPLING_VOCAB_ROWS = 4  # fp32 [B, V] alive while sampling: logits, log-probs, their exp, the race noise
+
+
+def norm_params(m: ModelArgs) -> int:
+    """RMSNorm weights (two per block and the final one): replicated on every TP rank."""
+    return (2 * m.n_layers + 1) * m.dim
+
+
+def generator_weight_bytes(m: ModelArgs, *, tp: int, dtype: str, quantization: str) -> float:
+    """Bytes of one copy of the weights one generator TP rank holds: the block linears' TP
+    slice (in their wire dtype: fp8 = 1 byte), norms, embedding and head whole (TP keeps them
+    replicated, transport/tensor_parallel.py)."""
     b = DTYPE_BYTES[dtype]
-    n_embed = embedding_params(m)
-    n_linear = m.num_params() - n_embed
-    b_linear = QUANT_BYTES.get(quantization, b)  # weight-only quantization of block linears
-    weights = (n_linear * b_linear + n_embed * b) / (tp * pp)
+    n_embed, n_norm = embedding_params(m), norm_params(m)
+    n_block = m.num_params() - n_embed - n_norm
+    b_block = 1 if quantization == "fp8" else b  # fp8 arrives quantized (executors/fp8_weights.py)
+    return n_block * b_block / tp + (n_norm + n_embed) * b
+
+
+def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization: str,
+                     batch: int, prompt_tokens: int, seq_tokens: int, slots: int = 2) -> MemoryEstimate:
+    """`slots`: weight copies held. A generator role holds two DDMA slots (it computes from one
+    while the next version lands in the other, transport/ddma.py); the synchronous actor's
+    engine one (colocated_memory). int8 adds its quantized copy of the block linears."""
+    b = DTYPE_BYTES[dtype]
+    weights = slots * generator_weight_bytes(m, tp=tp, dtype=dtype, quantization=quantization)
+    if quantization == "int8":
+        weights += (m.num_params() - embedding_params(m) - norm_params(m)) * QUANT_BYTES["int8"] / tp
+    weights /= pp
     # KV heads are split over TP ranks; beyond n_kv_heads ranks each holds one head's copy.
     kv_heads_local = math.ceil(m.n_kv_heads / tp)
     kv = batch * seq_tokens * 2 * (m.n_layers / pp) * kv_heads_local * m.head_dim * b
     # Prefill is the peak: one layer's hidden states, QKV and MLP intermediates for the whole
-    # batch, plus fp32 logits of the last position.
-    act = batch * prompt_tokens * (4 * m.dim + 3 * m.ffn_dim / tp) * b + batch * m.vocab_size * 4 / tp
+    # batch; sampling holds a few fp32 [B, V] (the head is replicated: every TP rank has all V).
+    act = (batch * prompt_tokens * (4 * m.dim + 3 * m.ffn_dim / tp) * b
+           + SAMPLING_VOCAB_ROWS * batch * m.vocab_size * 4)
     return MemoryEstimate(weights / GIB, 0.0, 0.0, act / GIB, kv / GIB)
 
 
 def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
-                   micro_batch: int, seq_tokens: int, activation_checkpointing: bool) -> MemoryEstimate:
+                   micro_batch: int, seq_tokens: int, activation_checkpointing: bool,
+                   reference: bool = False) -> MemoryEstimate:
     n = m.num_params()
     b = DTYPE_BYTES[dtype]
     shard = fsdp * tp * pp
@@ -81,7 +107,14 @@ def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
     else:
         act = layers_local * per_layer_full
     act += 2 * tokens * m.vocab_size * 4 / tp  # fp32 logits and their gradient
-    return MemoryEstimate(weights / GIB, gradients / GIB, optimizer / GIB, act / GIB, 0.0)
+    # The KL reference (executors/trainer_model.py): frozen, stored in the compute dtype and
+    # sharded exactly like the trained weights; its FSDP gathers come after the policy's forward
+    # has resharded, so they reuse the gather term above. Its forward's fp32 log-probabilities
+    # over the vocabulary sit beside the policy's activations.
+    ref = n * b / shard if reference else 0.0
+    if reference:
+        act += tokens * m.vocab_size * 4 / tp
+    return MemoryEstimate(weights / GIB, gradients / GIB, optimizer / GIB, act / GIB, 0.0, ref / GIB)
 
 
 def colocated_memory(train: MemoryEstimate, gen: MemoryEstimate) -> MemoryEstimate:
@@ -91,7 +124,7 @@ def colocated_memory(train: MemoryEstimate, gen: MemoryEstimate) -> MemoryEstima
     two phases do not coexist, so the larger one counts.
     """
     return MemoryEstimate(train.weights + gen.weights, train.gradients, train.optimizer,
-                          max(train.activations, gen.activations), gen.kv_cache)
+                          max(train.activations, gen.activations), gen.kv_cache, train.reference)
 
 
 def reward_memory() -> MemoryEstimate:

@@ -24,7 +24,7 @@ from llamarl_core.plan.nodes import address_warnings
 from llamarl_core.plan.placement import accelerators, place_roles
 from llamarl_core.sim.adapter import simulate_config
 from llamarl_core.plan.validate import (trainer_sharding, validate_batch, validate_data, validate_lengths,
-                                        validate_parallelism)
+                                        validate_logging, validate_parallelism)
 
 MAX_RANKS_PER_CORE = 2  # CPU compute processes time-sharing one core; beyond, a run only crawls
 
@@ -116,12 +116,13 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
     gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,
                                    batch=g.max_batch_size, prompt_tokens=gen.max_prompt_tokens,
-                                   seq_tokens=seq_tokens)
+                                   seq_tokens=seq_tokens, slots=1 if is_sync else g.weight_slots)
 
     def trainer_mem(fsdp: int):
         return mem.trainer_memory(model, fsdp=fsdp, tp=t.tp, pp=t.pp, dtype=t.dtype,
                                   micro_batch=t.micro_batch_size, seq_tokens=seq_tokens,
-                                  activation_checkpointing=t.activation_checkpointing)
+                                  activation_checkpointing=t.activation_checkpointing,
+                                  reference=alg.kl_coef > 0)
 
     compute_devices = g.num_devices + t.num_devices
     _check_cpu_processes(cfg, spec, compute_devices)
@@ -155,7 +156,8 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     data_parallel = roles[0].parallelism["dp"] * roles[0].parallelism["fsdp"] if is_sync else \
         roles[1].parallelism["dp"] * roles[1].parallelism["fsdp"]
     validate_batch(cfg, data_parallel, gen_par["dp"] if not is_sync else roles[0].parallelism["dp"])
-    data_warnings = validate_data(cfg, require_path=require_data) + address_warnings(cfg)
+    data_warnings = (validate_data(cfg, require_path=require_data) + validate_logging(cfg, require=require_data)
+                     + address_warnings(cfg))
 
     plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device,
                       accelerators(cfg, compute_devices) if spec.is_gpu else compute_devices,
@@ -212,9 +214,8 @@ def _plan_threads(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) ->
 def _check_fit(roles: list[RolePlan], spec: DeviceSpec, shared: bool) -> None:
     if shared:  # generator and trainer on one GPU: their sum must fit it
         gen, tr = roles[0], roles[1]
-        both = mem.MemoryEstimate(*(a + b for a, b in zip(
-            (gen.memory.weights, gen.memory.gradients, gen.memory.optimizer, gen.memory.activations, gen.memory.kv_cache),
-            (tr.memory.weights, tr.memory.gradients, tr.memory.optimizer, tr.memory.activations, tr.memory.kv_cache))))
+        both = mem.MemoryEstimate(*(getattr(gen.memory, f) + getattr(tr.memory, f) for f in (
+            "weights", "gradients", "optimizer", "activations", "kv_cache", "reference")))
         if not mem.fits(both, gen.capacity_gib):
             raise ConfigError(f"resources.share_devices: generator ({gen.memory.total:.1f} GiB) + trainer "
                               f"({tr.memory.total:.1f} GiB) = {both.total:.1f} GiB on one {spec.name} of "
@@ -227,10 +228,17 @@ def _check_fit(roles: list[RolePlan], spec: DeviceSpec, shared: bool) -> None:
             raise ConfigError(
                 f"role {r.name} needs {m.total:.1f} GiB per device (weights {m.weights:.1f}, gradients "
                 f"{m.gradients:.1f}, optimizer {m.optimizer:.1f}, activations {m.activations:.1f}, "
-                f"kv_cache {m.kv_cache:.1f}) but {spec.name} has {r.capacity_gib:.1f} GiB "
+                f"kv_cache {m.kv_cache:.1f}{_reference_part(m)}) but {spec.name} has {r.capacity_gib:.1f} GiB "
                 f"({mem.USABLE_FRACTION:.0%} usable = {mem.USABLE_FRACTION * r.capacity_gib:.1f}) "
                 f"with {r.num_devices} devices {r.parallelism}: raise {key}.num_devices, its "
                 f"sharding (fsdp/tp), or lower batch sizes")
+
+
+def _reference_part(m: mem.MemoryEstimate) -> str:
+    if not m.reference:
+        return ""
+    return (f", KL reference {m.reference:.1f}: algorithm.kl_coef > 0 holds a frozen copy sharded "
+            f"like the trainer; set algorithm.kl_coef=0 or shard it further")
 
 
 def _predict(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec) -> dict | None:

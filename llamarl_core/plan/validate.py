@@ -1,6 +1,7 @@
 """Cross-section checks that need the model's sizes or several config sections at once."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from llamarl_core.config.errors import ConfigError
@@ -128,6 +129,14 @@ def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_rep
     if a.prompts_per_step % generator_replicas:
         raise ConfigError(f"algorithm.prompts_per_step={a.prompts_per_step} is not divisible by the "
                           f"{generator_replicas} generator replicas (each takes whole prompt groups)")
+    rows = batch // trainer_data_parallel
+    if a.mini_batches > rows:
+        raise ConfigError(f"algorithm.mini_batches={a.mini_batches} exceeds the {rows} sequences each of the "
+                          f"trainer's {trainer_data_parallel} data-parallel ranks trains per step "
+                          f"(prompts_per_step x group_size / ranks)")
+    if a.overlong_buffer_tokens > cfg.generation.max_new_tokens:
+        raise ConfigError(f"algorithm.overlong_buffer_tokens={a.overlong_buffer_tokens} exceeds "
+                          f"generation.max_new_tokens={cfg.generation.max_new_tokens}")
     g = cfg.resources.generator
     if g.max_batch_size % a.group_size:
         raise ConfigError(f"resources.generator.max_batch_size={g.max_batch_size} is not divisible by "
@@ -165,3 +174,13 @@ def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:
             raise ConfigError(msg)
         return [msg]
     return []
+
+
+def validate_logging(cfg: LlamaRLConfig, require: bool = True) -> list[str]:
+    """logging.wandb=true without the `wandb` package: an error to train, a warning to plan."""
+    if not cfg.logging.wandb or importlib.util.find_spec("wandb") is not None:
+        return []
+    msg = "logging.wandb=true needs the `wandb` package: pip install 'llamarl[wandb]' (or set logging.wandb=false)"
+    if require:
+        raise ConfigError(msg)
+    return [msg]

@@ -1,9 +1,10 @@
 """Bytes each link of a DDMA weight sync carries, counted the way the transport plans them.
 
 The transport's plan (transport/ddma_plan.py `build_plan`, wired in executors/weights.py) sends
-trainer rank t's rows of each parameter, `fsdp_rows(dim0, T, t)` over *all* T trainer ranks, to
-every generator rank g whose TP slice (`tp_slice`, generator rank g = TP rank g % tp) overlaps
-them, in the wire dtype. Both rules live in models/tp_slices.py, so this module and the plan
+trainer rank t's rows of each parameter, `fsdp_rows(dim0, s, t % s)` over the s ranks one copy
+is sharded over (s = T unless HSDP keeps T/s replicas; replica `g % (T/s)` serves generator
+rank g), to every generator rank g whose TP slice (`tp_slice`, generator rank g = TP rank
+g % tp) overlaps them, in the wire dtype. Both rules live in models/tp_slices.py, so this module and the plan
 count the same rows; tests/unit/test_sim_ddma_bytes.py checks it against `build_plan` itself.
 
 The simulator needs only the busiest sender and the busiest receiver (every GPU has its own
@@ -35,7 +36,7 @@ def _generic(name: str) -> str:
 
 
 def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp: int,
-               bytes_per_elem: float, fp8_blocks: bool = False) -> dict:
+               bytes_per_elem: float, fp8_blocks: bool = False, trainer_shards: int = 0) -> dict:
     """Per-sync bytes: `send_max` (busiest trainer rank), `recv_max` (busiest generator rank),
     `total` (all links), and the send/recv lists per rank of one replica.
 
@@ -45,6 +46,8 @@ def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp
     if generator_ranks % tp:
         raise ValueError(f"generator ranks {generator_ranks} are not a multiple of tp={tp}")
     replicas = generator_ranks // tp
+    shards = trainer_shards or trainer_ranks
+    trainer_replicas = trainer_ranks // shards
     counts = Counter(_generic(n) for n in param_shapes(model))
     shapes = param_shapes(model)
     send = [0.0] * trainer_ranks
@@ -59,8 +62,11 @@ def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp
             width = s.size if s.dim == 1 else cols
             row_bytes = width * 1 + SCALE_BYTES if fp8 else width * bytes_per_elem
             recv[r] += times * (r1 - r0) * row_bytes
-            for t in range(trainer_ranks):
-                a0, a1 = fsdp_rows(shape[0], trainer_ranks, t)
-                send[t] += times * max(0, min(a1, r1) - max(a0, r0)) * row_bytes * replicas
+            served = Counter((i * tp + r) % trainer_replicas for i in range(replicas))  # trainer replica → generators
+            for j in range(shards):
+                a0, a1 = fsdp_rows(shape[0], shards, j)
+                block = times * max(0, min(a1, r1) - max(a0, r0)) * row_bytes
+                for rep, n in served.items():
+                    send[rep * shards + j] += block * n
     return {"send_max": max(send), "recv_max": max(recv), "total": sum(send),
             "send_per_trainer_rank": send, "recv_per_tp_rank": recv, "replicas": replicas}

@@ -135,11 +135,13 @@ def simulate_sync(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
 
 def ddma_seconds(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
     """One DDMA weight sync as built: every trainer rank sends the rows it owns
-    (`fsdp_rows` over all trainer ranks) of every parameter to each generator rank whose TP
+    (`fsdp_rows` over its FSDP group; under HSDP each replica serves its share of the
+    generator ranks) of every parameter to each generator rank whose TP
     slice holds them, in the wire dtype (an fp8 generator: block linears as fp8 + row scales) (sim/ddma_bytes.py counts the bytes of each link).
     Each GPU has its own NIC and the roles sit on different nodes, so a sync lasts as long as
     the busiest sender or receiver needs at InfiniBand pace, plus a fixed cost."""
     b = link_bytes(inp.model, trainer_ranks=inp.trainer_devices,
+                   trainer_shards=inp.trainer_fsdp if inp.trainer_fsdp > 1 else 0,
                    generator_ranks=inp.generator_devices, tp=inp.generator_tp,
                    bytes_per_elem=inp.wire_bytes_per_param, fp8_blocks=inp.wire_fp8)
     ib = inp.device.ib_gbps * 1e9 * c.ib_efficiency

@@ -49,7 +49,7 @@ class AsyncSender:
         self._raise()
         with self._lock:
             self._pending += 1
-        self._queue.put((rollout.pack(), link, tag))
+        self._queue.put((rollout, link, tag))
 
     def idle(self) -> bool:
         self._raise()
@@ -58,9 +58,9 @@ class AsyncSender:
 
     def _loop(self) -> None:
         while True:
-            tensors, link, tag = self._queue.get()
-            try:
-                for t in tensors:
+            rollout, link, tag = self._queue.get()
+            try:  # packed here: a generator's tokens may still be on its GPU (this thread waits for them)
+                for t in rollout.to("cpu").pack():
                     link.send(t, tag)
             except BaseException as e:  # surfaced to the role's loop by idle()/send()
                 self.error = e

@@ -2,7 +2,9 @@
 
 Each generator rank owns two *slots*: flat buffers laid out like its (TP-sliced)
 parameters in its dtype. Its parameters are views into the slot it computes from; the
-other slot is the staging buffer the next version lands in. Each trainer rank writes
+other slot is the staging buffer the next version lands in. (With one slot, for a model
+whose two copies do not fit, ``resources.generator.weight_slots=1``: the generator pauses at
+a decode-step boundary while the trainers rewrite it, ``ready()`` saying they wait.) Each trainer rank writes
 (shm) or sends (collective) only the blocks of its own FSDP shard that a generator
 needs (``ddma_plan``), converting dtype on the way (or quantizing to fp8 with per-row
 scales, for the tensors the plan marks), straight into that generator's staging slot.
@@ -28,8 +30,21 @@ Transports. ``shm`` (one host): the generator creates its slots in ``/dev/shm``,
 trainer rank maps them and writes its pieces; ``done/{n}/{t}`` publishes a trainer's
 part of send ``n``, ``adopted/{n}/{g}`` frees the slot a generator left. ``collective``:
 point-to-point sends on a process group of the T + G members (gloo on CPU, NCCL on
-GPU); a generator pre-posts its receives for send ``n+1`` into the staging slot as
-soon as it adopts ``n``, so a trainer's send completes at wire speed.
+GPU): trainer t announces send ``n`` in the store (``sending/{n}/{t}`` = its version) and
+sends its pieces; a generator's receiving thread, once the staging slot is free and every
+trainer announced ``n``, posts its receives straight into the slot. Nothing is posted
+across the trainer's eval or checkpoint gaps, so no NCCL timeout can fire there; the
+groups' timeout is ``controller.step_timeout_s`` (NCCL's default of 10 minutes otherwise).
+
+Streams and stores (what a GPU needs that gloo forgives): each endpoint is handed a store
+client of its own (``executors/weights.py``): the receiving thread waits in it, and a
+TCPStore client serialises its callers, so the role loop's client must never be the one.
+On CUDA the receiving thread runs on a stream of its own (``Work.wait()`` makes the
+*current* stream wait; the default stream is the decode loop's, which would then wait for
+a send that needs this decode), learns completion by polling the works, and first waits
+(on the GPU) for the event recorded when the slot it overwrites was left. NCCL makes its
+communicators lazily, blocking in the store on first use; both constructors therefore
+warm up every (trainer, generator) pair with a one-element exchange, in (t, g) order.
 
 ``cuda_ipc`` (a generator and a trainer sharing one GPU, ``resources.share_devices``;
 NCCL refuses two ranks of one group on a device): ``shm``'s protocol, with the slots in
@@ -42,6 +57,7 @@ the next epoch (nothing of the old one is reused).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import threading
@@ -58,10 +74,18 @@ from llamarl_core.transport.ddma_plan import (DdmaPlan, dst_block, fp8_rows, sca
 from llamarl_core.transport.weight_sync import SyncStats
 
 TRANSPORTS = ("collective", "shm", "cuda_ipc")
+WAIT_SLICE_S = 0.2  # the receiving thread's store waits, cut in slices so that close() ends it
 SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
-NUM_SLOTS = 2
-POLL_S = 0.002
+NUM_SLOTS = 2  # the default: decode on while the next version lands in the other slot
 INTERRUPT_POLL_S = 0.01
+
+
+RECV_POLL_S = 0.0002  # NCCL receives: how often the receiving thread looks at its works
+
+
+def _on(stream):
+    """`torch.cuda.stream(stream)`, or nothing on the CPU."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def transfer_store(store, epoch: int):
@@ -145,8 +169,24 @@ class _Endpoint:
         timeout = datetime.timedelta(seconds=self.timeout_s)
         pg_store = dist.PrefixStore("pg", self.store)
         if device.type == "cuda":
-            return dist.ProcessGroupNCCL(pg_store, self._member(), self.members)
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout  # NCCL's own default is 10 minutes, whatever step_timeout_s says
+            return dist.ProcessGroupNCCL(pg_store, self._member(), self.members, options)
         return dist.ProcessGroupGloo(pg_store, self._member(), self.members, timeout)
+
+    def _warm_up(self, peers: range, device: torch.device) -> list[int]:
+        """One element to and from every peer, in (trainer, generator) order on every member:
+        NCCL forms each pair's communicator here, not in the middle of a decode loop. Returns
+        what each peer sent (its member index + 1)."""
+        got = []
+        for peer in peers:
+            mine = torch.tensor([self._member() + 1], dtype=torch.int64, device=device)
+            theirs = torch.zeros(1, dtype=torch.int64, device=device)
+            ops = [(self.pg.send, mine), (self.pg.recv, theirs)]
+            for op, t in (ops if self.role == "trainer" else ops[::-1]):
+                self._wait_work(op([t], peer, 0), f"warming up the link to member {peer}")
+            got.append(int(theirs.item()))
+        return got
 
     def _wait_work(self, work, what: str) -> None:
         try:
@@ -198,8 +238,11 @@ class DdmaSender(_Endpoint):
             except (OSError, ValueError, RuntimeError) as e:
                 error = str(e)
         self._handshake(error)
+        self.warmed_up: list[int] = []
         if transport == "collective":
             self.pg = self._make_pg(self.device)
+            T = plan.trainer_ranks
+            self.warmed_up = self._warm_up(range(T, T + plan.generator_ranks), self.device)
         max_piece = max((p.numel for p in plan.pieces if p.trainer == rank), default=0)
         self._temps = [torch.empty(max_piece * plan.dtype.itemsize, dtype=torch.uint8, device=self.device)
                        for _ in range(2)]  # ≤ 2 pieces of extra memory, each ≤ max_piece_bytes
@@ -219,27 +262,37 @@ class DdmaSender(_Endpoint):
         return self._stats(version, seconds, self.nbytes, wait_s)
 
     def _check(self, local: dict[str, torch.Tensor]) -> None:
-        for pieces in self.links:
-            for p in pieces:
-                t = local.get(p.name)
-                if t is None:
-                    raise ValueError(f"DDMA sender (trainer rank {self.rank}): no local shard for '{p.name}'")
-                rows = t.shape[0] if t.dim() else 1
-                if rows < p.src_rows[1]:
-                    raise ValueError(f"DDMA sender (trainer rank {self.rank}): '{p.name}' shard has {rows} rows, "
-                                     f"the plan reads rows up to {p.src_rows[1]} (not an FSDP dim-0 shard?)")
+        """Every shard this rank sends from has exactly the rows the plan says it owns: a
+        shard of other rows (an HSDP replica read as an FSDP shard) would send wrong weights
+        of the right shape."""
+        for name in sorted({p.name for pieces in self.links for p in pieces}):
+            t = local.get(name)
+            if t is None:
+                raise ValueError(f"DDMA sender (trainer rank {self.rank}): no local shard for '{name}'")
+            rows = t.shape[0] if t.dim() else 1
+            lo, hi = self.plan.shard_rows(name, self.rank)
+            if rows != hi - lo:
+                raise ValueError(f"DDMA sender (trainer rank {self.rank}): '{name}' shard has {rows} rows, the plan "
+                                 f"gives this rank rows [{lo}, {hi}) of {dict(self.plan.dim0)[name]} "
+                                 f"(FSDP shard {self.rank % self.plan.trainer_shards} of "
+                                 f"{self.plan.trainer_shards}; not this layout's shard?)")
 
     def _send_shm(self, local, version: int) -> float:
-        n, wait_s = self.seq, 0.0
-        if n >= NUM_SLOTS:  # slot n % 2 was left by every generator once it adopted send n - 1
+        n, wait_s, k = self.seq, 0.0, self.plan.num_slots
+        G = self.plan.generator_ranks
+        if k == 1:  # one slot: the generators pause at a decode-step boundary before it is rewritten
+            self.store.set(f"want/{n}/{self.rank}", str(version))
+            keys, what = [f"free/{n}/{g}" for g in range(G)], "pause decoding"
+        else:  # slot n % 2 was left by every generator once it adopted send n - 1
+            keys, what = ([f"adopted/{n - 1}/{g}" for g in range(G)] if n >= k else []), f"adopt send #{n - 1}"
+        if keys:
             t = time.perf_counter()
-            _wait_keys(self.store, [f"adopted/{n - 1}/{g}" for g in range(self.plan.generator_ranks)],
-                       self.timeout_s, f"waiting for the generators to adopt send #{n - 1} "
+            _wait_keys(self.store, keys, self.timeout_s, f"waiting for the generators to {what} "
                        f"before writing weight version {version}", self.interrupt)
             wait_s = time.perf_counter() - t
         for g, pieces in enumerate(self.links):
             tensors = {t.name: t for t in self.plan.slots[g]}
-            slot = self._slots[g][n % NUM_SLOTS]
+            slot = self._slots[g][n % k]
             for p in pieces:  # the one copy: trainer shard → generator's staging slot, dtype on the way
                 t = tensors[p.name]
                 dst = dst_block(tensor_view(slot, t, self.plan.dtype), p)
@@ -256,8 +309,8 @@ class DdmaSender(_Endpoint):
 
     def _send_collective(self, local, version: int) -> float:
         T = self.plan.trainer_ranks
-        works = [self.pg.send([torch.tensor([version], dtype=torch.int64, device=self.device)], T + g, 0)
-                 for g in range(self.plan.generator_ranks)]
+        self.store.set(f"sending/{self.seq}/{self.rank}", str(version))  # the generators post their receives
+        works: list = []
         temp_work, waited = [None, None], set()  # a gloo work must be waited on only once
         keep: list = []
         k = 0
@@ -289,53 +342,67 @@ class DdmaSender(_Endpoint):
         return 0.0
 
     def close(self) -> None:
-        """Collective: tell every generator's receiving thread to stop (a header, no pieces)."""
+        """Collective: tell every generator's receiving thread to stop (a send announced with
+        no pieces); a generator that stopped receiving is not waited for."""
         if self.pg is not None:
-            T, stop = self.plan.trainer_ranks, torch.tensor([CLOSE_VERSION], device=self.device)
-            works = [self.pg.send([stop], T + g, 0) for g in range(self.plan.generator_ranks)]
-            try:  # a generator that stopped polling never takes it: do not hang the shutdown on it
-                for w in works:
-                    w.wait(datetime.timedelta(seconds=min(self.timeout_s, CLOSE_TIMEOUT_S)))
-            except RuntimeError:
+            try:
+                self.store.set(f"sending/{self.seq}/{self.rank}", str(CLOSE_VERSION))
+            except RuntimeError:  # the store's host is gone: so are the generators
                 pass
         self._slots, self._temps = [], []
 
 
-CLOSE_VERSION = -1  # a header carrying this ends a generator's receiving thread
-CLOSE_TIMEOUT_S = 5.0
+CLOSE_VERSION = -1  # announcing this ends a generator's receiving thread
 
 
 class _Inbox:
     """The generator's receiving thread (collective transport), one send after another.
 
-    For send n it waits until slot n % 2 is free, receives every trainer's version header,
-    then every piece straight into the slot, and marks n ready. A thread because gloo marks
-    a receive complete only inside ``wait()`` (the bytes land in the background), and a
-    decode step must never block; the GIL is released while it waits.
+    For send n it waits until slot n % 2 is free and every trainer announced n, receives
+    every piece straight into the slot, and marks n ready. A thread because gloo marks a
+    receive complete only inside ``wait()`` (the bytes land in the background), and a decode
+    step must never block; the GIL is released while it waits. ``arrived`` wakes a blocking
+    ``receive()`` at once (no poll sleep).
     """
 
-    def __init__(self, recv_send, timeout_s: float):
-        self.recv_send, self.timeout_s = recv_send, timeout_s
-        self.free = threading.Semaphore(NUM_SLOTS)  # both slots are free until the first adoption
+    def __init__(self, announced, recv_send, timeout_s: float, num_slots: int):
+        self.announced_fn, self.recv_send, self.timeout_s = announced, recv_send, timeout_s
+        # Two slots: both free until the first adoption. One: free once receive() paused decoding.
+        self.free = threading.Semaphore(num_slots if num_slots > 1 else 0)
+        self.announced = -1  # the newest send every trainer announced
         self.ready: dict[int, int] = {}  # send # → version
+        self.left: dict[int, object] = {}  # slot → CUDA event: the computation on it has been queued
+        self.arrived = threading.Condition()
         self.error: BaseException | None = None
         self.closed = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ddma-inbox")
+
+    def start(self) -> "_Inbox":
         self._thread.start()
+        return self
 
     def _run(self) -> None:
         n = 0
         try:
             while not self.closed:
-                if not self.free.acquire(timeout=0.1):
-                    continue
-                version = self.recv_send(n)
-                if version == CLOSE_VERSION:
+                version = self.announced_fn(n)
+                if version is None or version == CLOSE_VERSION:
                     return
-                self.ready[n] = version
+                self.announced = n
+                while not self.free.acquire(timeout=0.1):
+                    if self.closed:
+                        return
+                self.recv_send(n)
+                if self.closed:
+                    return
+                with self.arrived:
+                    self.ready[n] = version
+                    self.arrived.notify_all()
                 n += 1
         except BaseException as e:  # reported by the generator's next poll
-            self.error = e
+            with self.arrived:
+                self.error = e
+                self.arrived.notify_all()
 
 
 class DdmaReceiver(_Endpoint):
@@ -353,13 +420,13 @@ class DdmaReceiver(_Endpoint):
         self._paths: list[str] = []
         try:
             if transport == "shm":
-                self._paths = shm.new_paths(run_id, NUM_SLOTS)
+                self._paths = shm.new_paths(run_id, plan.num_slots)
                 self.slots = [shm.create(p, plan.slot_nbytes[rank]) for p in self._paths]
             elif transport == "cuda_ipc":  # kept alive by self.slots while trainers map them
-                self.slots = cuda_ipc.create([plan.slot_nbytes[rank]] * NUM_SLOTS, device)
+                self.slots = cuda_ipc.create([plan.slot_nbytes[rank]] * plan.num_slots, device)
             else:
                 self.slots = [torch.zeros(plan.slot_nbytes[rank], dtype=torch.uint8, device=device)
-                              for _ in range(NUM_SLOTS)]
+                              for _ in range(plan.num_slots)]
         except OSError as e:
             error, self._paths, self.slots = str(e), [], []
         if transport == "shm":
@@ -376,9 +443,16 @@ class DdmaReceiver(_Endpoint):
             view.update({scale_name(t.name): scale_view(slot, t) for t in self.tensors if t.fp8})
         self.nbytes = sum(plan.link_nbytes(t, rank) for t in range(plan.trainer_ranks))
         self._inbox = None
+        self._paused = -1  # one slot: the send this rank last paused for
+        self.warmed_up: list[int] = []
+        # CUDA: the receiving thread's own stream (see the module docstring); None on the CPU
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         if transport == "collective":
             self.pg = self._make_pg(device)
-            self._inbox = _Inbox(self._recv_send, timeout_s)
+            with _on(self.stream):
+                self.warmed_up = self._warm_up(range(plan.trainer_ranks), device)
+            self._inbox = _Inbox(self._announced, self._recv_send, timeout_s, plan.num_slots)
+            self._inbox.start()
 
     def _check(self, params: dict[str, torch.Tensor]) -> str:
         for t in self.tensors:
@@ -394,30 +468,56 @@ class DdmaReceiver(_Endpoint):
                 return f"fp8 parameter '{t.name}' needs its float32 scales {t.shape[:1]} as '{scale_name(t.name)}'"
         return ""
 
-    def _recv_send(self, n: int) -> int:
-        """(Receiving thread) send ``n``: headers, then every piece in place into slot n % 2."""
-        timeout = datetime.timedelta(seconds=self.timeout_s)
+    def _announced(self, n: int) -> int | None:
+        """(Receiving thread) the version every trainer announced for send ``n``; None once closed."""
         T = self.plan.trainer_ranks
-        headers = [torch.zeros(1, dtype=torch.int64, device=self.slots[0].device) for _ in range(T)]
-        for w in [self.pg.recv([h], t, 0) for t, h in enumerate(headers)]:
-            w.wait(timeout)
-        versions = {int(h.item()) for h in headers}
+        keys = [f"sending/{n}/{t}" for t in range(T)]
+        while not self._inbox.closed:
+            try:
+                self.store.wait(keys, datetime.timedelta(seconds=WAIT_SLICE_S))
+                break
+            except RuntimeError as e:  # a slice ran out: look at `closed`, wait again
+                if "timeout" not in str(e).lower() and "timed out" not in str(e).lower():
+                    raise
+        else:
+            return None
+        versions = {int(self.store.get(k)) for k in keys}
         if len(versions) != 1:
-            raise RuntimeError(f"DDMA send #{n}: trainer ranks sent different versions {sorted(versions)}")
-        version = versions.pop()
-        if version == CLOSE_VERSION:
-            return version
-        view, works = self.views[n % NUM_SLOTS], []
-        for t in range(T):  # in each trainer's send order: per piece its rows (and fp8 scales)
-            for p in self.plan.pieces_between(t, self.rank):
-                if p.name in self.plan.fp8_names:
-                    works += [self.pg.recv([dst_block(view[p.name], p).view(torch.uint8).reshape(-1)], t, 0),
-                              self.pg.recv([view[scale_name(p.name)][p.dst_rows[0]:p.dst_rows[1]]], t, 0)]
-                else:
-                    works.append(self.pg.recv([dst_block(view[p.name], p).reshape(-1)], t, 0))
-        for w in works:
-            w.wait(timeout)
-        return version
+            raise RuntimeError(f"DDMA send #{n}: trainer ranks announced different versions {sorted(versions)}")
+        return versions.pop()
+
+    def _recv_send(self, n: int) -> None:
+        """(Receiving thread) send ``n``, announced and its slot free: every piece in place."""
+        k = self.plan.num_slots
+        view, works = self.views[n % k], []
+        with _on(self.stream):
+            left = self._inbox.left.pop(n % k, None)
+            if left is not None:  # the decode steps queued on this slot read it before it is overwritten
+                self.stream.wait_event(left)
+            for t in range(self.plan.trainer_ranks):  # in each trainer's send order: per piece its rows (and scales)
+                for p in self.plan.pieces_between(t, self.rank):
+                    if p.name in self.plan.fp8_names:
+                        works += [self.pg.recv([dst_block(view[p.name], p).view(torch.uint8).reshape(-1)], t, 0),
+                                  self.pg.recv([view[scale_name(p.name)][p.dst_rows[0]:p.dst_rows[1]]], t, 0)]
+                    else:
+                        works.append(self.pg.recv([dst_block(view[p.name], p).reshape(-1)], t, 0))
+            self._complete(works, n)
+
+    def _complete(self, works: list, n: int) -> None:
+        """Until every receive of send ``n`` has landed. gloo completes a work only inside
+        wait(); NCCL's wait() would only make a stream wait, so its works are polled."""
+        if self.stream is None:
+            for w in works:
+                self._wait_work(w, f"receiving send #{n}")
+            return
+        deadline = time.monotonic() + self.timeout_s
+        while not all(w.is_completed() for w in works):
+            if self._inbox.closed:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"DDMA weight sync (generator rank {self.rank}) timed out after "
+                                   f"{self.timeout_s:.1f} s receiving send #{n}")
+            time.sleep(RECV_POLL_S)
 
     def _ready(self) -> int | None:
         """The version of send #seq if it has fully arrived, else None (never blocks)."""
@@ -437,45 +537,91 @@ class DdmaReceiver(_Endpoint):
         return versions.pop()
 
     def ready(self) -> bool:
-        """Whether the next version has fully arrived (adopt it with ``poll``/``receive``)."""
-        return self._ready() is not None
+        """Whether ``receive()`` has a version to take now: it has fully arrived (two slots),
+        or the trainers wait to write it (one slot: ``receive()`` pauses decoding for it)."""
+        if self.plan.num_slots > 1:
+            return self._ready() is not None
+        if self.transport in SLOTTED:
+            return self.store.check([f"want/{self.seq}/0"])
+        self._ready()  # raises the receiving thread's error
+        return self._inbox.announced >= self.seq
 
     def poll(self) -> SyncStats | None:
-        """At a decode-step boundary: adopt the next version if it has fully arrived."""
+        """At a decode-step boundary: adopt the next version if it has fully arrived (one slot:
+        if the trainers wait to write it, pause for it)."""
         t0 = time.perf_counter()
+        if self.plan.num_slots == 1:
+            return self.receive() if self.ready() else None
         version = self._ready()
         if version is None:
             return None
         return self._adopt(version, t0, 0.0)
 
+    def _pause(self) -> None:
+        """One slot: this rank stops computing from it, so the trainers may rewrite it now."""
+        n = self.seq
+        if self._paused == n:
+            return
+        self._paused = n
+        if self.transport in SLOTTED:
+            if self.transport == "cuda_ipc":
+                cuda_ipc.fence()  # kernels queued on the slot have read it before it is rewritten
+            self.store.set(f"free/{n}/{self.rank}", b"1")
+            return
+        if self.stream is not None:
+            left = torch.cuda.Event()
+            left.record()
+            self._inbox.left[0] = left
+        self._inbox.free.release()
+
     def receive(self, timeout_s: float | None = None) -> SyncStats:
-        """Block until the next version has arrived, then adopt it."""
+        """Block until the next version has arrived, then adopt it (woken by its arrival:
+        the store's wait or the receiving thread's notice, no poll sleep)."""
         t0 = time.perf_counter()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
+        if self.plan.num_slots == 1:
+            self._pause()
         while (version := self._ready()) is None:
-            if time.perf_counter() > deadline:
+            left = deadline - time.perf_counter()
+            if left <= 0:
                 after = "none yet" if self.last_version is None else self.last_version
                 raise TimeoutError(f"DDMA weight sync (generator rank {self.rank}) timed out over transport "
                                    f"'{self.transport}' waiting for send #{self.seq} (last version: {after})")
-            time.sleep(POLL_S)
+            if self.transport in SLOTTED:
+                try:
+                    self.store.wait([f"done/{self.seq}/{t}" for t in range(self.plan.trainer_ranks)],
+                                    datetime.timedelta(seconds=min(left, WAIT_SLICE_S)))
+                except RuntimeError:
+                    pass  # a slice ran out: check the deadline
+            else:
+                with self._inbox.arrived:
+                    if self.seq not in self._inbox.ready and self._inbox.error is None:
+                        self._inbox.arrived.wait(timeout=min(left, WAIT_SLICE_S))
         t1 = time.perf_counter()
         return self._adopt(version, t1, t1 - t0)
 
     def _adopt(self, version: int, t0: float, wait_s: float) -> SyncStats:
         if self.last_version is not None and version <= self.last_version:
             raise RuntimeError(f"weight version {version} arrived after {self.last_version}: out of order")
-        n = self.seq
-        view = self.views[n % NUM_SLOTS]
+        n, k = self.seq, self.plan.num_slots
+        view = self.views[n % k]
         for name, p in self.params.items():
             p.data = view[name]  # the swap: compute from the slot the trainers just filled
         self.seq, self.last_version = n + 1, version
-        if self.transport in SLOTTED:
+        if k == 1:  # nothing to free: the next version waits for the next pause
+            if self.transport not in SLOTTED:
+                self._inbox.ready.pop(n, None)
+        elif self.transport in SLOTTED:
             if self.transport == "cuda_ipc":
                 cuda_ipc.fence()  # kernels queued on the old slot have read it before it is rewritten
             self.store.set(f"adopted/{n}/{self.rank}", b"1")  # slot (n+1) % 2 is free again
         else:
             self._inbox.ready.pop(n, None)
             if n >= 1:  # slot (n+1) % 2 is free again (both were free before the first adoption)
+                if self.stream is not None:  # once the decode steps queued until now have read it
+                    left = torch.cuda.Event()
+                    left.record()
+                    self._inbox.left[(n + 1) % k] = left
                 self._inbox.free.release()
         return self._stats(version, time.perf_counter() - t0, self.nbytes, wait_s)
 
@@ -483,4 +629,4 @@ class DdmaReceiver(_Endpoint):
         shm.unlink(self._paths)
         if self._inbox is not None:
             self._inbox.closed = True
-            self._inbox._thread.join(timeout=5.0)  # ends on the trainers' close header
+            self._inbox._thread.join(timeout=2 * WAIT_SLICE_S)  # ends at its next wait slice

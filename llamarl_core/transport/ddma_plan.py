@@ -1,6 +1,7 @@
 """DDMA transfer plan: which trainer rank sends which block of which parameter to whom.
 
-LlamaRL §4.3: with FSDP each trainer rank owns a dim-0 shard of every parameter, and a
+LlamaRL §4.3: with FSDP each trainer rank owns a dim-0 shard of every parameter (under HSDP,
+a shard of its replica's copy: ``trainer_shards``), and a
 generator TP rank needs a row or column slice of it. Rather than gathering the model
 anywhere, the plan intersects the two, parameter by parameter, into *pieces*
 ``(trainer rank, generator rank, rows of the trainer's shard, columns, rows of the
@@ -114,6 +115,21 @@ class DdmaPlan:
     slots: tuple[tuple[GeneratorTensor, ...], ...]  # per generator rank
     slot_nbytes: tuple[int, ...]
     fp8_names: frozenset = frozenset()  # tensors that travel as fp8 + per-row scales
+    trainer_shards: int = 0  # ranks one copy of the weights is sharded over (0: all trainer ranks)
+    dim0: tuple = ()  # (name, full rows) of every tensor, for the senders' exact shard check
+    num_slots: int = 2  # per generator rank: 2 = decode on while the next version lands; 1 = pause for it
+
+    def shard_rows(self, name: str, trainer: int) -> tuple[int, int]:
+        """Rows of ``name`` trainer rank ``trainer`` holds: its FSDP shard within its replica."""
+        shards = self.trainer_shards or self.trainer_ranks
+        return fsdp_rows(dict(self.dim0)[name], shards, trainer % shards)
+
+    def senders_of(self, generator: int) -> range:
+        """The trainer ranks that send to ``generator``: one replica's shards (replicas take
+        turns over the generator ranks, so every replica sends, each to its share)."""
+        shards = self.trainer_shards or self.trainer_ranks
+        replica = generator % (self.trainer_ranks // shards)
+        return range(replica * shards, (replica + 1) * shards)
 
     def wire_dtype(self, name: str) -> torch.dtype:
         return FP8_DTYPE if name in self.fp8_names else self.dtype
@@ -134,21 +150,35 @@ class DdmaPlan:
     def spec(self) -> list:
         """What both sides must agree on, as plain data (for the handshake)."""
         return [self.trainer_ranks, self.generator_ranks, self.tp_size, str(self.dtype),
-                [[(t.name, list(t.shape), t.fp8) for t in s] for s in self.slots]]
+                [[(t.name, list(t.shape), t.fp8) for t in s] for s in self.slots], self.num_slots]
 
 
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
                dtype: torch.dtype | None = None, slice_fn: SliceFn = megatron_slice,
-               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None) -> DdmaPlan:
+               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None,
+               trainer_shards: int = 0, num_slots: int = 2, groups: list[list[str]] = ()) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
     cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded.
     ``fp8(name)``: whether that (matrix) tensor travels as fp8 with per-row scales.
+    ``trainer_shards``: under HSDP, the FSDP group size s (trainer rank t holds
+    ``fsdp_rows(rows, s, t % s)``, T/s replicas hold the same rows); 0 = T (FSDP over every
+    rank, or DDP replicas that each send 1/T of the rows).
+    ``num_slots``: weight copies per generator rank (``resources.generator.weight_slots``).
+    ``groups``: names laid out back to back, in this order, in every slot (the engine's fused
+    projections, `generation.fused.fused_param_groups`: it then computes from the slot itself);
+    other tensors start 64-byte aligned, in name order.
     """
     if trainer_ranks < 1 or generator_ranks < 1 or tp_size < 1 or generator_ranks % tp_size:
         raise ValueError(f"DDMA plan needs trainer_ranks>=1 and generator_ranks a multiple of tp_size, got "
                          f"T={trainer_ranks} G={generator_ranks} tp={tp_size}")
+    shards = trainer_shards or trainer_ranks
+    if shards < 1 or trainer_ranks % shards:
+        raise ValueError(f"DDMA plan: trainer_shards={trainer_shards} does not divide T={trainer_ranks} trainer ranks")
+    replicas = trainer_ranks // shards
+    if num_slots not in (1, 2):
+        raise ValueError(f"DDMA plan: num_slots must be 1 or 2, got {num_slots}")
     if not named_shapes:
         raise ValueError("named_shapes is empty: nothing to synchronise")
     dtypes = {d for _, d in named_shapes.values()}
@@ -157,7 +187,8 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     fp8_names: set[str] = set()
     slots: list[list[GeneratorTensor]] = [[] for _ in range(generator_ranks)]
     sizes = [0] * generator_ranks
-    for name in sorted(named_shapes):
+    order, then = _slot_order(named_shapes, groups)
+    for name in order:
         shape = tuple(int(d) for d in named_shapes[name][0])
         rows, cols = _as_2d(shape)
         for g in range(generator_ranks):
@@ -176,18 +207,42 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
             nbytes = (r1 - r0) * (c1 - c0) * itemsize
             scale_at = _align(sizes[g] + nbytes) if quantized else -1
             slots[g].append(GeneratorTensor(name, tuple(local), sizes[g], nbytes, scale_at))
-            sizes[g] = _align(scale_at + (r1 - r0) * SCALE_BYTES if quantized else sizes[g] + nbytes)
+            nxt = then.get(name)  # its group's next member follows at once: one [rows, cols] run
+            packed = (nxt is not None and not quantized and not (fp8 is not None and fp8(nxt))
+                      and _as_2d(tuple(named_shapes[nxt][0]))[1] == cols)
+            sizes[g] = sizes[g] + nbytes if packed else \
+                _align(scale_at + (r1 - r0) * SCALE_BYTES if quantized else sizes[g] + nbytes)
             if quantized:
                 fp8_names.add(name)
             band = max(1, max_piece_bytes // max(1, (c1 - c0) * itemsize))
-            for t in range(trainer_ranks):
-                a0, a1 = fsdp_rows(rows, trainer_ranks, t)
+            replica = g % replicas  # one replica sends to g; replicas take turns over the generators
+            for t in range(replica * shards, (replica + 1) * shards):
+                a0, a1 = fsdp_rows(rows, shards, t % shards)
                 lo, hi = max(a0, r0), min(a1, r1)
                 for s in range(lo, hi, band):
                     e = min(s + band, hi)
                     pieces.append(Piece(name, t, g, (s - a0, e - a0), (c0, c1), (s - r0, e - r0), cols))
+    dim0 = tuple((n, _as_2d(tuple(named_shapes[n][0]))[0]) for n in sorted(named_shapes))
     return DdmaPlan(trainer_ranks, generator_ranks, tp_size, dtype, tuple(pieces),
-                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names))
+                    tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names), shards, dim0, num_slots)
+
+
+def _slot_order(named_shapes: NamedShapes, groups) -> tuple[list[str], dict[str, str]]:
+    """(names in slot order, name → the next member of its group): name order, except that a
+    group's members follow its first one. Groups naming absent tensors are ignored."""
+    first, then = {}, {}
+    for group in groups:
+        if len(group) > 1 and all(n in named_shapes for n in group):
+            first[min(group)] = group
+            then.update(zip(group[:-1], group[1:]))
+    grouped = {n for g in first.values() for n in g}
+    order = []
+    for name in sorted(named_shapes):
+        if name in first:
+            order += first[name]
+        elif name not in grouped:
+            order.append(name)
+    return order, then
 
 
 def tensor_view(slot: torch.Tensor, t: GeneratorTensor, dtype: torch.dtype) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
     resources.trainer            what wrap_data_parallel builds
     strategy=ddp                 DistributedDataParallel over the trainer group
-    strategy=fsdp2, dp=1         fully_shard per block + root on a 1-D mesh (FSDP, ZeRO-3)
+    strategy=fsdp2, dp=1         fully_shard on the embedding, per block, on [norm, output]
+                                 and the root, on a 1-D mesh (FSDP, ZeRO-3)
     strategy=fsdp2, dp>1         fully_shard on a 2-D mesh (dp_replicate x dp_shard) = HSDP:
                                  ranks [i*fsdp, (i+1)*fsdp) shard one replica (one node on
                                  GPUs, so the reduce-scatter stays on NVLink), replicas
@@ -85,21 +86,66 @@ def wrap_data_parallel(model: torch.nn.Module, group, strategy: str, device_type
     mixed = compute_dtype != torch.float32
     dp = dp or 1
     if strategy == "fsdp2" and world // dp > 1:  # fsdp=1 (replicas only) is DDP's layout: built as DDP
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mesh = trainer_mesh(group, dp, world // dp, device_type)
-        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if mixed \
-            else MixedPrecisionPolicy()
-        for layer in model.layers:
-            fully_shard(layer, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        return model
+        return apply_fsdp(model, trainer_mesh(group, dp, world // dp, device_type), compute_dtype)
     if mixed:
         apply_autocast(model, compute_dtype, device_type)
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
         return DistributedDataParallel(model, process_group=group)
     return model
+
+
+def apply_fsdp(model: torch.nn.Module, mesh, compute_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """FSDP2 over `mesh` with 16-bit compute over fp32 master weights when `compute_dtype` says.
+
+    Units as torchtitan's llama parallelize: the embedding, each block, and [norm, output]
+    (their backward comes first, so they stay gathered from forward to it), then the root;
+    the root alone would keep embedding and head gathered through forward and backward. A
+    tied head shares the embedding's parameter: both stay with the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) \
+        if compute_dtype != torch.float32 else MixedPrecisionPolicy()
+    return _shard_units(model, mesh, policy)
+
+
+def _shard_units(model: torch.nn.Module, mesh, policy) -> torch.nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    if not model.args.tie_embeddings:
+        fully_shard(model.tok_embeddings, mesh=mesh, mp_policy=policy)
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    if not model.args.tie_embeddings:
+        fully_shard([model.norm, model.output], mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def shard_like(frozen: torch.nn.Module, trained: torch.nn.Module) -> torch.nn.Module:
+    """Lay out `frozen` (same architecture, no gradients: the KL reference) exactly as `trained`
+    is: FSDP2 shards on `trained`'s own device mesh where it is FSDP2-sharded (FSDP or HSDP),
+    so each rank holds the same rows of both; otherwise unchanged, a whole copy per rank as DDP
+    replicas hold. Weights are gathered in `frozen`'s own dtype (no optimizer, no master copy)."""
+    mesh = getattr(next(unwrap(trained).parameters()), "device_mesh", None)
+    if mesh is None:
+        return frozen
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return _shard_units(frozen, mesh, MixedPrecisionPolicy())
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+@torch.no_grad()
+def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """dst's parameters = src's, name by name, each rank its own part: the two are laid out alike
+    (`shard_like`), so nothing is communicated. Casts to dst's dtype."""
+    sources = dict(unwrap(src).named_parameters())
+    for name, p in unwrap(dst).named_parameters():
+        _local(p).copy_(_local(sources[name]))
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

@@ -13,11 +13,14 @@ the one the trainer's staleness rule checks.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
+TENSOR_FIELDS = ("tokens", "prompt_lens", "completion_lens", "behavior_logprobs", "rewards", "example_ids",
+                 "policy_versions")
 HEADER_LEN = 8  # [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups]
 
 
@@ -70,12 +73,26 @@ class Rollout:
                        policy_versions=ints[:, length + 3], group=int(header[6]),
                        chunk_groups=int(header[7]))
 
+    def to(self, device) -> "Rollout":
+        """Every tensor field on `device` (a generator assembles tokens and log-probs on its GPU;
+        the wire and the trainer's bookkeeping take host tensors)."""
+        moved = {f: getattr(self, f).to(device) for f in TENSOR_FIELDS}
+        return dataclasses.replace(self, **moved)
+
     def rows(self, start: int, stop: int) -> "Rollout":
         return Rollout(self.tokens[start:stop], self.prompt_lens[start:stop],
                        self.completion_lens[start:stop], self.behavior_logprobs[start:stop],
                        self.rewards[start:stop], self.example_ids[start:stop],
                        int(self.policy_versions[start:stop].min()), self.replica, self.chunk,
                        self.policy_versions[start:stop])
+
+    def select(self, rows: torch.Tensor) -> "Rollout":
+        """Rows `rows` (indices, possibly none) as one rollout; an empty one keeps the version."""
+        versions = self.policy_versions[rows]
+        return Rollout(self.tokens[rows], self.prompt_lens[rows], self.completion_lens[rows],
+                       self.behavior_logprobs[rows], self.rewards[rows], self.example_ids[rows],
+                       int(versions.min()) if versions.numel() else self.policy_version, self.replica,
+                       self.chunk, versions)
 
 
 def concat(rollouts: list[Rollout]) -> Rollout:

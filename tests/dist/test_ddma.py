@@ -5,11 +5,19 @@ wire, exactly the engine's quantization (generation/quant.py) of that slice, q a
 
 One 4-process world runs every scenario (ranks 0..T-1 trainers, T..T+G-1 generators, the
 rest idle); each scenario is its own membership epoch, so it also shows endpoints being
-rebuilt from fresh `xfer/{epoch}` keys."""
+rebuilt from fresh `xfer/{epoch}` keys.
+
+Last, ranks 0 and 1 build the endpoints as the roles do (executors/weights.py, collective
+on gloo): they never use the role loop's store client (their receiving thread blocks in a
+store, and a TCPStore client serialises its callers: on a GPU the generator loop would freeze
+behind NCCL's lazy set-up), and both constructors finish a one-element warm-up per pair."""
 import hashlib
+import sys
+import threading
 
 import pytest
 import torch
+import torch.distributed as dist
 
 SHAPES = {  # odd first dims: a 2-way FSDP split is uneven (4+3, 5+5, 7+6)
     "tok_embeddings.weight": (10, 8), "layers.0.attention.wq.weight": (8, 8),
@@ -20,6 +28,8 @@ SCENARIOS = [(t, tp, dt, tr) for tr in ("shm", "collective") for dt in ("float32
              for t in (1, 2) for tp in (1, 2)]
 # fp8 on the wire for the block matrices (the engine's quantized linears), generators in bf16
 FP8_SCENARIOS = [(1, 1, "fp8", "collective"), (2, 2, "fp8", "collective"), (2, 1, "fp8", "shm")]
+# one slot (resources.generator.weight_slots=1): the generator pauses while the trainers rewrite it
+ONE_SLOT_SCENARIOS = [(2, 2, "float32", "shm", 1), (2, 2, "bfloat16", "collective", 1)]
 FP8_NAMES = ("attention.wq.weight", "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w2.weight")
 
 
@@ -52,7 +62,7 @@ def _expected(version: int, tp_rank: int, tp: int, dtype, fp8: bool = False) -> 
     return out
 
 
-def _scenario(rank, store, epoch, T, tp, dtype_name, transport):
+def _scenario(rank, store, epoch, T, tp, dtype_name, transport, slots=2):
     from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
     from llamarl_core.transport.ddma_plan import build_plan, fsdp_rows, scale_name
     fp8 = dtype_name == "fp8"
@@ -61,7 +71,7 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport):
     if rank >= T + G:
         return []
     plan = build_plan({n: (s, torch.float32) for n, s in SHAPES.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, dtype=dtype, fp8=_is_fp8 if fp8 else None)
+                      generator_ranks=G, tp_size=tp, dtype=dtype, fp8=_is_fp8 if fp8 else None, num_slots=slots)
     kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=30)
     bad = []
     if rank < T:
@@ -87,6 +97,9 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport):
         bad += [f"v{v} {n}" for n in want if got[n] != want[n]]
         if stats.version != v:
             bad.append(f"adopted version {stats.version}, expected {v}")
+        held = {p.untyped_storage().data_ptr() for p in params.values() if isinstance(p, torch.nn.Parameter)}
+        if len(receiver.slots) != slots or held != {receiver.slots[(v - 1) % slots].untyped_storage().data_ptr()}:
+            bad.append(f"v{v}: parameters are not views of slot {(v - 1) % slots} of {slots}")
     receiver.close()
     return bad
 
@@ -115,17 +128,20 @@ def _fsdp_rows_match(rank, store):
 def _body(rank, world_size, store):
     torch.manual_seed(0)
     results = {"fsdp_rows": _fsdp_rows_match(rank, store)}
-    for epoch, (T, tp, dt, tr) in enumerate(SCENARIOS + FP8_SCENARIOS):
-        results[(T, tp, dt, tr)] = _scenario(rank, store, epoch, T, tp, dt, tr)
+    for epoch, case in enumerate(SCENARIOS + FP8_SCENARIOS + ONE_SLOT_SCENARIOS):
+        results[case] = _scenario(rank, store, epoch, *case)
+    results["endpoints"] = _endpoints(rank, store) if rank < 2 else None
+    results["memory"] = _generator_memory(rank, store) if rank >= 2 else None
     return results
 
 
 @pytest.fixture(scope="module")
 def results(run_workers):
-    return run_workers(_body, 4, timeout_s=120)
+    return run_workers(_body, 4, timeout_s=240)
 
 
-@pytest.mark.parametrize("case", SCENARIOS + FP8_SCENARIOS, ids=lambda c: f"T{c[0]}-tp{c[1]}-{c[2]}-{c[3]}")
+@pytest.mark.parametrize("case", SCENARIOS + FP8_SCENARIOS + ONE_SLOT_SCENARIOS,
+                         ids=lambda c: f"T{c[0]}-tp{c[1]}-{c[2]}-{c[3]}" + (f"-{c[4]}slot" if len(c) > 4 else ""))
 def test_every_generator_rank_holds_exactly_its_slice_after_every_sync(results, case):
     for rank, res in enumerate(results):
         assert res[case] == [], f"rank {rank}: {res[case]}"
@@ -133,3 +149,180 @@ def test_every_generator_rank_holds_exactly_its_slice_after_every_sync(results, 
 
 def test_fsdp2_shards_are_the_rows_the_plan_reads(results):
     assert results[0]["fsdp_rows"] and results[1]["fsdp_rows"]
+
+
+RUN_ID = "endpoints"
+
+
+class RecordingStore(dist.Store):
+    """The role loop's client: records every call made from weight-sync code or another thread."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.foreign = inner, []
+
+    def _note(self, op, key):
+        """Foreign: made by weight-sync code itself (the innermost llamarl_core frame is
+        transport/ddma.py; the role's own interrupt callback, run by it, is the role's) or
+        on another thread than the role loop's."""
+        f = sys._getframe(1)
+        while f is not None and "llamarl_core" not in f.f_code.co_filename:
+            f = f.f_back
+        by_ddma = f is not None and f.f_code.co_filename.endswith("transport/ddma.py")
+        if by_ddma or threading.current_thread() is not threading.main_thread():
+            self.foreign.append((op, str(key), threading.current_thread().name))
+
+    def set(self, key, value):
+        self._note("set", key)
+        return self.inner.set(key, value)
+
+    def get(self, key):
+        self._note("get", key)
+        return self.inner.get(key)
+
+    def add(self, key, n):
+        self._note("add", key)
+        return self.inner.add(key, n)
+
+    def check(self, keys):
+        self._note("check", keys)
+        return self.inner.check(keys)
+
+    def wait(self, keys, timeout=None):
+        self._note("wait", keys)
+        return self.inner.wait(keys) if timeout is None else self.inner.wait(keys, timeout)
+
+    def compare_set(self, key, expected, desired):
+        self._note("compare_set", key)
+        return self.inner.compare_set(key, expected, desired)
+
+    def delete_key(self, key):
+        self._note("delete_key", key)
+        return self.inner.delete_key(key)
+
+    def num_keys(self):
+        return self.inner.num_keys()
+
+
+def _model():
+    from llamarl_core.models import Llama, ModelArgs
+    torch.manual_seed(0)
+    return Llama(ModelArgs(vocab_size=64, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32,
+                           max_seq_len=16, rope_theta=10000.0)).requires_grad_(False)
+
+
+def _endpoints(rank, store):
+    from llamarl_core.config.load import load_config
+    from llamarl_core.executors.context import WorkerContext
+    from llamarl_core.executors.weights import make_receiver, make_sender
+    from llamarl_core.transport.control import RUN_ID_KEY, ControlPlane, run_prefix
+    from llamarl_core.transport.parallel import local_shards
+
+    if rank == 0:
+        store.set(RUN_ID_KEY, RUN_ID)
+    store.wait([RUN_ID_KEY])
+    cfg = load_config("cpu_tiny", ["controller.weight_transport=collective", "controller.step_timeout_s=30"])
+    plan = {"controller": {"host": "127.0.0.1", "port": store.port}, "nodes": 1,
+            "roles": [{"name": "generator", "parallelism": {"tp": 1}}]}
+    role_store = RecordingStore(dist.PrefixStore(run_prefix(RUN_ID), store))
+    role = "trainer" if rank == 0 else "generator"
+    ctx = WorkerContext(cfg, plan, "", role, 0, rank, {"trainer": [0], "generator": [1]},
+                        ControlPlane(role_store), None, run_id=RUN_ID)
+    model = _model()
+    if rank == 0:
+        sender = make_sender(ctx, model, 0)
+        warmed = sender.warmed_up
+        for v in (0, 1):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(1.0)
+            sender.send(local_shards(model, 1, 0), v)
+        sender.close()
+        return {"foreign": role_store.foreign, "warmed_up": warmed}
+    full = dict(model.named_parameters())
+    params = {n: torch.zeros_like(p) for n, p in full.items()}
+    receiver = make_receiver(ctx, params, full, model.args)
+    warmed = receiver.warmed_up  # set by the constructor, before any send
+    equal = []
+    for v in (0, 1):
+        stats = receiver.receive()
+        equal.append(stats.version == v and all(torch.equal(params[n], p + v + 1) for n, p in full.items()))
+    receiver.close()
+    return {"foreign": role_store.foreign, "warmed_up": warmed, "equal": equal}
+
+
+def test_weight_sync_endpoints_use_their_own_store_client_and_warm_up_every_pair(results):
+    # Fails on the old code: the endpoints were handed `ctx.control.store` (every handshake
+    # call went through it) and had no warm-up.
+    trainer, generator = results[0]["endpoints"], results[1]["endpoints"]
+    assert trainer["foreign"] == [] and generator["foreign"] == []  # the role loop's client untouched
+    assert trainer["warmed_up"] == [2] and generator["warmed_up"] == [1]  # each peer's member index + 1
+    assert generator["equal"] == [True, True]
+
+
+def _live_bytes() -> int:
+    """Bytes of every live tensor storage in this process (each storage once)."""
+    import gc
+    seen = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
+            storage = obj.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _generator_memory(rank, store):
+    """Ranks 2 (trainer) and 3 (a generator rank built as GeneratorExecutor builds it): after
+    a sync the engine computes from the slot itself, and the process holds what the plan says."""
+    from llamarl_core.config.load import load_config
+    from llamarl_core.executors.chunks import ChunkGenerator
+    from llamarl_core.executors.setup import PromptSet, build_meta_model, materialize_zeros
+    from llamarl_core.generation.fused import fused_param_groups
+    from llamarl_core.plan.memory import GIB, generator_memory
+    from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+    from llamarl_core.transport.ddma_plan import build_plan
+
+    cfg = load_config("cpu_tiny", ["resources.generator.max_batch_size=8", "generation.max_prompt_tokens=16",
+                                   "generation.max_new_tokens=16", "algorithm.group_size=2",
+                                   "algorithm.prompts_per_step=4"])
+    model, tok = build_meta_model(cfg, dtype="float32")
+    shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=1, groups=fused_param_groups(shapes))
+    kw = dict(transport="shm", store=dist.PrefixStore("memory", store), timeout_s=60)
+    if rank == 2:
+        torch.manual_seed(0)
+        from llamarl_core.models import Llama
+        trained = Llama(model.args)
+        sender = DdmaSender(plan, 0, **kw)
+        for v in (0, 1):
+            sender.send({n: p.detach() + v for n, p in trained.named_parameters()}, v)
+        sender.close()
+        return None
+    model.requires_grad_(False)
+    materialize_zeros(model, "cpu")
+    prompts = PromptSet(examples=[None] * 4, prompt_ids=[[1] + [7] * 15] * 4)  # full-length prompts: a full cache
+    chunks = ChunkGenerator(cfg, model, tok, prompts, 0, 1)
+    receiver = DdmaReceiver(plan, 0, dict(model.named_parameters()), run_id="ddma-memory", **kw)
+    outside = []
+    for v in (0, 1):
+        receiver.receive()
+        chunks.engine.refresh_weights()
+        chunks.generate(chunk=v, policy_version=v)
+        slot = receiver.slots[v % 2]
+        lo, hi = slot.data_ptr(), slot.data_ptr() + slot.numel()
+        outside += [f"v{v} {key}" for key, proj in chunks.engine.proj.items()
+                    if not lo <= proj.weight.data_ptr() < hi]
+    want = generator_memory(model.args, tp=1, pp=1, dtype="float32", quantization="none", batch=8,
+                            prompt_tokens=16, seq_tokens=32)
+    receiver.close()
+    return {"outside": outside, "live_bytes": _live_bytes(), "planned_bytes": (want.weights + want.kv_cache) * GIB,
+            "slot_bytes": plan.slot_nbytes[0]}
+
+
+def test_after_a_sync_the_engine_computes_from_the_slot_and_holds_what_the_plan_says(results):
+    # Fails on the old code: the engine concatenated fresh fused copies after every sync (3
+    # copies of the weights live, the plan counting 1), and no projection lay in a slot.
+    memory = results[3]["memory"]
+    assert memory["outside"] == []  # every projection is a view into the slot it computes from
+    ratio = memory["live_bytes"] / memory["planned_bytes"]  # the plan's resident terms: weights + KV cache
+    assert 0.9 <= ratio <= 1.1, memory

@@ -1,25 +1,52 @@
-"""`scripts/gpu_check.py --device cpu`: the GPU check's code, run at CPU sizes, end to end."""
+"""`scripts/gpu_check.py --device cpu`: the GPU check's code at CPU sizes, as a verdict.
+
+The suite runs the sections that hold the GPU paths' logic (FSDP2 train step, the DDMA
+transports against a copy, the bf16 μ/π mismatch); the full `--device cpu` run (logits and
+generation against transformers, an async run) is run by hand: it must pass in < 3 minutes.
+"""
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+SECTIONS = ("env", "logits_parity", "generation", "fp8", "train_step", "weight_sync", "mismatch", "train")
 
 
-def test_gpu_check_on_cpu_runs_every_section_and_writes_its_json(tmp_path):
+def _run(tmp_path, *args, timeout=400):
     out = tmp_path / "gpu_check.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out)],
-                          capture_output=True, text=True, timeout=400)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=timeout)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    errors = {k: v.get("error") for k, v in result.items() if isinstance(v, dict) and v.get("ok") is False}
-    assert proc.returncode == 0 and not errors, errors
-    for name in ("env", "logits_parity", "generation", "fp8", "weight_sync", "train"):
-        assert result[name]["ok"] is True, (name, result[name])
-    assert result["logits_parity"]["argmax_agreement"] == 1.0
-    assert result["logits_parity"]["max_abs_diff"] < 1e-4  # fp32: same weights, same function
-    assert result["generation"]["engine_tokens_per_s"] > 0 and result["generation"]["transformers_tokens_per_s"] > 0
-    assert result["fp8"]["available"] is False  # CPU: reported, not faked
-    assert result["weight_sync"]["transport"] == "shm" and result["weight_sync"]["received_equal"] is True
-    assert result["train"]["steps"] == 2 and result["train"]["checksums_equal"] is True
+    return proc, json.loads(out.read_text())
+
+
+def test_gpu_check_on_cpu_gives_every_section_a_verdict_with_its_thresholds(tmp_path):
+    proc, result = _run(tmp_path, "--only", "train_step", "weight_sync", "mismatch")
+    failed = {k: result[k] for k in SECTIONS if result[k]["verdict"] == "fail"}
+    assert proc.returncode == 0 and result["verdict"] == "pass" and not failed, (failed, proc.stdout[-2000:])
+    assert result["commit"] and result["command"].startswith("python scripts/gpu_check.py")
+    assert {result[k]["verdict"] for k in ("env", "logits_parity", "generation", "fp8", "train")} == {"skip"}
+    for name in ("train_step", "weight_sync", "mismatch"):
+        section = result[name]
+        assert section["verdict"] == "pass" and set(section["thresholds"]) == set(section["checks"]), name
+        assert all(section["checks"].values()), name
+    sync = result["weight_sync"]
+    for transport in ("shm", "gloo"):  # each against a copy_ of the same bytes
+        assert sync[transport]["received_equal"] and 0 < sync[transport]["gbps"]
+        assert sync[transport]["gbps_over_copy"] == round(sync[transport]["gbps"] / sync[transport]["copy_gbps"], 4)
+    assert result["train_step"]["tokens_per_s"] > 0 and result["train_step"]["max_weight_change"] > 0
+    assert result["mismatch"]["tokens"] > 0 and result["mismatch"]["mean_abs_log_ratio"] < 0.05
+
+
+def test_a_section_past_its_time_is_killed_and_recorded_and_the_run_exits_non_zero(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_check
+    finally:
+        sys.path.pop(0)
+    section = gpu_check._spawn("train_step", "cpu", 0.5, str(tmp_path))  # cannot even import torch in 0.5 s
+    assert section["verdict"] == "fail" and "timed out after 0 s (killed)" in section["error"]
+    proc, result = _run(tmp_path, "--deadline-s", "1", "--only", "env", timeout=60)
+    assert proc.returncode == 1 and result["verdict"] == "fail"
+    assert "overall deadline" in result["env"]["error"] and result["train"]["verdict"] == "skip"

@@ -12,7 +12,10 @@ One 4-rank run (processes cost seconds here) does every scenario; each test asse
   it) gives the tokens, texts and finish reasons of the engine on the full weights;
 - the same sharded load for Qwen2.5 (1-D q/k/v biases) and Qwen3 (q/k norms, head_dim != dim /
   heads) checkpoints saved by transformers, and their step checkpoint (DCP, sharded 2 x 2 as
-  trained) read back by `load_pretrained` as the same model.
+  trained) read back by `load_pretrained` as the same model;
+- the KL reference (algorithm.kl_coef > 0) is laid out exactly like the HSDP trainer: the same
+  mesh, placements and local shards, in the compute dtype, with no gradients, and it computes
+  the trainer's logits.
 """
 from pathlib import Path
 
@@ -55,6 +58,24 @@ def _greedy(max_new_tokens: int, stop: str):
                           stop_strings=(stop,) if stop else ())
 
 
+def _watch_units(model) -> dict:
+    """Whether the embedding and the head are gathered (plain tensors, not DTensor shards)
+    while the middle block runs forward and backward."""
+    from torch.distributed.tensor import DTensor
+    seen = {"forward": set(), "backward": set()}
+
+    def note(phase):
+        seen[phase].update(n for n, m in (("tok_embeddings", model.tok_embeddings), ("output", model.output))
+                           if not isinstance(m.weight, DTensor))
+
+    def on_output(module, args, output):
+        note("forward")
+        if output.requires_grad:
+            output.register_hook(lambda grad: note("backward"))  # the middle block's backward starts
+    model.layers[1].register_forward_hook(on_output)
+    return seen
+
+
 def _body(rank, world_size, store, ckpt_dir, stop, families):
     import torch.distributed as dist
 
@@ -69,8 +90,20 @@ def _body(rank, world_size, store, ckpt_dir, stop, families):
     mesh = model.tok_embeddings.weight.device_mesh
     out["mesh"] = (mesh.mesh.tolist(), mesh.mesh_dim_names)
     per = ROWS // world_size
+    gathered = _watch_units(model)
     _train(model, _batch()[rank * per:(rank + 1) * per])
+    out["units"] = gathered
     out["hsdp"] = full_state(model, "fsdp2")
+    # 1b. The KL reference of that trainer: sharded like it, frozen, equal to it.
+    from llamarl_core.executors.trainer_model import build_reference_model
+    ref = build_reference_model(model, "cpu", torch.bfloat16)
+    trained = dict(model.named_parameters())
+    out["ref_layout"] = [(n, p.device_mesh == trained[n].device_mesh, p.placements == trained[n].placements,
+                          p.to_local().shape == trained[n].to_local().shape, p.dtype, p.requires_grad)
+                         for n, p in ref.named_parameters()]
+    with torch.no_grad():  # in the trainer's own dtype the reference computes its logits exactly
+        out["ref_logits"] = build_reference_model(model, "cpu", torch.float32)(_batch())
+        out["trained_logits"] = model(_batch())
     # 2. Meta-device model, sharded 2 x 2, loaded from safetensors into each rank's shard.
     meta, _ = build_empty(ckpt_dir, device="meta")
     wrap_data_parallel(meta, group, "fsdp2", dp=DP)
@@ -136,6 +169,12 @@ def test_hsdp_two_by_two_with_checkpointing_trains_to_the_single_process_weights
             torch.testing.assert_close(out[rank]["hsdp"][name], p.detach(), rtol=0, atol=1e-5, msg=name)
 
 
+def test_embedding_and_head_are_fsdp_units_of_their_own_not_gathered_in_the_middle_blocks(results):
+    # Fails before the fix: they belonged to the root unit, gathered through forward and backward.
+    for rank in results[1]:
+        assert rank["units"] == {"forward": set(), "backward": set()}, rank["units"]
+
+
 def test_meta_device_sharded_load_equals_a_full_load(results):
     ckpt, out, _, _ = results
     full, _ = load_pretrained(ckpt)
@@ -145,6 +184,19 @@ def test_meta_device_sharded_load_equals_a_full_load(results):
             assert torch.equal(out[rank]["loaded"][name], p.detach()), name
         assert out[rank]["held_bytes"] <= total / 2 + 4096  # one of 2 shards (+ uneven-row slack)
     assert sum(out[r]["held_bytes"] for r in (0, 1)) == total  # one replica's shards are the model
+
+
+def test_the_kl_reference_is_sharded_exactly_like_the_trainer_and_computes_its_logits(results):
+    _, out, _, _ = results
+    names = {n for n, _ in _model().named_parameters()}
+    for rank in range(WORLD):
+        layout = out[rank]["ref_layout"]
+        assert {n for n, *_ in layout} == names
+        # same mesh, same placements, same local shard: no rank holds more of the reference
+        # than of the trained weights; stored in bf16, no gradient
+        assert all(same_mesh and same_place and same_shape and dtype == torch.bfloat16 and not grad
+                   for _, same_mesh, same_place, same_shape, dtype, grad in layout)
+        torch.testing.assert_close(out[rank]["ref_logits"], out[rank]["trained_logits"], rtol=0, atol=0)
 
 
 def test_bf16_compute_under_fsdp2_keeps_fp32_master_weights(results):

@@ -132,3 +132,79 @@ def test_mismatched_shapes_name_the_offending_argument():
     with pytest.raises(ValueError, match="kind"):
         aipo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3),
                   2.0, kind="sac")
+
+
+def test_clip_higher_lets_a_positive_advantage_push_the_ratio_further_up():
+    # DAPO clip-higher, eps_low 0.2, eps_high 0.28. A = +1 on both tokens, r = e^0.2 = 1.2214 and
+    # r = e^0.3 = 1.3499. Symmetric 0.2: both above 1.2, both clipped: gradient 0.
+    # eps_high 0.28: 1.2214 < 1.28 is inside -> d/dlogpi = -r*A/2 = -e^0.2/2; 1.3499 > 1.28 clipped.
+    behavior = torch.tensor([[-1.2, -1.3]], dtype=torch.float64)
+    grads, clip = [], []
+    for high in (None, 0.28):
+        logprobs = _leaf([-1.0, -1.0])
+        loss, metrics = aipo_loss(logprobs, behavior, torch.ones(1, 2), torch.ones(1, 2), rho=2.0,
+                                  kind="ppo", clip_eps=0.2, clip_eps_high=high)
+        loss.backward()
+        grads.append(logprobs.grad.tolist()[0])
+        clip.append(metrics["ppo_clip_frac"])
+    assert grads[0] == pytest.approx([0.0, 0.0])
+    assert grads[1] == pytest.approx([-math.exp(0.2) / 2, 0.0])
+    assert clip == [1.0, 0.5]
+
+
+def test_clip_low_bounds_a_negative_advantage_from_below():
+    # A = -1, r = e^-0.25 = 0.7788 < 1 - 0.2 = 0.8: clipped (gradient 0) at eps_low 0.2, not at 0.3:
+    # d/dlogpi = -r*A = +e^-0.25. eps_high does not matter on this side.
+    behavior = torch.tensor([[-0.75]], dtype=torch.float64)
+    for low, want in ((0.2, 0.0), (0.3, math.exp(-0.25))):
+        logprobs = _leaf([-1.0])
+        loss, _ = aipo_loss(logprobs, behavior, -torch.ones(1, 1), torch.ones(1, 1), rho=2.0, kind="ppo",
+                            clip_eps=low, clip_eps_high=0.5)
+        loss.backward()
+        assert logprobs.grad.item() == pytest.approx(want)
+
+
+def test_with_pi_old_equal_to_pi_every_kind_has_its_one_update_gradient():
+    # First update of several: pi_old = pi, so r = pi/pi_old = 1 and aipo/pg/clamp must give the
+    # gradient they give with one update per batch (the decoupled form only re-anchors the ratio).
+    torch.manual_seed(0)
+    base = torch.randn(3, 5, dtype=torch.float64) - 1.0
+    behavior = base + 0.3 * torch.randn(3, 5, dtype=torch.float64)  # off-policy: pi/mu != 1
+    advantages = torch.randn(3, 1, dtype=torch.float64).expand(3, 5)
+    for kind in ("aipo", "pg", "clamp"):
+        grads = []
+        for old in (None, base.clone()):
+            logprobs = base.clone().requires_grad_(True)
+            loss, _ = aipo_loss(logprobs, behavior, advantages, torch.ones(3, 5), rho=1.1, kind=kind,
+                                old_logprobs=old)
+            loss.backward()
+            grads.append(logprobs.grad)
+        torch.testing.assert_close(grads[1], grads[0], msg=kind)
+
+
+def test_decoupled_ppo_clips_the_update_ratio_and_weights_by_the_truncated_behaviour_ratio():
+    # log pi = [-1, -1], log pi_old = [-1.5, -1.05], log mu = [-2, -0.5], A = +1, rho = 1.5, eps 0.2.
+    # w = min(pi_old/mu, rho) = [min(e^0.5, 1.5), e^-0.55] = [1.5, 0.5769]
+    # r = pi/pi_old = [e^0.5 = 1.6487 (> 1.2: clipped, gradient 0), e^0.05 = 1.0513 (inside)]
+    # loss = -(1/2) sum w * min(r A, clip(r) A); d/dlogpi_1 = -w_1 * r_1 / 2
+    logprobs = _leaf([-1.0, -1.0])
+    old = torch.tensor([[-1.5, -1.05]], dtype=torch.float64)
+    behavior = torch.tensor([[-2.0, -0.5]], dtype=torch.float64)
+    loss, metrics = aipo_loss(logprobs, behavior, torch.ones(1, 2), torch.ones(1, 2), rho=1.5, kind="ppo",
+                              clip_eps=0.2, old_logprobs=old)
+    loss.backward()
+    assert loss.item() == pytest.approx(-(1.5 * 1.2 + math.exp(-0.55) * math.exp(0.05)) / 2)
+    assert logprobs.grad.tolist()[0] == pytest.approx([0.0, -math.exp(-0.55) * math.exp(0.05) / 2])
+    assert metrics["ppo_clip_frac"] == 0.5  # counted on pi/pi_old
+    assert metrics["is_ratio_mean"] == pytest.approx((math.exp(1.0) + math.exp(-0.5)) / 2)  # still pi/mu
+
+
+def test_decoupled_aipo_is_the_truncated_weight_times_the_update_ratio():
+    # log pi = -1, log pi_old = -1.2, log mu = -1.5, A = 2, rho = 1.2:
+    # w = min(e^0.3 = 1.35, 1.2) = 1.2, r = e^0.2; loss = -w r A, d/dlogpi = -w r A = -2.4 e^0.2
+    logprobs = _leaf([-1.0])
+    loss, _ = aipo_loss(logprobs, torch.tensor([[-1.5]], dtype=torch.float64), torch.full((1, 1), 2.0),
+                        torch.ones(1, 1), rho=1.2, old_logprobs=torch.tensor([[-1.2]], dtype=torch.float64))
+    loss.backward()
+    assert loss.item() == pytest.approx(-2.4 * math.exp(0.2))
+    assert logprobs.grad.item() == pytest.approx(-2.4 * math.exp(0.2))

@@ -24,7 +24,7 @@ def test_plan_json_is_one_object_with_the_contract_fields(capsys):
                           "capacity_gib_per_device", "commands"}
         assert set(r["parallelism"]) >= {"tp", "dp", "fsdp", "pp"}
         assert set(r["memory_gib_per_device"]) == {"total", "weights", "gradients", "optimizer",
-                                                   "activations", "kv_cache"}
+                                                   "activations", "kv_cache", "reference"}
 
 
 @pytest.mark.parametrize("argv, words", [

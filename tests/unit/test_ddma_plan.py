@@ -81,3 +81,44 @@ def test_fp8_on_the_wire_carries_one_byte_per_weight_and_a_float32_scale_per_row
 def test_fp8_on_the_wire_refuses_a_vector():
     with pytest.raises(ValueError, match="needs a matrix"):
         build_plan({"norm.weight": ((4,), torch.float32)}, trainer_ranks=1, generator_ranks=1, fp8=lambda n: True)
+
+
+def test_under_hsdp_each_generator_gets_every_row_once_from_one_replica_s_shards():
+    # T=4 trainer ranks, fsdp=2: replica 0 = ranks 0, 1 and replica 1 = ranks 2, 3 each hold
+    # rows 0-2 | 3-5 of wq [6, 2] (rank t: fsdp_rows(6, 2, t % 2)); G=2 generators (tp=1) take
+    # turns over the replicas: generator 0 from ranks 0, 1, generator 1 from ranks 2, 3.
+    # (The old plan read rank t's rows as fsdp_rows(6, 4, t): rows 0-1, 2-3, 4-5, none.)
+    name = "layers.0.attention.wq.weight"
+    plan = build_plan({name: ((6, 2), torch.float32)}, trainer_ranks=4, generator_ranks=2, trainer_shards=2)
+    assert [(p.trainer, p.generator, p.src_rows, p.dst_rows) for p in plan.pieces] == [
+        (0, 0, (0, 3), (0, 3)), (1, 0, (0, 3), (3, 6)), (2, 1, (0, 3), (0, 3)), (3, 1, (0, 3), (3, 6))]
+    assert [plan.shard_rows(name, t) for t in range(4)] == [(0, 3), (3, 6), (0, 3), (3, 6)]
+    assert list(plan.senders_of(0)) == [0, 1] and list(plan.senders_of(1)) == [2, 3]
+
+
+def test_a_sender_refuses_a_shard_with_other_rows_than_the_plan_gives_it():
+    from llamarl_core.transport.ddma import DdmaSender
+    name = "layers.0.attention.wq.weight"
+    plan = build_plan({name: ((6, 2), torch.float32)}, trainer_ranks=4, generator_ranks=2, trainer_shards=2)
+    sender = object.__new__(DdmaSender)  # only the check: no store, no peers
+    sender.plan, sender.rank = plan, 2
+    sender.links = [plan.pieces_between(2, g) for g in range(2)]
+    sender._check({name: torch.zeros(3, 2)})  # HSDP: rank 2 holds rows 0-2 of its replica's copy
+    with pytest.raises(ValueError, match=r"'layers.0.attention.wq.weight' shard has 2 rows.*\[0, 3\)"):
+        sender._check({name: torch.zeros(2, 2)})  # fewer rows (the old check let any <= pass)
+
+
+def test_the_engines_fused_groups_lie_back_to_back_in_every_slot():
+    # wq [4, 2], wk [2, 2], wv [2, 2] (the engine's qkv), tp=2: each generator rank holds 2 + 1 +
+    # 1 rows of 2 float32 = 16 + 8 + 8 = 32 B, one run; the norm starts aligned after it.
+    from llamarl_core.generation.fused import fused_param_groups
+    a = "layers.0.attention."
+    shapes = {a + "wq.weight": ((4, 2), torch.float32), a + "wk.weight": ((2, 2), torch.float32),
+              a + "wv.weight": ((2, 2), torch.float32), "layers.0.ffn_norm.weight": ((2,), torch.float32)}
+    groups = fused_param_groups(shapes)
+    assert groups == [[a + "wq.weight", a + "wk.weight", a + "wv.weight"]]
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=2, tp_size=2, groups=groups)
+    for slot in plan.slots:
+        at = {t.name: (t.offset_bytes, t.nbytes) for t in slot}
+        assert [at[n] for n in groups[0]] == [(0, 16), (16, 8), (24, 8)]
+        assert at["layers.0.ffn_norm.weight"][0] == 64

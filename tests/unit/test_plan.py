@@ -44,10 +44,22 @@ def test_8b_trainer_memory_matches_the_hand_computation():
 
 
 def test_8b_generator_kv_cache_matches_the_hand_computation():
-    # 128 sequences x 2,784 tokens x (K+V) 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
+    # 96 sequences x 2,784 tokens x (K+V) 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes
     g = plan_for("8b_gsm8k").role("generator").memory
-    assert g.kv_cache * GIB == pytest.approx(128 * 2784 * 2 * 32 * 8 * 128 * 2)  # 43.5 GiB
-    assert g.weights * GIB == pytest.approx(8_030_261_248 * 2)
+    assert g.kv_cache * GIB == pytest.approx(96 * 2784 * 2 * 32 * 8 * 128 * 2)  # 32.6 GiB
+    assert g.weights * GIB == pytest.approx(2 * 8_030_261_248 * 2)  # two DDMA slots of bf16 weights
+
+
+def test_a_tp_generator_holds_two_slots_of_its_slice_plus_the_replicated_embedding_and_head():
+    # 405B, tp=8, fp8 block linears: per copy (N - E - norms) / 8 x 1 B + (E + norms) x 2 B,
+    # E = 2 x 128,256 x 16,384 (embedding and head, both whole on every TP rank), norms =
+    # (2 x 126 + 1) x 16,384; one slot in the recipe, two by default
+    n, e, norms = 405_853_388_800, 2 * 128_256 * 16_384, 253 * 16_384
+    copy = (n - e - norms) / 8 + (e + norms) * 2
+    one = plan_for("405b_math").role("generator").memory
+    assert one.weights * GIB == pytest.approx(copy)                       # 54.6 GiB
+    with pytest.raises(ConfigError, match="role generator needs"):        # two copies: 110 GiB
+        plan_for("405b_math", "resources.generator.weight_slots=2")
 
 
 def test_sync_mode_is_one_colocated_actor_on_all_compute_devices():

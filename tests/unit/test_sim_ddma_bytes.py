@@ -36,8 +36,9 @@ def test_fp8_blocks_travel_as_one_byte_per_weight_plus_a_scale_per_row():
     assert b["recv_max"] == 28 + 14 * 4 + 22 * 2
 
 
-@pytest.mark.parametrize("T,G,tp,fp8", [(2, 2, 2, False), (2, 4, 2, False), (3, 2, 1, False), (2, 4, 2, True)])
-def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8):
+@pytest.mark.parametrize("T,G,tp,fp8,shards", [(2, 2, 2, False, 0), (2, 4, 2, False, 0), (3, 2, 1, False, 0),
+                                                (2, 4, 2, True, 0), (4, 2, 2, False, 2), (4, 6, 2, False, 2)])
+def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8, shards):
     args = get_preset("tiny-2m")
     shapes = param_shapes(args)
     import torch
@@ -46,7 +47,9 @@ def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8):
         s = tp_slice(name, shape, args, r, size)
         return s.dim, s.start, s.size
     plan = build_plan({n: (s, torch.bfloat16) for n, s in shapes.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, slice_fn=slice_fn, fp8=is_block_linear if fp8 else None)
-    b = link_bytes(args, trainer_ranks=T, generator_ranks=G, tp=tp, bytes_per_elem=2, fp8_blocks=fp8)
+                      generator_ranks=G, tp_size=tp, slice_fn=slice_fn, fp8=is_block_linear if fp8 else None,
+                      trainer_shards=shards)
+    b = link_bytes(args, trainer_ranks=T, generator_ranks=G, tp=tp, bytes_per_elem=2, fp8_blocks=fp8,
+                   trainer_shards=shards)
     assert b["send_per_trainer_rank"] == [sum(plan.link_nbytes(t, g) for g in range(G)) for t in range(T)]
     assert b["recv_per_tp_rank"] == [sum(plan.link_nbytes(t, g) for t in range(T)) for g in range(tp)]
