@@ -52,7 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--temperature", type=float, default=0.5)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--groups", type=int, default=8)
+    p.add_argument("--groups", type=int, default=8, help="prompts in the prefill-once case (0 skips it)")
     return p.parse_args(argv)
 
 
@@ -148,8 +148,9 @@ def main(argv=None) -> int:
         print(f"threads={n_threads}: ours {case['tokens_per_s']['ours']:.0f} tok/s, "
               f"hf {case['tokens_per_s']['hf']:.0f} tok/s, ratio {case['ratio_vs_hf']:.2f}", flush=True)
     torch.set_num_threads(1)
-    report["prefill_once"] = po = prefill_once_case(model, tokenizer, args)
-    print(f"prefill once, G={po['group_size']} (1 thread): prefill share {po['every_copy']['prefill_share']:.2f} -> "
+    if args.groups:
+        report["prefill_once"] = po = prefill_once_case(model, tokenizer, args)
+        print(f"prefill once, G={po['group_size']} (1 thread): prefill share {po['every_copy']['prefill_share']:.2f} -> "
           f"{po['prefill_once']['prefill_share']:.2f} (drop {po['prefill_share_drop']:.2f}, target "
           f"{po['target_share_drop']:.2f}); prefill seconds drop {po['prefill_s_drop']:.2f}; "
           f"generation {po['generation_speedup']:.2f}x faster", flush=True)

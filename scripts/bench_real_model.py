@@ -110,9 +110,9 @@ def summarize(run_dir: Path, command: str, note: str) -> dict:
                    "max": max(stats["step_s"])} if stats["step_s"] else None,
         # Mean seconds per RL step each phase kept its role busy (timeline spans); async roles
         # overlap, so these do not add up to step_s.
-        "step_time_split_s": {"generation": phases.get("generate"), "reward": phases.get("reward"),
+        "step_time_split_s": {"generation": phases.get("generate"), "reward": phases.get("score"),
                               "training": phases.get("train"), "sync": stats["sync_s_per_step"],
-                              **{k: v for k, v in phases.items() if k not in ("generate", "reward", "train")}},
+                              **{k: v for k, v in phases.items() if k not in ("generate", "score", "train")}},
         "roles": stats["roles"],
         "tokens_per_s": tokens_per_s,
         "peak_rss_gib": json.loads(rss_file.read_text())["peak_rss_gib"] if rss_file.is_file() else None,
