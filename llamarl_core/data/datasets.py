@@ -13,7 +13,7 @@ import os
 from llamarl_core.data.arith import arith_examples
 from llamarl_core.data.example import DataFormatError, Example
 from llamarl_core.data.loaders import Keys, load_examples
-from llamarl_core.data.tables import TABLE_SUFFIXES, is_table
+from llamarl_core.data.tables import TABLE_SUFFIXES, is_table, saved_split
 
 DEFAULT_ARITH_SIZES = {"train": 5000, "test": 200}
 _WHERE_TO_GET = {
@@ -90,6 +90,17 @@ def resolve_dataset(
                else "the file holds no rows")
         raise DataFormatError(f"{file_path}: no examples: {why}")
     return examples if num_examples is None else examples[:num_examples]
+
+
+def split_source(name: str, path: str | None, split: str) -> tuple[str | None, str | None]:
+    """The rows ``resolve_dataset(name, path, split)`` reads, as (file, split inside it): equal
+    for train and test when both are one file or one saved Dataset (not a folder of
+    ``<split>.jsonl`` files nor a DatasetDict with both splits)."""
+    file_path = path or (name if name.endswith(DATA_SUFFIXES) else None)
+    if file_path is None:
+        return None, split
+    file_path = _split_file(file_path, split)
+    return file_path, saved_split(file_path, split) if os.path.isdir(file_path) else None
 
 
 def _split_file(path: str, split: str) -> str:
