@@ -146,7 +146,7 @@ def test_a_planted_pickle_in_the_metadata_is_refused_without_running(tmp_path, m
     _, path = _step_checkpoint(tmp_path, QWEN2)
     (path / "trainer" / ".metadata").write_bytes(pickle.dumps(_Planted()))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="posix.system is not allowed"):
+    with pytest.raises(ValueError, match="refused to load posix.system"):
         load_pretrained(path)
     assert not (tmp_path / "planted").exists()
 
