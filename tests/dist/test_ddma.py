@@ -33,6 +33,11 @@ ONE_SLOT_SCENARIOS = [(2, 2, "float32", "shm", 1), (2, 2, "bfloat16", "collectiv
 FP8_NAMES = ("attention.wq.weight", "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w2.weight")
 
 
+def _args():  # the heads tp_slice checks tp=2 against: 2 query and 2 KV heads of dim 4, ffn_dim 12
+    from llamarl_core.models import ModelArgs
+    return ModelArgs(vocab_size=10, dim=8, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=12)
+
+
 def _is_fp8(name: str) -> bool:
     return name.endswith(FP8_NAMES)
 VERSIONS = (1, 2, 3)
@@ -49,11 +54,12 @@ def _sha(t: torch.Tensor) -> str:
 
 def _expected(version: int, tp_rank: int, tp: int, dtype, fp8: bool = False) -> dict[str, str]:
     from llamarl_core.generation.quant import QuantizedLinear
-    from llamarl_core.transport.ddma_plan import megatron_slice, scale_name
+    from llamarl_core.models.tp_slices import tp_slice
+    from llamarl_core.transport.ddma_plan import scale_name
     out = {}
     for n, t in _full(version).items():
-        sl = megatron_slice(n, tuple(t.shape), tp_rank, tp)
-        mine = (t.narrow(sl[0], sl[1], sl[2]) if sl else t).to(dtype)
+        sl = tp_slice(n, tuple(t.shape), _args(), tp_rank, tp)
+        mine = t.narrow(sl.dim, sl.start, sl.size).to(dtype)
         if fp8 and _is_fp8(n):  # the engine's quantization of the whole slice it would hold
             quantized = QuantizedLinear(mine, "fp8")
             out[n], out[scale_name(n)] = _sha(quantized.q), _sha(quantized.scale)
@@ -71,7 +77,7 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport, slots=2):
     if rank >= T + G:
         return []
     plan = build_plan({n: (s, torch.float32) for n, s in SHAPES.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, dtype=dtype, fp8=_is_fp8 if fp8 else None, num_slots=slots)
+                      generator_ranks=G, tp_size=tp, args=_args(), dtype=dtype, fp8=_is_fp8 if fp8 else None, num_slots=slots)
     kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=30)
     bad = []
     if rank < T:
