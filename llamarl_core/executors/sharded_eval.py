@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from llamarl_core.generation.params import Completion, SamplingParams
+from llamarl_core.generation.params import Completion, SamplingParams, stop_ids
 from llamarl_core.generation.stops import truncate_at_stop_string
 
 
@@ -48,8 +48,7 @@ class LockstepGreedy:
         if params.temperature != 0.0:
             raise ValueError("LockstepGreedy decodes greedily only (temperature 0)")
         tok, B = self.tokenizer, len(prompts)
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else
-                                                 set(getattr(tok, "eos_ids", (tok.eos_id,))))
+        stops = set(stop_ids(tok, params))
         lens = torch.tensor([len(p) for p in prompts], device=self.device)  # [B]
         P = int(lens.max())
         caps = [min(params.max_new_tokens, self.max_seq_len - len(p)) for p in prompts]
@@ -81,7 +80,7 @@ class LockstepGreedy:
                 t = int(picked[i])
                 out[i].append(t)
                 logprobs[i].append(picked_lp[i])
-                if t in stop_ids:
+                if t in stops:
                     reason[i] = "stop"
                 elif params.stop_strings and (hit := truncate_at_stop_string(out[i], tok.decode, params.stop_strings)):
                     kept, texts[i] = hit
@@ -97,7 +96,7 @@ class LockstepGreedy:
         self._reshard()
         done = []
         for i in range(B):
-            text = texts[i] if texts[i] is not None else tok.decode([t for t in out[i] if t not in stop_ids])
+            text = texts[i] if texts[i] is not None else tok.decode([t for t in out[i] if t not in stops])
             done.append(Completion(token_ids=out[i], logprobs=logprobs[i], finish_reason=reason[i] or "length",
                                    text=text))
         return done
