@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from llamarl_core.config.choices import DATA_NAMES
 from llamarl_core.data.arith import arith_examples
 from llamarl_core.data.example import DataFormatError, Example
 from llamarl_core.data.loaders import Keys, load_examples
@@ -73,7 +74,7 @@ def resolve_dataset(
         file_path = _split_file(path, split)
         examples = load_examples(file_path, fmt=fmt, on_error=on_error, keys=keys, split=split)
     elif name == "generic" or name.endswith(DATA_SUFFIXES):
-        file_path = path or name
+        file_path = path or (name if name != "generic" else None)
         if not file_path:
             raise ValueError("data.name=generic needs data.path=FILE (.jsonl, .json, .parquet, .csv "
                              "or a datasets save_to_disk folder)")
@@ -81,7 +82,7 @@ def resolve_dataset(
         examples = load_examples(file_path, fmt="auto", on_error=on_error, keys=keys, split=split)
     else:
         raise ValueError(
-            f"unknown data set {name!r}: use 'arith', 'gsm8k', 'math500', 'generic' or a data file path"
+            f"unknown data set {name!r}: use {', '.join(map(repr, DATA_NAMES))} or a data file path"
         )
     if not examples:
         report = examples.report

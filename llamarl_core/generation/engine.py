@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import torch
 
 from ..config.choices import BATCHING, QUANTIZATIONS
+from ..config.schema import GenerationConfig, GeneratorResources  # the defaults: one source
 from ..models.llama import Llama
 from .forward import SlotCache
 from .fused import EngineWeights
@@ -32,9 +33,9 @@ from .scheduler import Batch
 
 
 class GenerationEngine:
-    def __init__(self, model: Llama, tokenizer, max_batch_size: int = 64,
-                 max_seq_len: Optional[int] = None, quantization: str = "none",
-                 batching: str = "continuous",
+    def __init__(self, model: Llama, tokenizer, max_batch_size: int = GeneratorResources.max_batch_size,
+                 max_seq_len: Optional[int] = None, quantization: str = GeneratorResources.quantization,
+                 batching: str = GenerationConfig.batching,
                  token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
                  compact_finished_rows: bool = True):
         if quantization not in QUANTIZATIONS:

@@ -67,16 +67,16 @@ from itertools import zip_longest
 import torch
 import torch.distributed as dist
 
+from llamarl_core.config.choices import DDMA_TRANSPORTS
 from llamarl_core.transport import cuda_ipc, shm
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.ddma_plan import (DdmaPlan, dst_block, fp8_rows, scale_name, scale_view, src_block,
                                               tensor_view)
 from llamarl_core.transport.weight_sync import SyncStats
 
-TRANSPORTS = ("collective", "shm", "cuda_ipc")
+TRANSPORTS = DDMA_TRANSPORTS
 WAIT_SLICE_S = 0.2  # the receiving thread's store waits, cut in slices so that close() ends it
 SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
-NUM_SLOTS = 2  # the default: decode on while the next version lands in the other slot
 INTERRUPT_POLL_S = 0.01
 
 

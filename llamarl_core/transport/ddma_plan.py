@@ -31,6 +31,8 @@ from typing import Callable
 
 import torch
 
+from llamarl_core.config.choices import WEIGHT_SLOTS
+from llamarl_core.config.schema import ControllerConfig, GeneratorResources
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.models.tp_slices import fsdp_rows, tp_slice  # fsdp_rows re-exported: the plan's row rule
 
@@ -39,6 +41,11 @@ FP8_DTYPE = torch.float8_e4m3fn
 SCALE_BYTES = 4  # one float32 scale per row of an fp8 tensor
 SCALE_SUFFIX = "#scale"
 NamedShapes = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+def piece_bytes(weight_bucket_mb: float) -> int:
+    """The largest piece a sender cuts (`controller.weight_bucket_mb`: two pieces in flight)."""
+    return int(weight_bucket_mb * 2**20) // 2
 
 
 def _as_2d(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -135,15 +142,17 @@ class DdmaPlan:
 
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
                args: ModelArgs | None = None, dtype: torch.dtype | None = None,
-               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None,
-               trainer_shards: int = 0, num_slots: int = 2, groups: list[list[str]] = ()) -> DdmaPlan:
+               max_piece_bytes: int | None = None, fp8: Callable[[str], bool] | None = None,
+               trainer_shards: int = 0, num_slots: int = GeneratorResources.weight_slots,
+               groups: list[list[str]] = ()) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
     ``args``: the model's ModelArgs, needed when ``tp_size > 1``: generator rank g holds
     `models/tp_slices.tp_slice` of each tensor, the one slicing rule (the generator's
     `tensor_parallel.shard_model_`, the checksums and the simulator's byte count use it too).
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
-    cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded.
+    cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded
+    (default: `piece_bytes` of the schema's ``controller.weight_bucket_mb``, as a run uses).
     ``fp8(name)``: whether that (matrix) tensor travels as fp8 with per-row scales.
     ``trainer_shards``: under HSDP, the FSDP group size s (trainer rank t holds
     ``fsdp_rows(rows, s, t % s)``, T/s replicas hold the same rows); 0 = T (FSDP over every
@@ -160,8 +169,9 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     if shards < 1 or trainer_ranks % shards:
         raise ValueError(f"DDMA plan: trainer_shards={trainer_shards} does not divide T={trainer_ranks} trainer ranks")
     replicas = trainer_ranks // shards
-    if num_slots not in (1, 2):
-        raise ValueError(f"DDMA plan: num_slots must be 1 or 2, got {num_slots}")
+    if num_slots not in WEIGHT_SLOTS:
+        raise ValueError(f"DDMA plan: num_slots must be one of {WEIGHT_SLOTS}, got {num_slots}")
+    max_piece_bytes = piece_bytes(ControllerConfig.weight_bucket_mb) if max_piece_bytes is None else max_piece_bytes
     if not named_shapes:
         raise ValueError("named_shapes is empty: nothing to synchronise")
     if tp_size > 1 and args is None:
