@@ -62,6 +62,7 @@ import datetime
 import json
 import threading
 import time
+from dataclasses import dataclass
 from itertools import zip_longest
 
 import torch
@@ -72,12 +73,22 @@ from llamarl_core.transport import cuda_ipc, shm
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.ddma_plan import (DdmaPlan, dst_block, fp8_rows, scale_name, scale_view, src_block,
                                               tensor_view)
-from llamarl_core.transport.weight_sync import SyncStats
 
 TRANSPORTS = DDMA_TRANSPORTS
 WAIT_SLICE_S = 0.2  # the receiving thread's store waits, cut in slices so that close() ends it
 SLOTTED = ("shm", "cuda_ipc")  # the generator owns two slots; trainers write into them; store keys
 INTERRUPT_POLL_S = 0.01
+
+
+@dataclass
+class SyncStats:
+    """One sync as one side saw it (what `send`, `receive` and `poll` return)."""
+    version: int
+    seconds: float  # moving the bytes; excludes waiting for the peer (see wait_seconds)
+    bytes: int  # payload bytes on the wire (after the wire dtype: fp8 + scales, bf16, ...)
+    gbps: float  # bytes / seconds / 1e9
+    transport: str
+    wait_seconds: float = 0.0  # blocked on the peer: version not yet sent / slot not yet free
 
 
 RECV_POLL_S = 0.0002  # NCCL receives: how often the receiving thread looks at its works
@@ -198,8 +209,7 @@ class _Endpoint:
             raise
 
     def _stats(self, version: int, seconds: float, nbytes: int, wait_s: float) -> SyncStats:
-        return SyncStats(version, seconds, nbytes, nbytes / max(seconds, 1e-9) / 1e9, self.transport,
-                         0, wait_s)
+        return SyncStats(version, seconds, nbytes, nbytes / max(seconds, 1e-9) / 1e9, self.transport, wait_s)
 
 
 def _open_slots(transport: str, published: bytes, nbytes: int) -> list[torch.Tensor]:
