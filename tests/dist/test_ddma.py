@@ -12,6 +12,7 @@ on gloo): they never use the role loop's store client (their receiving thread bl
 store, and a TCPStore client serialises its callers: on a GPU the generator loop would freeze
 behind NCCL's lazy set-up), and both constructors finish a one-element warm-up per pair."""
 import hashlib
+import re
 import sys
 import threading
 
@@ -169,12 +170,12 @@ class RecordingStore(dist.Store):
 
     def _note(self, op, key):
         """Foreign: made by weight-sync code itself (the innermost llamarl_core frame is
-        transport/ddma.py; the role's own interrupt callback, run by it, is the role's) or
+        transport/ddma*.py; the role's own interrupt callback, run by it, is the role's) or
         on another thread than the role loop's."""
         f = sys._getframe(1)
         while f is not None and "llamarl_core" not in f.f_code.co_filename:
             f = f.f_back
-        by_ddma = f is not None and f.f_code.co_filename.endswith("transport/ddma.py")
+        by_ddma = f is not None and re.search(r"transport/ddma(_\w+)?\.py$", f.f_code.co_filename) is not None
         if by_ddma or threading.current_thread() is not threading.main_thread():
             self.foreign.append((op, str(key), threading.current_thread().name))
 
