@@ -102,14 +102,20 @@ class GenerationEngine:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seed: Optional[int] = None) -> list[Completion]:
-        out = []
-        for done in self.stream(prompts, params, seed):
-            ids = done.token_ids.tolist()
-            text = self.tokenizer.decode(ids)
-            if params.stop_strings:
-                from .stops import first_stop
-                hit = first_stop(text, params.stop_strings)
-                text = text if hit is None else text[:hit[0]]
-            out.append(Completion(token_ids=ids, logprobs=done.logprobs.tolist(),
-                                  finish_reason=done.finish_reason, text=text))
-        return out
+        return completions(self.stream(prompts, params, seed), params, self.tokenizer)
+
+
+def completions(finished: list[Finished], params: SamplingParams, tokenizer) -> list[Completion]:
+    """The engine's `Finished` rows as `Completion`s: token lists, and the text cut at the
+    first stop string (also for the sharded eval, executors/sharded_eval.py)."""
+    out = []
+    for done in finished:
+        ids = done.token_ids.tolist()
+        text = tokenizer.decode(ids)
+        if params.stop_strings:
+            from .stops import first_stop
+            hit = first_stop(text, params.stop_strings)
+            text = text if hit is None else text[:hit[0]]
+        out.append(Completion(token_ids=ids, logprobs=done.logprobs.tolist(),
+                              finish_reason=done.finish_reason, text=text))
+    return out
