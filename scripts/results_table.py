@@ -236,7 +236,7 @@ def render_row(row: Row, results: Path, warn: Callable[[str], None]) -> str:
         target = row.target if isinstance(row.target, str) else row.target(values)
         met = "—" if row.met is None else ("yes" if row.met(values) else "**no**")
     commit = str(doc.get(row.commit_key) or "not recorded")
-    commit = commit[:7] if re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", commit) else commit
+    commit = re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}(?=\+dirty$|$)", r"\1", commit)  # short hash, +dirty kept
     load = machine_load(doc, row.load_keys) if row.measured else "n/a (computed)"
     return (f"| {_cell(row.claim)} | {_cell(value)} | {_cell(target)} | {met} | `{row.json}` @ {commit} | "
             f"{_command(doc, row.command_key)} | {_cell(load)} |")
