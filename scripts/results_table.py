@@ -232,9 +232,13 @@ def render_row(row: Row, results: Path, warn: Callable[[str], None]) -> str:
         warn(f"{row.json}: no key {e.args[0]!r} (row {row.claim!r})")
         value, target, met = f"**no key `{e.args[0]}` in the JSON**", "?", "?"
     else:
-        value = row.show(values)
-        target = row.target if isinstance(row.target, str) else row.target(values)
-        met = "—" if row.met is None else ("yes" if row.met(values) else "**no**")
+        try:
+            value = row.show(values)
+            target = row.target if isinstance(row.target, str) else row.target(values)
+            met = "—" if row.met is None else ("yes" if row.met(values) else "**no**")
+        except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as e:  # a value of another shape
+            warn(f"{row.json}: cannot show {values!r} (row {row.claim!r}): {e}")
+            value, target, met = f"**cannot show the JSON's value: {type(e).__name__}**", "?", "?"
     commit = str(doc.get(row.commit_key) or "not recorded")
     commit = re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}(?=\+dirty$|$)", r"\1", commit)  # short hash, +dirty kept
     load = machine_load(doc, row.load_keys) if row.measured else "n/a (computed)"

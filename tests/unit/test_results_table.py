@@ -72,6 +72,13 @@ def test_a_key_missing_from_a_present_json_is_shown_and_fails(copy, capsys):
     assert "no key 'long_tail.ratio'" in capsys.readouterr().err
 
 
+def test_a_value_of_another_shape_is_shown_and_fails(copy, capsys):
+    readme, results = copy
+    (results / "streaming_cpu.json").write_text(json.dumps({"streaming_vs_chunked": {"ratio": 1.7}}))
+    assert "**cannot show the JSON's value: TypeError**" in rt.table(results)
+    assert rt.main(["--readme", str(readme), "--results", str(results)]) == 1
+
+
 def test_every_row_of_a_present_json_finds_its_keys():
     problems = []
     rt.table(RESULTS, problems.append)
