@@ -83,10 +83,10 @@ def main(argv) -> int:
 def _write(out: str | None, result: dict, console: Console, command: str | None = None) -> None:
     """Write `result` to `out` as JSON, with its `commit` (and `command`, where given) recorded."""
     if out:
-        from llamarl_core.bench.provenance import stamp
+        from llamarl_core.bench.provenance import git_commit
         if command is not None:
             result["command"] = command
-        stamp(result, result.get("command") or "unknown")
+        result.setdefault("commit", git_commit())
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
             json.dump(result, f, indent=1)

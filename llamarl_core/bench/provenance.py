@@ -29,10 +29,3 @@ def git_commit() -> str:
         return NO_GIT
     changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
     return head + ("+dirty" if changed else "")
-
-
-def stamp(result: dict, command: str) -> dict:
-    """`result` with `command` and `commit` set where it has none (a caller's own wins)."""
-    result.setdefault("command", command)
-    result.setdefault("commit", git_commit())
-    return result
