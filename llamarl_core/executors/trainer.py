@@ -30,6 +30,7 @@ from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.publishers import InPlace, WeightSync
+from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
@@ -98,14 +99,13 @@ class TrainerExecutor:
         for step in range(start, cfg.run.max_steps):
             t0 = time.time()
             ctx.progress()
-            batch, staleness, waited_s = self.sampler.collect(step, self.version)
-            self.feed.wait_for_peers(step)
-            with ctx.timeline.span("train", step=step):
-                metrics = self.learner.rl_step(batch, staleness)
-            self.version += 1
-            last = step == cfg.run.max_steps - 1 or self._out_of_time(t_rl)
-            if not last:
-                self.sync()
+            done = rl_step(self.feed, self.learner, self.publisher, step, self.version,
+                           lambda: step == cfg.run.max_steps - 1 or self._out_of_time(t_rl),
+                           sampler=self.sampler, span=ctx.timeline.span)
+            batch, metrics, waited_s, self.version, last = (done.batch, done.metrics, done.waited_s,
+                                                            done.version, done.last)
+            if done.sync is not None:
+                self.last_sync = done.sync
             due = cfg.run.eval_every_steps and (step + 1) % cfg.run.eval_every_steps == 0
             if due or last:
                 self.evaluate()
