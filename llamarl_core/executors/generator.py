@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
@@ -35,21 +35,21 @@ from llamarl_core.executors import rejoin
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
 
 class GeneratorExecutor:
-    def __init__(self, ctx: WorkerContext):
+    def __init__(self, ctx: WorkerContext, chunk_cfg: ChunkConfig):
         cfg, g = ctx.cfg, ctx.cfg.resources.generator
         self.ctx = ctx
         # Built on the meta device and allocated only as this rank's TP slice: every weight
         # arrives from the trainer (version 0 before the first chunk), so no generator rank
         # ever reads the checkpoint or holds the full model (tp > 1).
-        self.model, self.tokenizer = build_meta_model(cfg, dtype=g.dtype)
+        self.model, self.tokenizer = build_meta_model(cfg.model, dtype=g.dtype)
         self.model.requires_grad_(False)
         full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
         materialize_zeros(self.model, ctx.device)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
-        prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
-        self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, self.rank.replica,
+        prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), self.tokenizer)
+        self.chunks = ChunkGenerator(chunk_cfg, self.model, self.tokenizer, prompts, self.rank.replica,
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
         # Read after the engine adopted its storage (fused projections): what this rank holds.
         self.params = dict(self.model.named_parameters())

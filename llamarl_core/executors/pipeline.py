@@ -51,7 +51,17 @@ config: each component gets its own sections (`learner_config` below, …).
 """
 from __future__ import annotations
 
+import os
+import time
+
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.heldout import HeldoutConfig
+from llamarl_core.executors.learner import LearnerConfig
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.warmstart import warmstart_steps
+from llamarl_core.models import save_pretrained
 
 
 def build_role(ctx: WorkerContext):
@@ -59,14 +69,52 @@ def build_role(ctx: WorkerContext):
     role = ctx.role
     if role == "generator":
         from llamarl_core.executors.generator import GeneratorExecutor
-        return GeneratorExecutor(ctx)
+        return GeneratorExecutor(ctx, chunk_config(ctx.cfg))
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
         return RewardExecutor(ctx)
-    if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
-        from llamarl_core.executors.trainer import async_trainer
-        return async_trainer(ctx)
-    if role == "actor":  # k = 0: the same trainer loop, generating its own rows
-        from llamarl_core.executors.trainer import sync_actor
-        return sync_actor(ctx)
+    if role in ("trainer", "actor"):
+        from llamarl_core.executors.feeds import OwnChunks, RewardFeed
+        from llamarl_core.executors.publishers import InPlace, WeightSync
+        from llamarl_core.executors.trainer import TrainerExecutor
+        if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
+            return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
+                                   make_feed=lambda t: RewardFeed(ctx, t.rank, t.world),
+                                   make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
+        # k = 0: the same trainer loop; the colocated actor ranks generate their own rows with
+        # the weights they train
+        return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
+                               make_feed=lambda t: OwnChunks(ctx, chunk_config(ctx.cfg), t.rank, t.world, t.raw, t.tokenizer,
+                                                             t.train_prompts),
+                               make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
+
+
+# ---- each component's own sections, from the whole config -------------------------------
+def chunk_config(cfg: LlamaRLConfig) -> ChunkConfig:
+    return ChunkConfig(cfg.generation, cfg.resources.generator.max_batch_size, cfg.algorithm.prompts_per_step,
+                       cfg.algorithm.group_size, cfg.run.seed)
+
+
+def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
+    return HeldoutConfig(cfg.generation, cfg.data, cfg.resources.generator.max_batch_size, cfg.run.seed,
+                         cfg.logging.samples_per_eval)
+
+
+def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
+    return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
+                         cfg.run.max_steps)
+
+
+def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
+    """One process: build the model as the trainer does, warm start it, save it to `out_dir`
+    (HF format). Returns {"dir", "steps", "loss", "seconds"}."""
+    if cfg.warmstart.steps < 1:
+        raise ValueError(f"warmstart.steps={cfg.warmstart.steps}: nothing to warm start")
+    t0 = time.perf_counter()
+    model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
+    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, prompts, tokenizer, log=lambda m: log(m))
+    save_pretrained(model, tokenizer, out_dir)
+    return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,
+            "seconds": time.perf_counter() - t0}

@@ -8,7 +8,7 @@
         eval / checkpoint when due; one metrics.jsonl line
     final eval, final checkpoint, run/state = done
 
-One loop for both modes; what differs is handed in (`async_trainer`, `sync_actor` below):
+One loop for both modes; what differs is handed in by the pipeline (executors/pipeline.py):
 how a step's rows are collected (executors/feeds.py) and how a version is published
 (executors/publishers.py).
 """
@@ -24,12 +24,10 @@ import torch.distributed as dist
 
 from llamarl_core.executors import checkpoints, rejoin
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.feeds import OwnChunks, RewardFeed
-from llamarl_core.executors.heldout import heldout_eval, write_samples
-from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
+from llamarl_core.executors.learner import Learner, LearnerConfig
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.progress import StoreProgress
-from llamarl_core.executors.publishers import InPlace, WeightSync
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
@@ -47,9 +45,10 @@ from llamarl_core.wire.rollout import Rollout
 
 
 class TrainerExecutor:
-    def __init__(self, ctx: WorkerContext, role: str, make_feed: Callable, make_publisher: Callable):
+    def __init__(self, ctx: WorkerContext, role: str, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
+                 make_feed: Callable, make_publisher: Callable):
         cfg, t = ctx.cfg, ctx.cfg.resources.trainer
-        self.ctx, self.cfg = ctx, cfg
+        self.ctx, self.cfg, self.heldout_cfg = ctx, cfg, heldout_cfg
         self.model, self.raw, self.tokenizer = build_trainer_model(ctx, role)
         self.group = ctx.groups.get(role)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
@@ -58,12 +57,12 @@ class TrainerExecutor:
         self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[t.dtype])
                     if cfg.algorithm.kl_coef > 0 else None)
         eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
-        self.learner = Learner(self.model, cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
-        self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
-        self.eval_examples = load_split(cfg, "test")
+        self.learner = Learner(self.model, learner_cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
+        self.train_prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), self.tokenizer)
+        self.eval_examples = load_split(cfg.data, "test")
         self.data_skipped = {split: getattr(getattr(x, "report", None), "num_skipped", 0)  # on_error=skip
                              for split, x in (("train", self.train_prompts.examples), ("test", self.eval_examples))}
-        self.reward_fn = get_reward(reward_name(cfg))
+        self.reward_fn = get_reward(reward_name(cfg.data))
         self.version = 0
         # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
         self.restartable = [r for r in ("generator", "reward") if ctx.ranks(r)]
@@ -72,7 +71,7 @@ class TrainerExecutor:
         self.publisher = make_publisher(self)
         self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
         # How a step's rows are collected: the feed itself, or rounds of it (executors/resample.py).
-        self.sampler = DynamicSampling(self.feed, cfg) if cfg.algorithm.dynamic_sampling else self.feed
+        self.sampler = DynamicSampling(self.feed, cfg.algorithm, cfg.generation.max_new_tokens) if cfg.algorithm.dynamic_sampling else self.feed
         publisher_watch = rejoin.watch(ctx, ["generator"])
         self.publisher.on_broken = lambda e: rejoin.await_verdict(ctx, publisher_watch, e)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
@@ -125,7 +124,7 @@ class TrainerExecutor:
         if self.cfg.warmstart.steps == 0:
             return
         with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
-            warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
+            warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, self.train_prompts, self.tokenizer, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"))
         if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start
@@ -161,7 +160,7 @@ class TrainerExecutor:
             engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
                                     TORCH_DTYPES[self.cfg.resources.trainer.dtype])
             with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(None, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn,
+                summary, samples = heldout_eval(None, self.tokenizer, self.heldout_cfg, self.eval_examples, self.reward_fn,
                                                 self._progress("eval"), engine=engine)
             if self.rank != 0:
                 return
@@ -169,7 +168,7 @@ class TrainerExecutor:
             if self.rank != 0:  # DDP replicas hold the same weights
                 return
             with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.cfg, self.eval_examples,
+                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.heldout_cfg, self.eval_examples,
                                                 self.reward_fn, self._progress("eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
@@ -309,18 +308,3 @@ class TrainerExecutor:
             self.examples_log.close()
         if self.samples_log is not None:
             self.samples_log.close()
-
-
-def async_trainer(ctx: WorkerContext) -> TrainerExecutor:
-    """k >= 1: rows come from the reward role; weights go to the generator role."""
-    return TrainerExecutor(ctx, "trainer",
-                           make_feed=lambda t: RewardFeed(ctx, t.rank, t.world),
-                           make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
-
-
-def sync_actor(ctx: WorkerContext) -> TrainerExecutor:
-    """k = 0: the colocated actor ranks generate their own rows with the weights they train."""
-    return TrainerExecutor(ctx, "actor",
-                           make_feed=lambda t: OwnChunks(ctx, t.rank, t.world, t.raw, t.tokenizer,
-                                                         t.train_prompts),
-                           make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))

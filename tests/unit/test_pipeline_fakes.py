@@ -9,6 +9,7 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.generate_loop import SWAP_POLL_STEPS, GenerateLoop
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
@@ -93,7 +94,7 @@ class LocalWeights:
 
 
 def _generator(cfg, model, weights, control, k=1):
-    chunks = ChunkGenerator(cfg, model, TOK, PromptSet(examples=[None] * 4, prompt_ids=PROMPTS),
+    chunks = ChunkGenerator(chunk_config(cfg), model, TOK, PromptSet(examples=[None] * 4, prompt_ids=PROMPTS),
                             replica=0, num_replicas=1)
     return GenerateLoop(chunks, weights, control, replica=0, global_rank=3, max_offpolicy_steps=k,
                         should_stop=lambda: False)
@@ -160,7 +161,7 @@ class FakeFeed:
 
 def test_a_trainer_fed_by_a_fake_feed_trains_each_step_and_publishes_every_version_but_the_last():
     model = _model(0)
-    learner = Learner(model, _cfg())
+    learner = Learner(model, learner_config(_cfg()))
     feed, publisher = FakeFeed(), LocalWeights(model, _model(1))
     version, before = 0, [p.detach().clone() for p in model.parameters()]
     for step in range(3):
@@ -178,7 +179,7 @@ def test_a_trainer_and_a_generator_wired_in_one_process_train_on_generated_rows(
     cfg = _cfg()
     trainer, gen = _model(0), _model(0).requires_grad_(False)
     weights, control = LocalWeights(trainer, gen), FakeControl()
-    loop, learner = _generator(cfg, gen, weights, control), Learner(trainer, cfg)
+    loop, learner = _generator(cfg, gen, weights, control), Learner(trainer, learner_config(cfg))
 
     class GeneratedFeed(FakeFeed):  # generates chunk v with what it holds; "reward": even length
         def collect(self, step, version):
