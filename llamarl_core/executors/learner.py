@@ -24,6 +24,7 @@ from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
+SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class Learner:
                 updates.append(self._update(batch, tokens, behavior, mask, host_mask, advantages, staleness,
                                             old, in_rows, trained & in_rows, record_ratios=not updates))
         sums = _combine(updates)
+        sums["tokens_total"] = sums.pop("tokens")  # every trained token of every update of the step
         sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / (time.perf_counter() - t0))
         # For TensorBoard's histograms: every counted token's pi/mu (before the batch's first
         # update) and every row's staleness.
@@ -178,11 +180,13 @@ class Learner:
             for k, v in metrics.items():
                 if k in MAX_METRICS:
                     sums[k] = max(sums.get(k, -math.inf), v)
+                elif k in SUM_METRICS:
+                    sums[k] = sums.get(k, 0.0) + v
                 else:
                     sums[k] = sums.get(k, 0.0) + v * weight
         # Metrics are means over the rows that were trained (all rows unless skipped); with
         # none (every group scored alike) they are importance_metrics' values for no tokens.
-        sums = {k: v if k in MAX_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
+        sums = {k: v if k in MAX_METRICS + SUM_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
         if not micro_batches:  # zero gradients, so Adam's momentum and weight decay step as before
             low, high = a.clip_range()
             sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, low, clip_eps_high=high),
@@ -256,9 +260,11 @@ def _mean(values: torch.Tensor) -> float:
 
 
 def _combine(updates: list[dict]) -> dict:
-    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima)."""
+    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima,
+    counts add up)."""
     keys = dict.fromkeys(k for u in updates for k in u)
     return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
+            else sum(u[k] for u in updates if k in u) if k in SUM_METRICS
             else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}
 
 

@@ -271,13 +271,13 @@ class TrainerExecutor:
         ctx = self.ctx
         # Values as measured: rounding here once logged a learning rate of 1e-6 as 0.0.
         line = {"step": step + 1, "policy_version": self.version,
-                "reward_mean": metrics.pop("reward_mean"),
+                "reward/mean": metrics.pop("reward_mean"),
                 **{f"trainer/{k}": v for k, v in metrics.items()},
                 **getattr(self.sampler, "metrics", {}),
-                "batch/min_policy_version": batch.policy_version,
-                "dropped_chunks": self._dropped_total(),
+                "trainer/batch_min_policy_version": batch.policy_version,
+                "generator/dropped_chunks": self._dropped_total(),
                 **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},
-                "step_s": step_s, "trainer/wait_s": waited_s,
+                "trainer/step_s": step_s, "trainer/wait_s": waited_s,
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
         line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, self.learner.eos_ids))

@@ -2,7 +2,8 @@
 
 Rows are whole prompt groups, `group_size` consecutive rows per prompt. `tokens` holds each
 row's prompt followed by its completion, right-padded; the trainer recomputes log π on
-exactly these tokens. Packing to two flat tensors is how it crosses torch.distributed.
+exactly these tokens. Packing to three tensors (header, ints, floats) is how it crosses
+torch.distributed.
 
 A generator sends each prompt group as soon as its last sample ends (continuous batching):
 such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups

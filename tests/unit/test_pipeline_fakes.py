@@ -175,6 +175,16 @@ def test_a_trainer_fed_by_a_fake_feed_trains_each_step_and_publishes_every_versi
     assert learner.steps_done == 3
 
 
+def test_trainer_tokens_total_counts_every_trained_token_of_the_step():
+    # 4 rows x 8 completion tokens, every group informative: 32 tokens, however the rows are cut
+    # into micro-batches (a mean over micro-batches of 1 row said 8) and summed over 2 updates
+    for micro, updates, want in ((4, 1, 32.0), (1, 1, 32.0), (1, 2, 64.0)):
+        cfg = _cfg(f"resources.trainer.micro_batch_size={micro}", f"algorithm.updates_per_batch={updates}")
+        learner = Learner(_model(0), learner_config(cfg))
+        batch, staleness, _ = FakeFeed().collect(0, 0)
+        assert learner.rl_step(batch, staleness)["tokens_total"] == want, (micro, updates)
+
+
 def test_a_trainer_and_a_generator_wired_in_one_process_train_on_generated_rows():
     cfg = _cfg()
     trainer, gen = _model(0), _model(0).requires_grad_(False)
