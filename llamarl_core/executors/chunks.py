@@ -68,7 +68,8 @@ class ChunkGenerator:
         seed = (a.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
         groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
         self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
-                           between_steps=between_steps, policy_version=policy_version)
+                           between_steps=between_steps, policy_version=policy_version,
+                           prompt_tokens=groups.tokens)
         return groups.whole()
 
 
@@ -84,14 +85,16 @@ class _Groups:
         # Tokens and log-probs are assembled where the engine made them (no per-sample copy to
         # the host; the rollout sender's thread takes each group to the host); lengths, ids and
         # versions are host numbers from the start.
+        # Prompts are tensors once per run (PromptSet.table); the engine admits from these rows.
         device = owner.engine.device
+        table, lengths = owner.prompts.table(owner.tokenizer.pad_id)
+        rows = torch.tensor(example_ids, dtype=torch.long)
         self.tokens = torch.full((n, gen.max_prompt_tokens + gen.max_new_tokens),
                                  owner.tokenizer.pad_id, dtype=torch.long)
-        for r, p in enumerate(prompt_ids):
-            self.tokens[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+        self.tokens[:, :table.shape[1]] = table[rows]
         self.tokens = self.tokens.to(device)
         self.behavior = torch.zeros(n, gen.max_new_tokens, device=device)
-        self.prompt_lens = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
+        self.prompt_lens = lengths[rows]
         self.completion_lens = torch.zeros(n, dtype=torch.long)
         self.versions = torch.full((n,), policy_version, dtype=torch.long)
         self.example_ids = torch.tensor(example_ids, dtype=torch.long)

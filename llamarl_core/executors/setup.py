@@ -101,6 +101,19 @@ class PromptSet:
     def __len__(self) -> int:
         return len(self.examples)
 
+    def table(self, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids [E, longest] right-padded with `pad_id`, lengths [E]): every prompt as a tensor,
+        built once per run; a chunk's rows are an index into it."""
+        cached = getattr(self, "_table", None)
+        if cached is None or cached[0] != pad_id:
+            lengths = torch.tensor([len(p) for p in self.prompt_ids], dtype=torch.long)
+            ids = torch.full((len(self.prompt_ids), int(lengths.max()) if len(lengths) else 1), pad_id,
+                             dtype=torch.long)
+            for r, p in enumerate(self.prompt_ids):
+                ids[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+            cached = self._table = (pad_id, ids, lengths)
+        return cached[1], cached[2]
+
 
 def encode_prompts(data: DataConfig, generation: GenerationConfig, examples: list[Example],
                    tokenizer) -> PromptSet:
