@@ -97,7 +97,8 @@ class RewardExecutor:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
         ctx, a = self.ctx, self.ctx.cfg.algorithm
         with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
-            rollout.rewards = torch.tensor(self.score(rollout), dtype=torch.float32)
+            # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
+            rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
         key = (rollout.replica, rollout.chunk)
         parts = self.partial.setdefault(key, [])
