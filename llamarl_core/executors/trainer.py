@@ -27,6 +27,7 @@ from llamarl_core.executors.context import WorkerContext
 from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
+from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
 from llamarl_core.executors.progress import StoreProgress
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.rollout_stats import rollout_stats
@@ -67,8 +68,8 @@ class TrainerExecutor:
         # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
         self.restartable = [r for r in ("generator", "reward") if ctx.ranks(r)]
         self.watch = rejoin.watch(ctx, self.restartable)
-        self.feed = make_feed(self)
-        self.publisher = make_publisher(self)
+        self.feed: RolloutFeed = make_feed(self)                  # executors/ports.py
+        self.publisher: WeightPublisher = make_publisher(self)
         self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
         # How a step's rows are collected: the feed itself, or rounds of it (executors/resample.py).
         self.sampler = DynamicSampling(self.feed, cfg.algorithm, cfg.generation.max_new_tokens) if cfg.algorithm.dynamic_sampling else self.feed
