@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
 from llamarl_core.executors import rejoin
@@ -166,9 +166,10 @@ class RewardFeed(_Waits):
 
 
 class OwnChunks(_Waits):
-    def __init__(self, ctx: WorkerContext, rank: int, world: int, model, tokenizer, prompts):
+    def __init__(self, ctx: WorkerContext, chunk_cfg: ChunkConfig, rank: int, world: int, model, tokenizer,
+                 prompts):
         self.ctx, self.rank, self.world, self.replicas = ctx, rank, world, world
-        self.chunks = ChunkGenerator(ctx.cfg, model, tokenizer, prompts, rank, world,
+        self.chunks = ChunkGenerator(chunk_cfg, model, tokenizer, prompts, rank, world,
                                      ctx.cfg.resources.generator.quantization)
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None

@@ -79,7 +79,9 @@ class GenerationEngine:
     def stream(self, prompts: list[list[int]], params: SamplingParams, seed: Optional[int] = None,
                on_finish: Optional[Callable[[Finished], None]] = None,
                between_steps: Optional[Callable[[], Optional[int]]] = None,
-               policy_version: int = 0) -> list[Finished]:
+               policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None) -> list[Finished]:
+        """`prompt_tokens`: the same prompts as one right-padded [n, ≥ longest] tensor on this
+        engine's device, when the caller holds them so (a rollout chunk): never built again."""
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError(f"prompt {i} is empty; give at least one token (e.g. BOS)")
@@ -96,7 +98,7 @@ class GenerationEngine:
                 self.proj = self.weights.current()
                 return Batch(self, prompts, params, generator, static=self.batching == "static",
                              on_finish=on_finish, between_steps=between_steps,
-                             policy_version=policy_version).run()
+                             policy_version=policy_version, prompt_tokens=prompt_tokens).run()
         finally:
             self.model.train(was_training)
 

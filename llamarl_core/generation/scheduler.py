@@ -46,9 +46,12 @@ class Batch:
                  generator: torch.Generator, static: bool,
                  on_finish: Optional[Callable[[Finished], None]] = None,
                  between_steps: Optional[Callable[[], Optional[int]]] = None,
-                 policy_version: int = 0):
+                 policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None):
         self.engine, self.model, self.params = engine, engine.model, params
         self.prompts, self.generator, self.static = prompts, generator, static
+        # [n, ≥ longest] the same prompts, right-padded, on the engine's device (a rollout chunk's
+        # token rows): admitting gathers from it instead of building each prompt again
+        self.prompt_tokens = prompt_tokens
         self.on_finish, self.between_steps = on_finish, between_steps
         self.version = policy_version
         device, tok = engine.device, engine.tokenizer
@@ -108,9 +111,12 @@ class Batch:
         self.used = max(self.used, max(slots) + 1)
         device, pad = self.engine.device, self.engine.tokenizer.pad_id
         lengths = [len(self.prompts[j]) for j in idx]
-        ids = torch.full((take, max(lengths)), pad, dtype=torch.long)
-        for r, j in enumerate(idx):
-            ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
+        if self.prompt_tokens is not None:  # the prompts are tensors already
+            ids = self.prompt_tokens[torch.tensor(idx, device=self.prompt_tokens.device), :max(lengths)]
+        else:
+            ids = torch.full((take, max(lengths)), pad, dtype=torch.long)
+            for r, j in enumerate(idx):
+                ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
         slots_t = torch.tensor(slots, device=device)
         lengths_t = torch.tensor(lengths, device=device)
         logits = prefill(self.model, self.engine.proj, self.cache, ids.to(device), lengths_t, slots_t)

@@ -283,6 +283,7 @@ def _generator_memory(rank, store):
     a sync the engine computes from the slot itself, and the process holds what the plan says."""
     from llamarl_core.config.load import load_config
     from llamarl_core.executors.chunks import ChunkGenerator
+    from llamarl_core.executors.pipeline import chunk_config
     from llamarl_core.executors.setup import PromptSet, build_meta_model, materialize_zeros
     from llamarl_core.generation.fused import fused_param_groups
     from llamarl_core.plan.memory import GIB, generator_memory
@@ -292,7 +293,7 @@ def _generator_memory(rank, store):
     cfg = load_config("cpu_tiny", ["resources.generator.max_batch_size=8", "generation.max_prompt_tokens=16",
                                    "generation.max_new_tokens=16", "algorithm.group_size=2",
                                    "algorithm.prompts_per_step=4"])
-    model, tok = build_meta_model(cfg, dtype="float32")
+    model, tok = build_meta_model(cfg.model, dtype="float32")
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     plan = build_plan(shapes, trainer_ranks=1, generator_ranks=1, groups=fused_param_groups(shapes))
     kw = dict(transport="shm", store=dist.PrefixStore("memory", store), timeout_s=60)
@@ -308,7 +309,7 @@ def _generator_memory(rank, store):
     model.requires_grad_(False)
     materialize_zeros(model, "cpu")
     prompts = PromptSet(examples=[None] * 4, prompt_ids=[[1] + [7] * 15] * 4)  # full-length prompts: a full cache
-    chunks = ChunkGenerator(cfg, model, tok, prompts, 0, 1)
+    chunks = ChunkGenerator(chunk_config(cfg), model, tok, prompts, 0, 1)
     receiver = DdmaReceiver(plan, 0, dict(model.named_parameters()), run_id="ddma-memory", **kw)
     outside = []
     for v in (0, 1):

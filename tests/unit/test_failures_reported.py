@@ -47,12 +47,12 @@ def test_only_config_and_usage_errors_are_bad_input():
 
 def test_a_weight_copy_with_a_name_that_does_not_match_is_refused():
     cfg = load_config("cpu_tiny")
-    state = {n: p.detach().clone() for n, p in build_model(cfg, "float32")[0].named_parameters()}
-    copy = model_from_state(cfg, state, "float32")
+    state = {n: p.detach().clone() for n, p in build_model(cfg.model, "float32", seed=cfg.run.seed)[0].named_parameters()}
+    copy = model_from_state(cfg.model, state, "float32")
     assert all(torch.equal(p, state[n]) for n, p in copy.named_parameters())
     renamed = {("_orig_mod." + n if n == "norm.weight" else n): v for n, v in state.items()}
     with pytest.raises(RuntimeError, match="norm.weight"):
-        model_from_state(cfg, renamed, "float32")
+        model_from_state(cfg.model, renamed, "float32")
 
 
 def test_without_matplotlib_the_bench_json_is_written_and_one_line_names_the_extra(tmp_path, monkeypatch, capsys):
