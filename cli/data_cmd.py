@@ -8,7 +8,7 @@ reference answer and the reward the configured verifier gives the reference solu
 over the whole split, the share of references scoring 1.0, prompt lengths (min/median/max)
 and how many exceed `generation.max_prompt_tokens`. `--json`: one JSON object per example
 (`prompt`, `prompt_ids`, `reference`, `reference_reward`), then one `{"summary": {...}}`.
-No model and no torchrun: `llamarl_core.executors.preview.preview_data` does the work.
+No model and no torchrun: `llamarl_core.runtime.preview.preview_data` does the work.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def main(argv) -> int:
             print_resolved(recipe, overrides)
             return EXIT_OK
         cfg = load_config(recipe, overrides)
-        from llamarl_core.executors.preview import preview_data
+        from llamarl_core.runtime.preview import preview_data
 
         view = preview_data(cfg, n)
         if args.json:

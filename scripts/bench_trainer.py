@@ -33,11 +33,13 @@ import time
 import torch
 
 from llamarl_core.algorithms import compute_advantages
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
-from llamarl_core.executors.warmstart import run_warmstart
+from llamarl_core.executors.pipeline import run_warmstart
 from llamarl_core.rewards import get_reward
 
 
@@ -52,10 +54,10 @@ def parse_args(argv=None):
 
 
 def make_chunk(cfg, model, tokenizer):
-    examples = load_split(cfg, "train")
-    prompts = encode_prompts(cfg, examples, tokenizer)
-    batch = ChunkGenerator(cfg, model, tokenizer, prompts, replica=0, num_replicas=1).generate(0, 0)
-    reward_fn = get_reward(reward_name(cfg))
+    examples = load_split(cfg.data, "train")
+    prompts = encode_prompts(cfg.data, cfg.generation, examples, tokenizer)
+    batch = ChunkGenerator(chunk_config(cfg), model, tokenizer, prompts, replica=0, num_replicas=1).generate(0, 0)
+    reward_fn = get_reward(reward_name(cfg.data))
     texts = [tokenizer.decode(batch.tokens[r, p:p + c].tolist())
              for r, (p, c) in enumerate(zip(batch.prompt_lens.tolist(), batch.completion_lens.tolist()))]
     batch.rewards = torch.tensor([float(reward_fn(t, examples[i].reference))
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
         print(f"warm start ({base.warmstart.steps} steps) -> {checkpoint}", flush=True)
         run_warmstart(base, checkpoint, log=lambda m: None)
     cfg = load_config(args.recipe, [*args.overrides, f"model.checkpoint={checkpoint}", "warmstart.steps=0"])
-    model, tokenizer = build_model(cfg, cfg.resources.trainer.dtype)
+    model, tokenizer = build_model(cfg.model, cfg.resources.trainer.dtype, seed=cfg.run.seed)
     batch = make_chunk(cfg, model, tokenizer)
     default_micro = cfg.resources.trainer.micro_batch_size
     variants = {f"{kind}_micro{m}": (kind != "padded", m, kind == "sorted_skip")
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     learners = {}
     for name, (length_sorted, micro, skip) in variants.items():
         vcfg = load_config(args.recipe, [*args.overrides, f"resources.trainer.micro_batch_size={micro}"])
-        learners[name] = Learner(copy.deepcopy(model), vcfg)
+        learners[name] = Learner(copy.deepcopy(model), learner_config(vcfg))
         learners[name].length_sorted, learners[name].skip_zero_advantage = length_sorted, skip
         learners[name].rl_step(batch, torch.zeros(batch.num_rows))  # warm-up, not timed
     times: dict = {name: [] for name in variants}
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
     baseline = f"padded_micro{default_micro}"
     for r in rows.values():
         r["speedup_vs_padded_default"] = rows[baseline]["step_s"] / r["step_s"]
-    result = {"benchmark": "trainer_rl_step", "command": " ".join(["python", *sys.argv]),
+    result = {"benchmark": "trainer_rl_step", "command": " ".join(["python", *sys.argv]), "commit": git_commit(),
               "recipe": args.recipe, "overrides": args.overrides, "rows": batch.num_rows,
               "completion_tokens": completion_tokens,
               "prompt_tokens": int(batch.prompt_lens.sum()),

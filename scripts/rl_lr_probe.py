@@ -27,8 +27,9 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.heldout import heldout_summary
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import chunk_config, heldout_config, learner_config
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
-from llamarl_core.executors.warmstart import run_warmstart
+from llamarl_core.executors.pipeline import run_warmstart
 from llamarl_core.rewards import get_reward
 
 def _warm_start(overrides: list[str]) -> tuple[str, float]:
@@ -63,16 +64,16 @@ def main(argv) -> int:
     rl_over = [o for o in overrides if not o.startswith(("warmstart.", "model."))]
     cfg = load_config("cpu_tiny", [*rl_over, f"model.checkpoint={ws}", "warmstart.steps=0",
                                    "algorithm.max_offpolicy_steps=0"])
-    model, tok = build_model(cfg, "float32")
-    reward = get_reward(reward_name(cfg))
-    prompts = encode_prompts(cfg, load_split(cfg, "train"), tok)
-    held_out = load_split(cfg, "test")
+    model, tok = build_model(cfg.model, "float32", seed=cfg.run.seed)
+    reward = get_reward(reward_name(cfg.data))
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tok)
+    held_out = load_split(cfg.data, "test")
     refs = [ex.reference for ex in prompts.examples]
-    gen, learner = ChunkGenerator(cfg, model, tok, prompts, 0, 1), Learner(model, cfg)
+    gen, learner = ChunkGenerator(chunk_config(cfg), model, tok, prompts, 0, 1), Learner(model, learner_config(cfg))
     if betas:
         for group in learner.optimizer.param_groups:
             group["betas"] = betas
-    acc = [heldout_summary(model, tok, cfg, held_out, reward)["accuracy"]]
+    acc = [heldout_summary(model, tok, heldout_config(cfg), held_out, reward)["accuracy"]]
     gen_s = train_s = 0.0
     rewards, reward_means, seconds, tokens = [], [], [], 0
     for step in range(steps):
@@ -88,7 +89,7 @@ def main(argv) -> int:
         rewards.append(float(batch.rewards.mean()))
         tokens += int(batch.completion_lens.sum())
         if (step + 1) % eval_every == 0:
-            acc.append(heldout_summary(model, tok, cfg, held_out, reward)["accuracy"])
+            acc.append(heldout_summary(model, tok, heldout_config(cfg), held_out, reward)["accuracy"])
             reward_means.append(round(sum(rewards) / len(rewards), 4))
             seconds.append([round(gen_s, 1), round(train_s, 1)])
             rewards = []

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import torch
 
+from llamarl_core.bench.provenance import git_commit
+
 
 def summarize(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     config = (run_dir / "config.yaml").read_text()
-    step_s = [m["step_s"] for m in lines]
+    step_s = [m["trainer/step_s"] for m in lines]
     return {
         "run_dir": str(run_dir), "recipe": summary["recipe"], "mode": summary["mode"],
         "accuracy_before": summary["accuracy_before"], "accuracy_after": summary["accuracy_after"],
@@ -33,7 +35,7 @@ def summarize(run_dir: Path) -> dict:
         # controller start (plan.json written) to the end of training (summary.json written)
         "run_wall_s": round((run_dir / "summary.json").stat().st_mtime - (run_dir / "plan.json").stat().st_mtime, 1),
         "step_s": {"median": statistics.median(step_s), "min": min(step_s), "max": max(step_s)},
-        "reward_mean": {"first": lines[0]["reward_mean"], "last": lines[-1]["reward_mean"]},
+        "reward_mean": {"first": lines[0]["reward/mean"], "last": lines[-1]["reward/mean"]},
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
         "dropped_chunks": summary["dropped_chunks"],
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
@@ -49,6 +51,7 @@ def main() -> None:
     p.add_argument("--out", type=Path)
     p.add_argument("--command", default="", help="the command that made the run(s)")
     p.add_argument("--note", default="", help="how the runs were made (machine, load, what ran beside)")
+    p.add_argument("--commit", default="", help="the commit the run(s) ran (default: this checkout's HEAD)")
     args = p.parse_args()
     runs = [summarize(d) for d in args.run_dirs]
     result = runs[0] if len(runs) == 1 else {
@@ -59,6 +62,7 @@ def main() -> None:
         result["config_yaml"] = runs[0]["config_yaml"]
         result["runs"] = [{k: v for k, v in r.items() if k != "config_yaml"} for r in runs]
     head = {k: v for k, v in (("command", args.command), ("note", args.note)) if v}
+    head["commit"] = args.commit or git_commit()
     result = {**head, **result}
     text = json.dumps(result, indent=2)
     if args.out:

@@ -43,6 +43,7 @@ def train_step(device: str, size: dict) -> dict:
     from torch.distributed.device_mesh import DeviceMesh
 
     from llamarl_core.executors.learner import Learner
+    from llamarl_core.executors.pipeline import chunk_config, learner_config
     from llamarl_core.plan.memory import trainer_memory
     from llamarl_core.transport.parallel import apply_activation_checkpointing, apply_fsdp
 
@@ -54,7 +55,7 @@ def train_step(device: str, size: dict) -> dict:
         model.train()
         apply_activation_checkpointing(model)
         apply_fsdp(model, DeviceMesh(device, [0]), torch.bfloat16)
-        learner = Learner(model, cfg)
+        learner = Learner(model, learner_config(cfg))
         batch = _rollout(rows, seq, model.args.vocab_size, cfg.algorithm.group_size)
         before = [p.detach().to_local().clone() for p in model.parameters()]
         learner.rl_step(batch, torch.zeros(rows))  # warm-up (allocator, kernels)
@@ -89,6 +90,7 @@ def mismatch(device: str, size: dict) -> dict:
     from llamarl_core.algorithms import importance_metrics
     from llamarl_core.executors.chunks import ChunkGenerator
     from llamarl_core.executors.learner import Learner, completion_targets
+    from llamarl_core.executors.pipeline import chunk_config, learner_config
     from llamarl_core.executors.setup import PromptSet, build_model, encode_prompts, load_split
     from llamarl_core.executors.warmstart import warmstart_steps
     from llamarl_core.transport.parallel import apply_autocast
@@ -100,14 +102,14 @@ def mismatch(device: str, size: dict) -> dict:
                            f"resources.generator.max_batch_size={n * 4}", "resources.trainer.dtype=bfloat16",
                            "resources.generator.dtype=bfloat16", "algorithm.group_size=4"])
     dev = "cuda" if device == "cuda" else "cpu"
-    master, tok = build_model(cfg, dtype="float32", device=dev)
-    prompts = encode_prompts(cfg, load_split(cfg, "train"), tok)
-    warmstart_steps(master, cfg, prompts, tok, log=lambda m: None)  # peaked distributions, as RL starts from
+    master, tok = build_model(cfg.model, dtype="float32", device=dev, seed=cfg.run.seed)
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tok)
+    warmstart_steps(master, cfg.warmstart, cfg.run.seed, prompts, tok, log=lambda m: None)  # peaked distributions, as RL starts from
     generator = copy.deepcopy(master).to(torch.bfloat16).requires_grad_(False).eval()
-    chunks = ChunkGenerator(cfg, generator, tok, PromptSet(prompts.examples, prompts.prompt_ids), 0, 1)
+    chunks = ChunkGenerator(chunk_config(cfg), generator, tok, PromptSet(prompts.examples, prompts.prompt_ids), 0, 1)
     rollout = chunks.generate(chunk=0, policy_version=0).to("cpu")  # μ: what the bf16 engine sampled with
     apply_autocast(master, torch.bfloat16, dev)  # π: the 1-GPU trainer's compute (fp32 master, bf16 ops)
-    learner = Learner(master, cfg)
+    learner = Learner(master, learner_config(cfg))
     tokens, behavior, mask = (t.to(dev) for t in completion_targets(rollout))
     with torch.no_grad():
         logp, _ = master(tokens, head=learner._head(tokens[:, 1:]))

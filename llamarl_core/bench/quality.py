@@ -69,7 +69,7 @@ def quality_run_stats(run_dir: str, samples_per_step: int) -> dict:
             "is_ratio_max": max(m["trainer/is_ratio_max"] for m in metrics),
             "ess_fraction": mean("ess"), "truncated_fraction": mean("is_truncated_frac"),
             "ppo_clip_fraction": mean("ppo_clip_frac"),
-            "reward_first": metrics[0]["reward_mean"], "reward_last": metrics[-1]["reward_mean"]}
+            "reward_first": metrics[0]["reward/mean"], "reward_last": metrics[-1]["reward/mean"]}
 
 
 def _json(run_dir: str) -> dict:

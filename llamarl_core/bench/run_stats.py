@@ -177,7 +177,7 @@ def run_stats(run_dir: str, target_accuracy: float) -> dict:
     curve = accuracy_curve(spans, summary, t0)
     tokens = max((m.get("generator/tokens", 0) for m in metrics), default=0)
     sync_s = [m["sync/seconds"] for m in metrics if "sync/seconds" in m]
-    rewards = [{"wall_s": None, "step": m["step"], "reward_mean": m.get("reward_mean")} for m in metrics]
+    rewards = [{"wall_s": None, "step": m["step"], "reward_mean": m.get("reward/mean")} for m in metrics]
     ends = sorted(s["t1"] for s in spans if s["role"] == training_role(spans) and s["rank"] == 0
                   and s["state"] == "train")
     for r, end in zip(rewards, ends):

@@ -48,8 +48,8 @@ def cpu_system(cfg: LlamaRLConfig) -> CpuSystem:
 def mean_prompt_tokens(cfg: LlamaRLConfig) -> float:
     from llamarl_core.executors.setup import build_model, encode_prompts, load_split
 
-    _, tokenizer = build_model(cfg, "float32")
-    prompts = encode_prompts(cfg, load_split(cfg, "train"), tokenizer)
+    _, tokenizer = build_model(cfg.model, "float32", seed=cfg.run.seed)
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
     return statistics.mean(len(p) for p in prompts.prompt_ids)
 
 

@@ -38,7 +38,7 @@ from llamarl_core.bench.run_stats import PHASES, run_stats
 from omegaconf import OmegaConf
 
 from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
-from llamarl_core.executors.warmstart import run_warmstart
+from llamarl_core.executors.pipeline import run_warmstart
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
 from llamarl_core.runtime.run_dir import resolve_run_dir

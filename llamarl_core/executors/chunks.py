@@ -8,28 +8,40 @@ over (`on_group`) as soon as its last sample ends.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
-from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.schema import GenerationConfig
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.generation import Finished, GenerationEngine, SamplingParams
 
 
+@dataclass(frozen=True)
+class ChunkConfig:
+    """What chunk generation reads of the run (built by executors/pipeline.py: `chunk_config`)."""
+
+    generation: GenerationConfig  # sampling and lengths
+    max_batch_size: int           # resources.generator.max_batch_size: sequences decoded together
+    prompts_per_step: int         # algorithm.prompts_per_step (all replicas together)
+    group_size: int               # algorithm.group_size: samples per prompt
+    seed: int                     # run.seed: which prompts make chunk n, and the sampling seeds
+
+
 class ChunkGenerator:
-    def __init__(self, cfg: LlamaRLConfig, model, tokenizer, prompts: PromptSet,
+    def __init__(self, cfg: ChunkConfig, model, tokenizer, prompts: PromptSet,
                  replica: int, num_replicas: int, quantization: str = "none", token_sync=None):
-        g, gen = cfg.resources.generator, cfg.generation
+        gen = cfg.generation
         self.cfg, self.tokenizer, self.prompts = cfg, tokenizer, prompts
         self.replica, self.num_replicas = replica, num_replicas
         positions = model.args.max_seq_len  # the engine would stop completions early, as "length"
         if gen.max_prompt_tokens + gen.max_new_tokens > positions:  # (the plan refuses this first)
             raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = "
                              f"{gen.max_prompt_tokens + gen.max_new_tokens} > the model's {positions} positions")
-        self.engine = GenerationEngine(model, tokenizer, max_batch_size=g.max_batch_size,
+        self.engine = GenerationEngine(model, tokenizer, max_batch_size=cfg.max_batch_size,
                                        max_seq_len=gen.max_prompt_tokens + gen.max_new_tokens + 1,
                                        quantization=quantization, batching=gen.batching,
                                        token_sync=token_sync)
@@ -48,15 +60,16 @@ class ChunkGenerator:
                  between_steps: Optional[Callable[[], Optional[int]]] = None) -> Rollout:
         """Chunk `chunk` as one Rollout; each prompt group also goes to `on_group` the moment
         its last sample ends (continuous batching ends groups out of order)."""
-        a = self.cfg.algorithm
-        indices = chunk_prompt_indices(len(self.prompts), chunk, a.prompts_per_step, self.cfg.run.seed)
+        a = self.cfg
+        indices = chunk_prompt_indices(len(self.prompts), chunk, a.prompts_per_step, a.seed)
         lo, hi = prompt_range(self.replica, self.num_replicas, a.prompts_per_step)
         example_ids = [i for i in indices[lo:hi] for _ in range(a.group_size)]
         prompt_ids = [self.prompts.prompt_ids[i] for i in example_ids]
-        seed = (self.cfg.run.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
+        seed = (a.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
         groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
         self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
-                           between_steps=between_steps, policy_version=policy_version)
+                           between_steps=between_steps, policy_version=policy_version,
+                           prompt_tokens=groups.tokens)
         return groups.whole()
 
 
@@ -67,19 +80,21 @@ class _Groups:
                  prompt_ids: list[list[int]], policy_version: int, on_group):
         gen, n = owner.cfg.generation, len(example_ids)
         self.owner, self.chunk, self.on_group = owner, chunk, on_group
-        self.size = owner.cfg.algorithm.group_size
+        self.size = owner.cfg.group_size
         self.prompt_ids = prompt_ids
         # Tokens and log-probs are assembled where the engine made them (no per-sample copy to
         # the host; the rollout sender's thread takes each group to the host); lengths, ids and
         # versions are host numbers from the start.
+        # Prompts are tensors once per run (PromptSet.table); the engine admits from these rows.
         device = owner.engine.device
+        table, lengths = owner.prompts.table(owner.tokenizer.pad_id)
+        rows = torch.tensor(example_ids, dtype=torch.long)
         self.tokens = torch.full((n, gen.max_prompt_tokens + gen.max_new_tokens),
                                  owner.tokenizer.pad_id, dtype=torch.long)
-        for r, p in enumerate(prompt_ids):
-            self.tokens[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+        self.tokens[:, :table.shape[1]] = table[rows]
         self.tokens = self.tokens.to(device)
         self.behavior = torch.zeros(n, gen.max_new_tokens, device=device)
-        self.prompt_lens = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
+        self.prompt_lens = lengths[rows]
         self.completion_lens = torch.zeros(n, dtype=torch.long)
         self.versions = torch.full((n,), policy_version, dtype=torch.long)
         self.example_ids = torch.tensor(example_ids, dtype=torch.long)

@@ -24,7 +24,8 @@ class WorkerContext:
     role_ranks: dict[str, list[int]]          # role → its global ranks
     control: ControlPlane
     timeline: Timeline
-    groups: dict = field(default_factory=dict)  # "trainer" | "actor" | "weights" → ProcessGroup
+    # the role's name → its world (runtime/worker.build_groups); "generator_tp" → this rank's replica
+    groups: dict = field(default_factory=dict)
     run_id: str = ""
     device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
     last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread

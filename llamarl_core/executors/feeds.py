@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
 from llamarl_core.executors import rejoin
@@ -55,7 +55,14 @@ class _Waits:
 
     ctx: WorkerContext
     on_wait: Callable[[], set[str]] = staticmethod(no_restarts)
-    on_broken: Callable[[BaseException], set[str]]
+
+    def on_broken(self, error: BaseException) -> set[str]:
+        """A broken link: wait for the controller's verdict (the trainer sets its own)."""
+        return rejoin.await_verdict(self.ctx, rejoin.watch(self.ctx, []), error)
+
+    def start(self) -> None:
+        self.links = rejoin.links(self.ctx)
+        self._open()
 
     def _get(self, inbox: Callable[[], AsyncReceiver], reopen: Callable[[], None]) -> Rollout | None:
         """The next rollout of `inbox()`; after a reward restart `reopen()` makes new receivers.
@@ -102,11 +109,6 @@ class RewardFeed(_Waits):
         self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
         self.inboxes: dict[int, AsyncReceiver] = {}
         self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
-        self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
-
-    def start(self) -> None:
-        self.links = rejoin.links(self.ctx)
-        self._open()
 
     def _open(self) -> None:
         self.links.drop("reward")
@@ -164,18 +166,14 @@ class RewardFeed(_Waits):
 
 
 class OwnChunks(_Waits):
-    def __init__(self, ctx: WorkerContext, rank: int, world: int, model, tokenizer, prompts):
+    def __init__(self, ctx: WorkerContext, chunk_cfg: ChunkConfig, rank: int, world: int, model, tokenizer,
+                 prompts):
         self.ctx, self.rank, self.world, self.replicas = ctx, rank, world, world
-        self.chunks = ChunkGenerator(ctx.cfg, model, tokenizer, prompts, rank, world,
+        self.chunks = ChunkGenerator(chunk_cfg, model, tokenizer, prompts, rank, world,
                                      ctx.cfg.resources.generator.quantization)
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
         self.next_chunk: dict[int, int] = {}  # this rank's next chunk (= step without resampling)
-        self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
-
-    def start(self) -> None:
-        self.links = rejoin.links(self.ctx)
-        self._open()
 
     def _open(self) -> None:
         """Links to and from this rank's reward rank, in the epochs of now."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
@@ -32,28 +32,24 @@ from llamarl_core.executors.weights import fp8_wire, make_receiver
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
-
-POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
-# Decode steps between two looks for new weights inside a chunk: each look is store round trips
-# (and a broadcast under TP), a decode step on a GPU a few milliseconds.
-SWAP_POLL_STEPS = 8
+from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
 
 class GeneratorExecutor:
-    def __init__(self, ctx: WorkerContext):
+    def __init__(self, ctx: WorkerContext, chunk_cfg: ChunkConfig):
         cfg, g = ctx.cfg, ctx.cfg.resources.generator
         self.ctx = ctx
         # Built on the meta device and allocated only as this rank's TP slice: every weight
         # arrives from the trainer (version 0 before the first chunk), so no generator rank
         # ever reads the checkpoint or holds the full model (tp > 1).
-        self.model, self.tokenizer = build_meta_model(cfg, dtype=g.dtype)
+        self.model, self.tokenizer = build_meta_model(cfg.model, dtype=g.dtype)
         self.model.requires_grad_(False)
         full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
         materialize_zeros(self.model, ctx.device)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
-        prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
-        self.chunks = ChunkGenerator(cfg, self.model, self.tokenizer, prompts, self.rank.replica,
+        prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), self.tokenizer)
+        self.chunks = ChunkGenerator(chunk_cfg, self.model, self.tokenizer, prompts, self.rank.replica,
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
         # Read after the engine adopted its storage (fused projections): what this rank holds.
         self.params = dict(self.model.named_parameters())
@@ -65,21 +61,20 @@ class GeneratorExecutor:
         # DDMA: this rank receives only its TP slice, straight into its staging slot.
         self.receiver = make_receiver(ctx, self.params, full, self.model.args)
         self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
-        self.held = -1
-        self.last_sync: dict = {}
-        self.decode_turns = 0  # between_steps calls: the same count on every TP rank of a replica
+        # The decisions (adopt, staleness window, swap between decode steps): generate_loop.py.
+        self.loop = GenerateLoop(self.chunks, self.receiver, ctx.control, replica=self.rank.replica,
+                                 global_rank=ctx.global_rank,
+                                 max_offpolicy_steps=cfg.algorithm.max_offpolicy_steps,
+                                 should_stop=ctx.should_stop, span=ctx.timeline.span, agree=self.rank.agree,
+                                 is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
 
-    def _receive(self) -> None:
-        """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
-        which for a TP follower is the send its leader saw complete)."""
-        with self.ctx.timeline.span("sync"):
-            stats = self.receiver.receive()
-        self.chunks.engine.refresh_weights()
-        self.held = stats.version
-        self.ctx.control.set_held(self.ctx.global_rank, self.held)
-        self.last_sync = {"seconds": stats.seconds, "gbps": stats.gbps, "version": stats.version}
+    @property
+    def held(self) -> int:
+        return self.loop.held
+
+    def _record_checksums(self, version: int) -> None:
         if self.ctx.cfg.run.weight_checksums:
-            checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, self.held, self.params,
+            checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, version, self.params,
                              **self._slice_fields())
 
     def _slice_fields(self) -> dict:
@@ -89,7 +84,7 @@ class GeneratorExecutor:
     def run(self) -> None:
         if not self.rank.is_leader:
             self._follow()
-        ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
+        ctx = self.ctx
         self.links, self.watch = rejoin.links(ctx), rejoin.watch(ctx, ["reward"])
         sender, link = self._connect()
         # > 0 on resume or after a restart: the first chunk the trainer has not consumed
@@ -103,17 +98,14 @@ class GeneratorExecutor:
                     continue
                 if self.receiver.ready():
                     self.steps.announce("sync")
-                    self._receive()
+                    self.loop.receive()
                     continue
-                if not self._may_generate(sender, chunk, k):
+                if not self.loop.may_generate(sender.idle(), chunk):
                     with ctx.timeline.span("wait"):
-                        self._wait_until_ready(sender, chunk, k)
+                        self.loop.wait_until_ready(sender.idle, chunk)
                     continue
                 self.steps.announce("generate", chunk=chunk, version=self.held)
-                with ctx.timeline.span("generate", chunk=chunk, version=self.held):
-                    rollout = self.chunks.generate(
-                        chunk, self.held, on_group=lambda part: self._send(sender, part, link),
-                        between_steps=self._swap_if_published)
+                rollout = self.loop.generate(chunk, on_group=lambda part: self._send(sender, part, link))
             except LinkBroken as e:  # the reward rank died: wait for the controller's verdict
                 rejoin.await_verdict(ctx, self.watch, e)
                 sender, link = self._connect()
@@ -148,46 +140,19 @@ class GeneratorExecutor:
             if step["do"] == "stop":
                 raise Stopped()
             if step["do"] == "sync":
-                self._receive()
+                self.loop.receive()
                 continue
             if step["version"] != self.held:
                 raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
                                    f"but TP rank 0 of replica {self.rank.replica} generates with "
                                    f"{step['version']}")
-            with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held):
-                rollout = self.chunks.generate(step["chunk"], self.held, between_steps=self._swap_if_published)
+            rollout = self.loop.generate(step["chunk"])
             self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
-
-    def _swap_if_published(self) -> int:
-        """Between decode steps: take newer weights in place (the trainer need not wait for
-        this chunk to end); the engine tags each running sample with the version returned.
-        With TP, TP rank 0 decides for its replica (every rank must swap at the same step).
-        Looked at every SWAP_POLL_STEPS steps only."""
-        self.decode_turns += 1
-        if self.decode_turns % SWAP_POLL_STEPS:
-            return self.held
-        swap = (self.rank.is_leader and not self.ctx.should_stop()
-                and self.receiver.ready())  # never blocks: a version that has fully arrived
-        if self.rank.agree(swap):
-            self._receive()
-        return self.held
-
-    def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
-        """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
-        return (self.held >= 0 and sender.idle()
-                and chunk - self.ctx.control.dropped(self.rank.replica) <= self.held + k)
-
-    def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:
-        """Until `_may_generate`, or new weights arrive, or the run ends."""
-        while not self.ctx.should_stop() and not self.receiver.ready():
-            if self._may_generate(sender, chunk, k):
-                return
-            time.sleep(POLL_S)
 
     def _publish_stats(self, t0: float) -> None:
         self.ctx.control.set_stats("generator", self.rank.replica, {
             **self.chunks.stats(since=t0), **self.quant_kl.stats(), "held_version": self.held,
-            "sync": self.last_sync,
+            "sync": self.loop.last_sync,
             **self.ctx.timeline.totals()})
 
     def close(self) -> None:

@@ -9,31 +9,43 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Callable
 
-from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.schema import DataConfig, GenerationConfig
 from llamarl_core.data import prompt_format
 from llamarl_core.generation import GenerationEngine
 
 
-def heldout_eval(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn,
+@dataclass(frozen=True)
+class HeldoutConfig:
+    """What the held-out eval reads of the run (built by executors/pipeline.py: `heldout_config`)."""
+
+    generation: GenerationConfig  # max_new_tokens, stop strings (decoding is greedy)
+    data: DataConfig              # the prompt format
+    max_batch_size: int           # resources.generator.max_batch_size, as `llamarl eval` batches
+    seed: int                     # run.seed
+    samples_per_eval: int         # logging.samples_per_eval
+
+
+def heldout_eval(model, tokenizer, cfg: HeldoutConfig, examples, reward_fn,
                  progress: Callable[[int, int], None] | None = None, engine=None) -> tuple[dict, list[dict]]:
     """(summary, the first `logging.samples_per_eval` predictions as sample rows). `engine`:
     anything with GenerationEngine's `generate` (default: one over `model`)."""
     from llamarl_core.eval import evaluate
-    gen, batch = cfg.generation, cfg.resources.generator.max_batch_size
+    gen, batch = cfg.generation, cfg.max_batch_size
     engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch)
     result = evaluate(engine, tokenizer, examples, reward_fn, template=prompt_format(cfg.data), n_samples=1,
                       temperature=0.0, max_new_tokens=gen.max_new_tokens,
-                      stop_strings=tuple(gen.stop_strings), seed=cfg.run.seed, batch_size=batch,
+                      stop_strings=tuple(gen.stop_strings), seed=cfg.seed, batch_size=batch,
                       progress=progress or False)
     samples = [{"id": p["id"], "prompt": p["prompt"], "completion": p["greedy_completion"],
                 "reference": p["reference"], "reward": p["greedy_reward"]}
-               for p in result.predictions[:cfg.logging.samples_per_eval]]
+               for p in result.predictions[:cfg.samples_per_eval]]
     return result.summary, samples
 
 
-def heldout_summary(model, tokenizer, cfg: LlamaRLConfig, examples, reward_fn) -> dict:
+def heldout_summary(model, tokenizer, cfg: HeldoutConfig, examples, reward_fn) -> dict:
     return heldout_eval(model, tokenizer, cfg, examples, reward_fn)[0]
 
 

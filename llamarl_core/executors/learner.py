@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -18,11 +19,22 @@ from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
 from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
-from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, WarmStartConfig
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
+SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """What the learner reads of the run (built by executors/pipeline.py: `learner_config`)."""
+
+    algorithm: AlgorithmConfig
+    generation: GenerationConfig  # how the behaviour policy sampled: temperature, top-k/p, max_new_tokens
+    micro_batch_size: int         # resources.trainer.micro_batch_size: sequences per forward/backward
+    max_steps: int                # run.max_steps: the length of the LR schedule
 
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -62,7 +74,7 @@ class Learner:
         loss         aipo_loss: `name`, rho, clip range, KL, entropy (algorithms/aipo.py)
     """
 
-    def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, ref_model: torch.nn.Module | None = None,
+    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, ref_model: torch.nn.Module | None = None,
                  data_parallel: bool = False, eos_ids: tuple[int, ...] = ()):
         self.model, self.cfg, self.ref_model = model, cfg, ref_model
         a = cfg.algorithm
@@ -87,7 +99,7 @@ class Learner:
         """Adam's first updates are sign-like and large; a short warm-up keeps them from undoing
         the warm start before its moment estimates settle. Then the schedule, over run.max_steps."""
         a = self.cfg.algorithm
-        return lr_at(self.steps_done, a.lr, a.lr_warmup_steps, self.cfg.run.max_steps, a.lr_schedule,
+        return lr_at(self.steps_done, a.lr, a.lr_warmup_steps, self.cfg.max_steps, a.lr_schedule,
                      a.min_lr_ratio)
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
@@ -137,6 +149,7 @@ class Learner:
                 updates.append(self._update(batch, tokens, behavior, mask, host_mask, advantages, staleness,
                                             old, in_rows, trained & in_rows, record_ratios=not updates))
         sums = _combine(updates)
+        sums["tokens_total"] = sums.pop("tokens")  # every trained token of every update of the step
         sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / (time.perf_counter() - t0))
         # For TensorBoard's histograms: every counted token's pi/mu (before the batch's first
         # update) and every row's staleness.
@@ -147,7 +160,7 @@ class Learner:
                 rows_in: torch.Tensor, trained: torch.Tensor, record_ratios: bool) -> dict:
         """One optimizer step on the rows `rows_in` (micro-batches of the `trained` ones).
         Weights and cuts come from `host_mask` (host memory), the loss from `mask` (the device's)."""
-        a, micro = self.cfg.algorithm, self.cfg.resources.trainer.micro_batch_size
+        a, micro = self.cfg.algorithm, self.cfg.micro_batch_size
         # Weights over every row of the update: skipping a row changes no other row's weight.
         total_tokens = max(1.0, float(host_mask[rows_in].sum()))
         has_tokens = host_mask.any(dim=1)                                          # [N]
@@ -167,11 +180,13 @@ class Learner:
             for k, v in metrics.items():
                 if k in MAX_METRICS:
                     sums[k] = max(sums.get(k, -math.inf), v)
+                elif k in SUM_METRICS:
+                    sums[k] = sums.get(k, 0.0) + v
                 else:
                     sums[k] = sums.get(k, 0.0) + v * weight
         # Metrics are means over the rows that were trained (all rows unless skipped); with
         # none (every group scored alike) they are importance_metrics' values for no tokens.
-        sums = {k: v if k in MAX_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
+        sums = {k: v if k in MAX_METRICS + SUM_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
         if not micro_batches:  # zero gradients, so Adam's momentum and weight decay step as before
             low, high = a.clip_range()
             sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, low, clip_eps_high=high),
@@ -191,7 +206,7 @@ class Learner:
     def _old_logprobs(self, batch: Rollout, tokens: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
         """log pi_old [N, L'-1] of the trained rows under the weights before any update."""
         old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
-        for rows, width in self._micro_batches(batch, self.cfg.resources.trainer.micro_batch_size, trained):
+        for rows, width in self._micro_batches(batch, self.cfg.micro_batch_size, trained):
             t = tokens[rows, :width]                                                       # [m, w]
             logprobs, _ = self.model(t, head=self._head(t[:, 1:]))                         # [m, w-1]
             old[rows, :width - 1] = logprobs.float()
@@ -245,17 +260,18 @@ def _mean(values: torch.Tensor) -> float:
 
 
 def _combine(updates: list[dict]) -> dict:
-    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima)."""
+    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima,
+    counts add up)."""
     keys = dict.fromkeys(k for u in updates for k in u)
     return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
+            else sum(u[k] for u in updates if k in u) if k in SUM_METRICS
             else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}
 
 
 class WarmStart:
     """Supervised steps on reference solutions (prompt tokens masked out of the loss)."""
 
-    def __init__(self, model: torch.nn.Module, cfg: LlamaRLConfig, pad_id: int):
-        w = cfg.warmstart
+    def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int):
         self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=w.lr, weight_decay=0.0)
         self.steps, self.base_lr, self.t = w.steps, w.lr, 0

@@ -94,7 +94,7 @@ class TrainedExamplesLog:
 class TrainedSamplesLog:
     """trained_samples.jsonl: the first `logging.trained_samples_per_step` rows of trainer rank
     0's batch at every step, {"step", "policy_version", "example_id", "completion", "reward"}:
-    the completions as the reward role decoded and scored them, so `reward_mean` can be
+    the completions as the reward role decoded and scored them, so `reward/mean` can be
     checked against the reward function (with every row of the batch, it is their mean)."""
 
     def __init__(self, run_dir: str, rows_per_step: int, tokenizer):

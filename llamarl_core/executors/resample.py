@@ -33,7 +33,7 @@ import torch
 
 from llamarl_core.algorithms.dynamic_sampling import group_rows, informative_groups, pick_groups
 from llamarl_core.algorithms.overlong import training_rewards
-from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.schema import AlgorithmConfig
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.wire.rollout import Rollout, concat
 
@@ -42,22 +42,22 @@ class DynamicSampling:
     """`collect(step, version)` like a feed's, returning only informative groups; `metrics` holds
     the step's dynamic-sampling numbers for metrics.jsonl."""
 
-    def __init__(self, feed, cfg: LlamaRLConfig):
-        a = cfg.algorithm
-        self.feed, self.cfg = feed, cfg
+    def __init__(self, feed, algorithm: AlgorithmConfig, max_new_tokens: int):
+        a = algorithm
+        self.feed, self.algorithm, self.max_new_tokens = feed, algorithm, max_new_tokens
         lo, hi = prompt_range(feed.rank, feed.world, a.prompts_per_step)
         self.quota = hi - lo  # groups this rank trains in a full step
         self.metrics: dict[str, float] = {}
 
     def _informative(self, batch: Rollout) -> torch.Tensor:
         """[P] whether each group's training rewards (the overlong penalty included) differ."""
-        a, g = self.cfg.algorithm, self.cfg.generation
-        rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, g.max_new_tokens,
+        a = self.algorithm
+        rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, self.max_new_tokens,
                                    a.overlong_buffer_tokens)
         return informative_groups(rewards, a.group_size)
 
     def collect(self, step: int, version: int) -> tuple[Rollout, torch.Tensor, float]:
-        a = self.cfg.algorithm
+        a = self.algorithm
         batch, staleness, waited_s = self.feed.collect(step, version)
         parts, ages, rounds = [batch], [staleness], 0
         while True:

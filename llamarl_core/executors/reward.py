@@ -39,9 +39,9 @@ class RewardExecutor:
         self.ctx = ctx
         self.tokenizer = _tokenizer(cfg)
         r = cfg.resources.reward
-        self.pool = RewardPool(reward_name(cfg), num_workers=r.workers, timeout_s=r.timeout_s)
+        self.pool = RewardPool(reward_name(cfg.data), num_workers=r.workers, timeout_s=r.timeout_s)
         # What a verifier compares against: the reference, or for a custom reward the whole row.
-        examples = load_split(cfg, "train")
+        examples = load_split(cfg.data, "train")
         self.references = ([ex.as_dict() for ex in examples] if self.pool.spec.custom
                            else [ex.reference for ex in examples])
         self.reported: set[str] = set()  # the pool's first error / timeout, once each in this log
@@ -97,7 +97,8 @@ class RewardExecutor:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
         ctx, a = self.ctx, self.ctx.cfg.algorithm
         with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
-            rollout.rewards = torch.tensor(self.score(rollout), dtype=torch.float32)
+            # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
+            rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
         key = (rollout.replica, rollout.chunk)
         parts = self.partial.setdefault(key, [])

@@ -10,36 +10,37 @@ from dataclasses import dataclass
 
 import torch
 
-from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Example, Keys, default_reward, prompt_format, render_target, resolve_dataset
+from llamarl_core.config.schema import DataConfig, GenerationConfig, ModelConfig
+from llamarl_core.data import (Example, Keys, default_reward, prompt_format, render_target, resolve_dataset,
+                               split_source)
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
 
 
-def build_model(cfg: LlamaRLConfig, dtype: str, device: str = "cpu"):
+def build_model(model_cfg: ModelConfig, dtype: str, device: str = "cpu", *, seed: int):
     """(model, tokenizer): the checkpoint if given, else a seeded random init of the preset.
 
     `dtype` is the role's own (`resources.generator.dtype` or `resources.trainer.dtype`);
     `device` the rank's (a checkpoint is materialised there directly). The preset init runs
-    on the CPU, so every device starts from the same seeded weights."""
+    on the CPU, so every device starts from the same seeded weights (`seed`: run.seed)."""
     torch_dtype = TORCH_DTYPES[dtype]
-    if cfg.model.checkpoint:
-        return load_pretrained(cfg.model.checkpoint, dtype=torch_dtype, device=device)
-    torch.manual_seed(cfg.run.seed)
-    model = Llama(get_preset(cfg.model.preset)).to(device=device, dtype=torch_dtype)
+    if model_cfg.checkpoint:
+        return load_pretrained(model_cfg.checkpoint, dtype=torch_dtype, device=device)
+    torch.manual_seed(seed)
+    model = Llama(get_preset(model_cfg.preset)).to(device=device, dtype=torch_dtype)
     return model, ByteTokenizer()
 
 
-def build_meta_model(cfg: LlamaRLConfig, dtype: str):
+def build_meta_model(model_cfg: ModelConfig, dtype: str):
     """(model on the meta device, tokenizer): shapes only, for a role whose weights all arrive
     over the weight sync (the generators receive version 0 before they generate)."""
-    if cfg.model.checkpoint:
-        model, _ = build_empty(cfg.model.checkpoint, device="meta")
-        tokenizer = load_tokenizer(cfg.model.checkpoint, required=False)
+    if model_cfg.checkpoint:
+        model, _ = build_empty(model_cfg.checkpoint, device="meta")
+        tokenizer = load_tokenizer(model_cfg.checkpoint, required=False)
     else:
         with torch.device("meta"):
-            model, tokenizer = Llama(get_preset(cfg.model.preset)), ByteTokenizer()
+            model, tokenizer = Llama(get_preset(model_cfg.preset)), ByteTokenizer()
     return model.to(dtype=TORCH_DTYPES[dtype]), tokenizer
 
 
@@ -55,44 +56,59 @@ def materialize_zeros(model: torch.nn.Module, device: str) -> torch.nn.Module:
     return model
 
 
-def model_from_state(cfg: LlamaRLConfig, state: dict[str, torch.Tensor], dtype: str,
+def model_from_state(model_cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: str,
                      device: str = "cpu") -> torch.nn.Module:
     """A fresh plain model holding exactly `state`. Strict: a name that does not match would
     otherwise leave random weights in an eval or a checkpoint without a word."""
-    model = build_model(cfg, dtype, device=device)[0]
+    model = build_model(model_cfg, dtype, device=device, seed=0)[0]  # every weight is overwritten
     model.load_state_dict(state, strict=True)
     return model
 
 
-def reward_name(cfg: LlamaRLConfig) -> str:
+def reward_name(data: DataConfig) -> str:
     """`data.reward`, or the data set's built-in verifier (generic data has none: NoVerifier)."""
-    return cfg.data.reward if cfg.data.reward != "auto" else default_reward(cfg.data.name)
+    return data.reward if data.reward != "auto" else default_reward(data.name)
 
 
-def data_keys(cfg: LlamaRLConfig) -> Keys:
-    d = cfg.data
+def data_keys(d: DataConfig) -> Keys:
     return Keys(prompt=d.prompt_key, answer=d.answer_key, messages=d.messages_key)
 
 
-def split_path(cfg: LlamaRLConfig, split: str) -> str | None:
+def split_path(data: DataConfig, split: str) -> str | None:
     """The file a split is read from: `data.path` for train, `data.eval_path` (else `data.path`)."""
-    return cfg.data.path if split == "train" else (cfg.data.eval_path or cfg.data.path)
+    return data.path if split == "train" else (data.eval_path or data.path)
 
 
-def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:
-    """The split's examples; a file's list keeps its `.report` (lines skipped by on_error=skip)."""
-    d = cfg.data
+def load_split(d: DataConfig, split: str) -> list[Example]:
+    """The split's examples; a file's list keeps its `.report` (lines skipped by on_error=skip).
+
+    Without `data.eval_path`, a file that holds both splits (one JSONL/table file, one saved
+    Dataset) gives its last `data.num_eval_examples` rows to the held-out set and the rows
+    before them to training, so no held-out prompt is ever trained on. Either split is then
+    a fixed slice of the file: every role and every restart agrees on it."""
     if d.name == "arith":
         n = d.num_train_examples if split == "train" else d.num_eval_examples
         return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed,
                                **d.arith_knobs())
-    path = split_path(cfg, split)
-    n = None if split == "train" else (d.num_eval_examples or None)
+    path = split_path(d, split)
+    one_file = not d.eval_path and split_source(d.name, d.path, "train") == split_source(d.name, d.path, "test")
+    n = None if split == "train" or one_file else (d.num_eval_examples or None)
     examples = resolve_dataset(d.name, path, split, num_examples=n, seed=d.seed, on_error=d.on_error,
-                               keys=data_keys(cfg))
-    if split != "train" and not d.eval_path:  # held-out = the tail of the same file
-        examples = examples[-(d.num_eval_examples or len(examples)) :]
+                               keys=data_keys(d))
+    if one_file:
+        held_out = _held_out_rows(d.num_eval_examples, len(examples), path or d.name)
+        examples = examples[:-held_out] if split == "train" else examples[-held_out:]
     return examples
+
+
+def _held_out_rows(num_eval_examples: int, num_rows: int, path: str) -> int:
+    """How many tail rows of a one-file data set are held out; refuses a split with no train rows."""
+    if 0 < num_eval_examples < num_rows:
+        return num_eval_examples
+    asked = "0 (all rows)" if num_eval_examples == 0 else str(num_eval_examples)
+    raise ValueError(f"data.num_eval_examples={asked}: the held-out set is the last rows of {path} "
+                     f"(no data.eval_path), which holds {num_rows} row(s), so none would be left to "
+                     f"train on; set data.eval_path or data.num_eval_examples below {num_rows}")
 
 
 @dataclass
@@ -103,13 +119,27 @@ class PromptSet:
     def __len__(self) -> int:
         return len(self.examples)
 
+    def table(self, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids [E, longest] right-padded with `pad_id`, lengths [E]): every prompt as a tensor,
+        built once per run; a chunk's rows are an index into it."""
+        cached = getattr(self, "_table", None)
+        if cached is None or cached[0] != pad_id:
+            lengths = torch.tensor([len(p) for p in self.prompt_ids], dtype=torch.long)
+            ids = torch.full((len(self.prompt_ids), int(lengths.max()) if len(lengths) else 1), pad_id,
+                             dtype=torch.long)
+            for r, p in enumerate(self.prompt_ids):
+                ids[r, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+            cached = self._table = (pad_id, ids, lengths)
+        return cached[1], cached[2]
 
-def encode_prompts(cfg: LlamaRLConfig, examples: list[Example], tokenizer) -> PromptSet:
+
+def encode_prompts(data: DataConfig, generation: GenerationConfig, examples: list[Example],
+                   tokenizer) -> PromptSet:
     """Render and tokenize; prompts longer than generation.max_prompt_tokens are an error that
     names how many are, the longest, and where it is."""
-    fmt = prompt_format(cfg.data)
+    fmt = prompt_format(data)
     ids = [encode_prompt(ex, fmt, tokenizer) for ex in examples]
-    limit = cfg.generation.max_prompt_tokens
+    limit = generation.max_prompt_tokens
     over = [i for i, toks in enumerate(ids) if len(toks) > limit]
     if over:
         longest = max(over, key=lambda i: len(ids[i]))
@@ -121,7 +151,7 @@ def encode_prompts(cfg: LlamaRLConfig, examples: list[Example], tokenizer) -> Pr
     return PromptSet(examples, ids)
 
 
-def sft_sequences(cfg: LlamaRLConfig, prompts: PromptSet, tokenizer) -> list[tuple[list[int], int]]:
+def sft_sequences(prompts: PromptSet, tokenizer) -> list[tuple[list[int], int]]:
     """(tokens, prompt_len) per example: prompt + target + EOS, for the warm start."""
     return [(p + tokenizer.encode(render_target(ex)) + [tokenizer.eos_id], len(p))
             for ex, p in zip(prompts.examples, prompts.prompt_ids)]

@@ -3,7 +3,7 @@
 Every numeric value of a `metrics.jsonl` line becomes a scalar at that line's `step`, under a
 tag grouped by prefix (`reward/`, `eval/`, `trainer/`, `generator/`, `sync/`, `time/`, ...):
 keys that already carry a `role/` prefix keep it, the few top-level ones are filed under a
-group (`reward_mean` → `reward/reward_mean`). The importance ratio and the staleness go in as
+group (`wall_s` → `time/wall_s`). The importance ratio and the staleness go in as
 histograms, the resolved config as text. A resumed run passes `purge_step` so events a crash
 left after its last checkpoint are discarded and the step axis continues without overlap.
 
@@ -16,12 +16,11 @@ import sys
 
 import torch
 
-TOP_LEVEL_GROUPS = {"reward_mean": "reward", "reward_std": "reward", "step_s": "time",
-                    "wall_s": "time", "policy_version": "trainer", "dropped_chunks": "trainer"}
+TOP_LEVEL_GROUPS = {"wall_s": "time", "policy_version": "trainer"}  # a line's axes; the rest is role/quantity
 
 
 def tensorboard_tag(key: str) -> str:
-    """The TensorBoard tag of a metrics.jsonl key (`trainer/loss` stays, `step_s` → `time/step_s`)."""
+    """The TensorBoard tag of a metrics.jsonl key (`trainer/loss` stays, `wall_s` → `time/wall_s`)."""
     if "/" in key:
         return key
     return f"{TOP_LEVEL_GROUPS.get(key, 'run')}/{key}"

@@ -8,7 +8,7 @@
         eval / checkpoint when due; one metrics.jsonl line
     final eval, final checkpoint, run/state = done
 
-One loop for both modes; what differs is handed in (`async_trainer`, `sync_actor` below):
+One loop for both modes; what differs is handed in by the pipeline (executors/pipeline.py):
 how a step's rows are collected (executors/feeds.py) and how a version is published
 (executors/publishers.py).
 """
@@ -24,12 +24,12 @@ import torch.distributed as dist
 
 from llamarl_core.executors import checkpoints, rejoin
 from llamarl_core.executors.context import WorkerContext
-from llamarl_core.executors.feeds import OwnChunks, RewardFeed
-from llamarl_core.executors.heldout import heldout_eval, write_samples
-from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
+from llamarl_core.executors.learner import Learner, LearnerConfig
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
+from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
 from llamarl_core.executors.progress import StoreProgress
-from llamarl_core.executors.publishers import InPlace, WeightSync
+from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
@@ -39,6 +39,7 @@ from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.resample import DynamicSampling
 from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
+from llamarl_core.generation.params import stop_ids
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
 from llamarl_core.transport.sharded_load import load_sharded
@@ -46,9 +47,10 @@ from llamarl_core.wire.rollout import Rollout
 
 
 class TrainerExecutor:
-    def __init__(self, ctx: WorkerContext, role: str, make_feed: Callable, make_publisher: Callable):
+    def __init__(self, ctx: WorkerContext, role: str, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
+                 make_feed: Callable, make_publisher: Callable):
         cfg, t = ctx.cfg, ctx.cfg.resources.trainer
-        self.ctx, self.cfg = ctx, cfg
+        self.ctx, self.cfg, self.heldout_cfg = ctx, cfg, heldout_cfg
         self.model, self.raw, self.tokenizer = build_trainer_model(ctx, role)
         self.group = ctx.groups.get(role)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
@@ -56,22 +58,22 @@ class TrainerExecutor:
         # like the trainer: trainer_model.py.
         self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[t.dtype])
                     if cfg.algorithm.kl_coef > 0 else None)
-        eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
-        self.learner = Learner(self.model, cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
-        self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
-        self.eval_examples = load_split(cfg, "test")
+        eos_ids = stop_ids(self.tokenizer)  # what the engine stops on: a completion ending there is not cut
+        self.learner = Learner(self.model, learner_cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
+        self.train_prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), self.tokenizer)
+        self.eval_examples = load_split(cfg.data, "test")
         self.data_skipped = {split: getattr(getattr(x, "report", None), "num_skipped", 0)  # on_error=skip
                              for split, x in (("train", self.train_prompts.examples), ("test", self.eval_examples))}
-        self.reward_fn = get_reward(reward_name(cfg))
+        self.reward_fn = get_reward(reward_name(cfg.data))
         self.version = 0
         # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
         self.restartable = [r for r in ("generator", "reward") if ctx.ranks(r)]
         self.watch = rejoin.watch(ctx, self.restartable)
-        self.feed = make_feed(self)
-        self.publisher = make_publisher(self)
+        self.feed: RolloutFeed = make_feed(self)                  # executors/ports.py
+        self.publisher: WeightPublisher = make_publisher(self)
         self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
         # How a step's rows are collected: the feed itself, or rounds of it (executors/resample.py).
-        self.sampler = DynamicSampling(self.feed, cfg) if cfg.algorithm.dynamic_sampling else self.feed
+        self.sampler = DynamicSampling(self.feed, cfg.algorithm, cfg.generation.max_new_tokens) if cfg.algorithm.dynamic_sampling else self.feed
         publisher_watch = rejoin.watch(ctx, ["generator"])
         self.publisher.on_broken = lambda e: rejoin.await_verdict(ctx, publisher_watch, e)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
@@ -98,14 +100,13 @@ class TrainerExecutor:
         for step in range(start, cfg.run.max_steps):
             t0 = time.time()
             ctx.progress()
-            batch, staleness, waited_s = self.sampler.collect(step, self.version)
-            self.feed.wait_for_peers(step)
-            with ctx.timeline.span("train", step=step):
-                metrics = self.learner.rl_step(batch, staleness)
-            self.version += 1
-            last = step == cfg.run.max_steps - 1 or self._out_of_time(t_rl)
-            if not last:
-                self.sync()
+            done = rl_step(self.feed, self.learner, self.publisher, step, self.version,
+                           lambda: step == cfg.run.max_steps - 1 or self._out_of_time(t_rl),
+                           sampler=self.sampler, span=ctx.timeline.span)
+            batch, metrics, waited_s, self.version, last = (done.batch, done.metrics, done.waited_s,
+                                                            done.version, done.last)
+            if done.sync is not None:
+                self.last_sync = done.sync
             due = cfg.run.eval_every_steps and (step + 1) % cfg.run.eval_every_steps == 0
             if due or last:
                 self.evaluate()
@@ -125,7 +126,7 @@ class TrainerExecutor:
         if self.cfg.warmstart.steps == 0:
             return
         with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
-            warmstart_steps(self.model, self.cfg, self.train_prompts, self.tokenizer, self.rank,
+            warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, self.train_prompts, self.tokenizer, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"))
         if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start
@@ -161,7 +162,7 @@ class TrainerExecutor:
             engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
                                     TORCH_DTYPES[self.cfg.resources.trainer.dtype])
             with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(None, self.tokenizer, self.cfg, self.eval_examples, self.reward_fn,
+                summary, samples = heldout_eval(None, self.tokenizer, self.heldout_cfg, self.eval_examples, self.reward_fn,
                                                 self._progress("eval"), engine=engine)
             if self.rank != 0:
                 return
@@ -169,7 +170,7 @@ class TrainerExecutor:
             if self.rank != 0:  # DDP replicas hold the same weights
                 return
             with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.cfg, self.eval_examples,
+                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.heldout_cfg, self.eval_examples,
                                                 self.reward_fn, self._progress("eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
@@ -272,13 +273,13 @@ class TrainerExecutor:
         ctx = self.ctx
         # Values as measured: rounding here once logged a learning rate of 1e-6 as 0.0.
         line = {"step": step + 1, "policy_version": self.version,
-                "reward_mean": metrics.pop("reward_mean"),
+                "reward/mean": metrics.pop("reward_mean"),
                 **{f"trainer/{k}": v for k, v in metrics.items()},
                 **getattr(self.sampler, "metrics", {}),
-                "batch/min_policy_version": batch.policy_version,
-                "dropped_chunks": self._dropped_total(),
+                "trainer/batch_min_policy_version": batch.policy_version,
+                "generator/dropped_chunks": self._dropped_total(),
                 **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},
-                "step_s": step_s, "trainer/wait_s": waited_s,
+                "trainer/step_s": step_s, "trainer/wait_s": waited_s,
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
         line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, self.learner.eos_ids))
@@ -309,18 +310,3 @@ class TrainerExecutor:
             self.examples_log.close()
         if self.samples_log is not None:
             self.samples_log.close()
-
-
-def async_trainer(ctx: WorkerContext) -> TrainerExecutor:
-    """k >= 1: rows come from the reward role; weights go to the generator role."""
-    return TrainerExecutor(ctx, "trainer",
-                           make_feed=lambda t: RewardFeed(ctx, t.rank, t.world),
-                           make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
-
-
-def sync_actor(ctx: WorkerContext) -> TrainerExecutor:
-    """k = 0: the colocated actor ranks generate their own rows with the weights they train."""
-    return TrainerExecutor(ctx, "actor",
-                           make_feed=lambda t: OwnChunks(ctx, t.rank, t.world, t.raw, t.tokenizer,
-                                                         t.train_prompts),
-                           make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))

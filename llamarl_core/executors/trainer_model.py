@@ -43,7 +43,7 @@ def build_trainer_model(ctx: WorkerContext, role: str):
         raw, _ = build_empty(cfg.model.checkpoint, device="meta")
         tokenizer = load_tokenizer(cfg.model.checkpoint, required=False)
     else:
-        raw, tokenizer = build_model(cfg, dtype=MASTER_DTYPE, device=str(device))
+        raw, tokenizer = build_model(cfg.model, dtype=MASTER_DTYPE, device=str(device), seed=cfg.run.seed)
     model = wrap_data_parallel(raw, group, t.strategy, device.type, dp=dp,
                                compute_dtype=TORCH_DTYPES[t.dtype],
                                activation_checkpointing=t.activation_checkpointing)

@@ -118,9 +118,13 @@ class GroupPrefill:
         if not idx:
             return torch.empty(0, device=engine.device)
         lengths = [len(self.prompts[j]) for j in idx]
-        ids = torch.full((len(idx), max(lengths)), engine.tokenizer.pad_id, dtype=torch.long)
-        for r, j in enumerate(idx):
-            ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
+        rows = getattr(batch, "prompt_tokens", None)
+        if rows is not None:  # the prompts are tensors already (a rollout chunk's token rows)
+            ids = rows[torch.tensor(idx, device=rows.device), :max(lengths)]
+        else:
+            ids = torch.full((len(idx), max(lengths)), engine.tokenizer.pad_id, dtype=torch.long)
+            for r, j in enumerate(idx):
+                ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
         device = engine.device
         return prefill(batch.model, engine.proj, batch.cache, ids.to(device),
                        torch.tensor(lengths, device=device), torch.tensor(slots, device=device))

@@ -29,7 +29,7 @@ def plot_accuracy_reward(runs: list[RunData], path: str) -> str:
         axes[0, 0].plot([w for _, w, _ in run.accuracy], [a for _, _, a in run.accuracy], marker="o", label=run.label)
         axes[0, 1].plot([s * run.samples_per_step for s in steps], [a for _, _, a in run.accuracy], marker="o",
                         label=run.label)
-        rs, rv = run.series("reward_mean")
+        rs, rv = run.series("reward/mean")
         wall = {m["step"]: m.get("wall_s", 0.0) for m in run.metrics}
         axes[1, 0].plot([wall[s] for s in rs], rv, label=run.label)
         axes[1, 1].plot([s * run.samples_per_step for s in rs], rv, label=run.label)

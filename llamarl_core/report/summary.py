@@ -18,13 +18,13 @@ def _fmt(value, spec: str = ".3f") -> str:
 
 def run_row(run: RunData) -> dict:
     steps = [m["step"] for m in run.metrics]
-    step_s = run.series("step_s")[1]
+    step_s = run.series("trainer/step_s")[1]
     sync_s = run.series("sync/seconds")[1]
     acc = run.accuracy
     return {"run": run.label, "state": "finished" if run.finished else "running",
             "steps": f"{steps[-1] if steps else 0}/{run.max_steps}",
             "accuracy": f"{_fmt(acc[0][2] if acc else None)} → {_fmt(acc[-1][2] if acc else None)}",
-            "reward (last)": _fmt(_last(run, "reward_mean")),
+            "reward (last)": _fmt(_last(run, "reward/mean")),
             "step s (median)": _fmt(statistics.median(step_s) if step_s else None, ".2f"),
             "sync ms (median)": _fmt(statistics.median(sync_s) * 1e3 if sync_s else None, ".1f"),
             "staleness (mean)": _fmt(statistics.mean(run.series("trainer/staleness_mean")[1])

@@ -4,12 +4,13 @@
       ├─ plan (pure; refuses what the config alone shows)
       ├─ prelaunch checks of the files (runtime/prelaunch.py), before anything is written
       ├─ lock run_dir (runtime/run_lock.py: a second run on it exits 2 naming this pid)
-      │    → run_dir/plan.json, config.yaml
       ├─ TCPStore server (loopback by default; a busy port falls back to a free one)
+      │    → run_dir/plan.json (with the store's address and the run id), config.yaml
       ├─ exec the plan's torchrun command per role (node 0's on a multi-node plan)
       └─ supervise: exit codes, worker pids, heartbeats, run/state; live view
-           one dead, failed or silent generator rank → restart that group (runtime/restarts.py,
-           up to controller.max_restarts); any other → abort with its role, rank and log tail;
+           one dead, failed or silent generator or reward rank → restart that group
+           (runtime/restarts.py, up to controller.max_restarts); any other → abort with its
+           role, rank and log tail;
            everything it started is ended before it returns (no orphans)
 """
 from __future__ import annotations

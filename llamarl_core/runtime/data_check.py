@@ -33,17 +33,17 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
     for split, label in SPLITS:
         key = "data.path" if split == "train" or not cfg.data.eval_path else "data.eval_path"
         try:
-            examples = load_split(cfg, split)
+            examples = load_split(cfg.data, split)
         except (DataFormatError, FileNotFoundError) as e:
             hint = " (data.on_error=skip would skip such lines)" if (
                 cfg.data.on_error == "raise" and ": no examples" not in str(e)) else ""
             raise ConfigError(f"{key}: {e}{hint}") from None
         except ValueError as e:
-            raise ConfigError(f"{key}={split_path(cfg, split)}: {e}") from None
+            raise ConfigError(f"{key}={split_path(cfg.data, split)}: {e}") from None
         try:
-            prompts = encode_prompts(cfg, examples, tokenizer)
+            prompts = encode_prompts(cfg.data, cfg.generation, examples, tokenizer)
         except ValueError as e:
-            raise ConfigError(f"{e} ({label} split, {key}={split_path(cfg, split)})") from None
+            raise ConfigError(f"{e} ({label} split, {key}={split_path(cfg.data, split)})") from None
         longest = max([longest, *map(len, prompts.prompt_ids)])
         counts.append(f"{len(examples)} {label}")
         report = getattr(examples, "report", None)
@@ -65,6 +65,6 @@ def _check_reward(cfg: LlamaRLConfig) -> None:
             raise ConfigError(f"data.reward={value}: {reason}")
         return
     try:
-        reward_name(cfg)
+        reward_name(cfg.data)
     except NoVerifier as e:
         raise ConfigError(str(e)) from None

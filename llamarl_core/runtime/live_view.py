@@ -40,7 +40,7 @@ def eta_s(m: dict, max_steps: int, max_time_s: float, rl_elapsed_s: float | None
     step = m.get("step", 0)
     if not step or not max_steps:
         return None
-    per_step = rl_elapsed_s / step if rl_elapsed_s else m.get("step_s", 0.0)
+    per_step = rl_elapsed_s / step if rl_elapsed_s else m.get("trainer/step_s", 0.0)
     left = max(0, max_steps - step) * per_step
     if max_time_s and rl_elapsed_s is not None:
         left = min(left, max(0.0, max_time_s - rl_elapsed_s))
@@ -64,13 +64,13 @@ def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: in
     grid.add_column(overflow="fold")
     frac = step / max_steps if max_steps else 0.0
     grid.add_row("step", f"{step}/{max_steps} {bar(frac)} ETA {duration(eta_s(m, max_steps, max_time_s, rl_elapsed_s))}")
-    grid.add_row("reward", f"{_num(m.get('reward_mean'))}   held-out accuracy {_num(accuracy)}")
+    grid.add_row("reward", f"{_num(m.get('reward/mean'))}   held-out accuracy {_num(accuracy)}")
     grid.add_row("staleness", f"mean {_num(m.get('trainer/staleness_mean'), '.2f')} "
                               f"max {_num(m.get('trainer/staleness_max'), '.0f')}   IS ratio max "
                               f"{_num(m.get('trainer/is_ratio_max'), '.2f')}")
     sync_ms = m.get("sync/seconds", 0.0) * 1e3 if "sync/seconds" in m else None
     grid.add_row("sync", f"{_num(sync_ms, '.1f')} ms  {_num(m.get('sync/gbps'), '.2f')} GB/s   step "
-                         f"{_num(m.get('step_s'), '.2f')} s")
+                         f"{_num(m.get('trainer/step_s'), '.2f')} s")
     for role, f in busy_fractions(m).items():
         grid.add_row(f"{role} busy", f"{bar(f)} {f:4.0%}")
     for key, label in PHASES:
@@ -97,9 +97,9 @@ def plain_line(m: dict) -> str:
     acc = f" acc {m['eval/accuracy']:.3f}" if "eval/accuracy" in m else ""
     restarts = "".join(f"  restarts {k.split('/', 1)[1]} {v}" for k, v in sorted(m.items())
                        if k.startswith("restarts/") and v)
-    return (f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward_mean', 0):.3f}"
+    return (f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward/mean', 0):.3f}"
             f"{acc}  staleness {m.get('trainer/staleness_mean', 0):.2f}  "
-            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('step_s', 0):.2f} s{restarts}")
+            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('trainer/step_s', 0):.2f} s{restarts}")
 
 
 class LiveView:
@@ -133,7 +133,7 @@ class LiveView:
         if "eval/accuracy" in m:
             self.last_accuracy = m["eval/accuracy"]
         if m.get("step") and self.rl_started_at is None:
-            self.rl_started_at = time.time() - m.get("step_s", 0.0)
+            self.rl_started_at = time.time() - m.get("trainer/step_s", 0.0)
         if self.live is not None:
             elapsed = time.time() - self.rl_started_at if self.rl_started_at else None
             self.live.update(render(m, progress, statuses, title=self.title, max_steps=self.max_steps,

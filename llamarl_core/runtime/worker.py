@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.pipeline import build_role
 from llamarl_core.runtime.restarts import may_restart
 from llamarl_core.runtime.devices import backend, rank_device
 from llamarl_core.transport.control import ControlPlane, ControllerUnreachable, RunMismatch, connect_run
@@ -111,22 +112,6 @@ def build_groups(plan: dict, role: str) -> dict:
     return groups
 
 
-def executor_for(role: str):
-    if role == "generator":
-        from llamarl_core.executors.generator import GeneratorExecutor
-        return GeneratorExecutor
-    if role == "reward":
-        from llamarl_core.executors.reward import RewardExecutor
-        return RewardExecutor
-    if role == "trainer":
-        from llamarl_core.executors.trainer import async_trainer
-        return async_trainer
-    if role == "actor":  # sync mode (k = 0): the same trainer loop, generating its own rows
-        from llamarl_core.executors.trainer import sync_actor
-        return sync_actor
-    raise SystemExit(f"llamarl worker: unknown role {role!r}")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_argv(sys.argv[1:] if argv is None else argv)
     with open(args["plan"]) as f:
@@ -161,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = WorkerContext(cfg, plan, run_dir, role, rank, global_rank,
                             role_ranks(plan),
                             control, timeline, build_groups(plan, role), plan.get("run_id", ""), device=device)
-        executor = executor_for(role)(ctx)
+        executor = build_role(ctx)  # executors/pipeline.py: the roles and their links
         heartbeat.progress_s = lambda: ctx.last_progress_s
         ctx.progress()
         executor.run()

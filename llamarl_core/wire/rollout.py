@@ -2,7 +2,8 @@
 
 Rows are whole prompt groups, `group_size` consecutive rows per prompt. `tokens` holds each
 row's prompt followed by its completion, right-padded; the trainer recomputes log π on
-exactly these tokens. Packing to two flat tensors is how it crosses torch.distributed.
+exactly these tokens. Packing to three tensors (header, ints, floats) is how it crosses
+torch.distributed.
 
 A generator sends each prompt group as soon as its last sample ends (continuous batching):
 such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups
@@ -10,6 +11,11 @@ in the whole chunk; 0 = this rollout is the whole chunk); the reward role reasse
 chunk (`assemble`). `policy_versions[r]` is the oldest policy version row r was decoded under
 (weights may be swapped between decode steps); `policy_version` is the oldest over all rows,
 the one the trainer's staleness rule checks.
+
+One layout on the wire: a received rollout's fields are views into its two packed tensors
+(`packed`), and what is made from it by `rows` and `concat` stays packed, so a reward rank
+scores in place and forwards rows without packing them again (`pack` copies only a rollout
+whose fields are not views of its packed tensors, i.e. once, on the generator).
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ class Rollout:
     policy_versions: Optional[torch.Tensor] = None  # [N] int64; None: every row at policy_version
     group: int = 0
     chunk_groups: int = 0
+    packed: Optional[tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default=None, repr=False,
+                                                                            compare=False)
 
     def __post_init__(self):
         if self.policy_versions is None:
@@ -53,10 +61,20 @@ class Rollout:
                              self.chunk_groups], dtype=torch.int64)
 
     def pack(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ints = torch.cat([self.tokens, self.prompt_lens[:, None], self.completion_lens[:, None],
-                          self.example_ids[:, None], self.policy_versions[:, None]], dim=1)  # [N, L + 4]
-        floats = torch.cat([self.behavior_logprobs, self.rewards[:, None]], dim=1)  # [N, C + 1]
-        return self.header(), ints.contiguous(), floats.contiguous()
+        if self._is_packed():
+            return self.header(), *self.packed
+        return (self.header(), *_pack(self))
+
+    def _is_packed(self) -> bool:
+        """Whether every field is still a view of `packed` (a field replaced since is not)."""
+        if self.packed is None:
+            return False
+        ints, floats = self.packed
+        same = lambda t, buf: t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()  # noqa: E731
+        return (all(same(getattr(self, f), ints) for f in ("tokens", "prompt_lens", "completion_lens",
+                                                          "example_ids", "policy_versions"))
+                and same(self.behavior_logprobs, floats) and same(self.rewards, floats)
+                and ints.is_contiguous() and floats.is_contiguous() and ints.shape[0] == self.num_rows)
 
     @staticmethod
     def empty_buffers(header: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,13 +83,26 @@ class Rollout:
 
     @staticmethod
     def unpack(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
+        """A received rollout: its fields are views of `ints` and `floats` (no copy)."""
+        return Rollout._views(header, ints, floats)
+
+    @staticmethod
+    def _views(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
         length = int(header[1])
         return Rollout(tokens=ints[:, :length], prompt_lens=ints[:, length],
                        completion_lens=ints[:, length + 1], example_ids=ints[:, length + 2],
                        behavior_logprobs=floats[:, :-1], rewards=floats[:, -1],
                        policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]),
                        policy_versions=ints[:, length + 3], group=int(header[6]),
-                       chunk_groups=int(header[7]))
+                       chunk_groups=int(header[7]), packed=(ints, floats))
+
+    @staticmethod
+    def _from_packed(ints: torch.Tensor, floats: torch.Tensor, length: int, replica: int, chunk: int) -> "Rollout":
+        """A whole chunk (or rows of one) over packed tensors: its version is its rows' oldest."""
+        versions = ints[:, length + 3]
+        header = torch.tensor([ints.shape[0], length, floats.shape[1] - 1,
+                               int(versions.min()) if versions.numel() else 0, replica, chunk, 0, 0])
+        return Rollout._views(header, ints, floats)
 
     def to(self, device) -> "Rollout":
         """Every tensor field on `device` (a generator assembles tokens and log-probs on its GPU;
@@ -80,6 +111,10 @@ class Rollout:
         return dataclasses.replace(self, **moved)
 
     def rows(self, start: int, stop: int) -> "Rollout":
+        if self._is_packed():  # views of the packed rows: forwarded as they are
+            ints, floats = self.packed
+            return Rollout._from_packed(ints[start:stop], floats[start:stop], self.tokens.shape[1],
+                                        self.replica, self.chunk)
         return Rollout(self.tokens[start:stop], self.prompt_lens[start:stop],
                        self.completion_lens[start:stop], self.behavior_logprobs[start:stop],
                        self.rewards[start:stop], self.example_ids[start:stop],
@@ -95,8 +130,25 @@ class Rollout:
                        self.chunk, versions)
 
 
+def _pack(r: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """The copy into the wire layout: ints [N, L + 4], floats [N, C + 1]."""
+    ints = torch.cat([r.tokens, r.prompt_lens[:, None], r.completion_lens[:, None],
+                      r.example_ids[:, None], r.policy_versions[:, None]], dim=1)  # [N, L + 4]
+    floats = torch.cat([r.behavior_logprobs, r.rewards[:, None]], dim=1)  # [N, C + 1]
+    return ints.contiguous(), floats.contiguous()
+
+
 def concat(rollouts: list[Rollout]) -> Rollout:
-    """Stack chunks (right-padding tokens and log-probs to the longest)."""
+    """Stack chunks (right-padding tokens and log-probs to the longest); packed ones of one width
+    stay packed (one copy, no re-pack before they are sent on)."""
+    if all(r._is_packed() for r in rollouts) and len({(r.packed[0].shape[1], r.packed[1].shape[1])
+                                                       for r in rollouts}) == 1:
+        first = rollouts[0]
+        out = Rollout._from_packed(torch.cat([r.packed[0] for r in rollouts]),
+                                   torch.cat([r.packed[1] for r in rollouts]), first.tokens.shape[1],
+                                   first.replica, first.chunk)
+        out.policy_version = min(r.policy_version for r in rollouts)
+        return out
     length = max(r.tokens.shape[1] for r in rollouts)
     comp = max(r.behavior_logprobs.shape[1] for r in rollouts)
     pad = lambda t, n, v: torch.nn.functional.pad(t, (0, n - t.shape[1]), value=v)  # noqa: E731

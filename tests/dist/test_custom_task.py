@@ -78,7 +78,7 @@ def test_the_logged_reward_mean_is_the_reward_function_on_the_trained_samples(ru
                        "reference": row["target"]}
             want.append(expected(module.score, s["completion"], example))
             assert s["reward"] == pytest.approx(want[-1]), s
-        assert m["reward_mean"] == pytest.approx(sum(want) / len(want), abs=1e-4)
+        assert m["reward/mean"] == pytest.approx(sum(want) / len(want), abs=1e-4)
 
 
 def test_errors_and_timeouts_score_zero_are_counted_and_the_run_finishes(run):

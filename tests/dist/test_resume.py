@@ -68,8 +68,8 @@ def test_sync_run_killed_at_step_12_and_resumed_matches_the_uninterrupted_run(tm
     assert out.returncode == 0, out.stderr[-3000:]
     a, b = metrics(whole), metrics(broken)
     assert [m["step"] for m in b] == list(range(1, 31))  # no gap, no duplicate
-    assert [m["reward_mean"] for m in b] == [m["reward_mean"] for m in a]
-    assert any(m["reward_mean"] > 0 for m in a)  # the comparison is not between zeros
+    assert [m["reward/mean"] for m in b] == [m["reward/mean"] for m in a]
+    assert any(m["reward/mean"] > 0 for m in a)  # the comparison is not between zeros
     for m, n in zip(a, b):
         assert abs(m["trainer/grad_norm"] - n["trainer/grad_norm"]) <= 1e-6
     wa, wb = final_weights(whole), final_weights(broken)

@@ -31,8 +31,9 @@ def test_event_files_hold_every_scalar_of_metrics_jsonl(finished_run):
     ea.Reload()
     # these are in every line; entropy and loss only on steps that trained a row (a step where
     # every group scored alike trains none: this short run's rewards are mostly 0)
-    always = ("reward_mean", "reward_std", "trainer/is_ratio_max", "trainer/mismatch_kl",
-              "trainer/tokens_per_s", "generator/truncated_frac", "sync/seconds", "step_s",
+    always = ("reward/mean", "reward/std", "trainer/is_ratio_max", "trainer/mismatch_kl",
+              "trainer/tokens_per_s", "generator/truncated_frac", "sync/seconds", "trainer/step_s",
+              "trainer/tokens_total", "generator/dropped_chunks",
               "trainer/busy_frac", "trainer/staleness_max")
     assert all(key in m for m in lines for key in always)
     numeric = {k for m in lines for k, v in m.items()

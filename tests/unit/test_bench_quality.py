@@ -27,7 +27,7 @@ def write_run(run_dir, staleness, ratios_max, accuracy_by_version):
         f.writelines(json.dumps(s) + "\n" for s in spans)
     with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
         for i, (s, r) in enumerate(zip(staleness, ratios_max)):
-            f.write(json.dumps({"step": i + 1, "reward_mean": 0.1 * i, "trainer/staleness_mean": s,
+            f.write(json.dumps({"step": i + 1, "reward/mean": 0.1 * i, "trainer/staleness_mean": s,
                                 "trainer/is_ratio_mean": 1.0 + 0.1 * i, "trainer/is_ratio_max": r,
                                 "trainer/ess": 0.9, "trainer/is_truncated_frac": 0.01 * i,
                                 "trainer/ppo_clip_frac": 0.0}) + "\n")

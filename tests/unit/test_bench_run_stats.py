@@ -67,8 +67,8 @@ def test_run_stats_reads_a_run_directory(tmp_path):
     for role in ("trainer", "generator", "reward"):
         rows = [json.dumps(s) for s in ASYNC if s["role"] == role]
         (tmp_path / "timeline" / f"{role}_0.jsonl").write_text("\n".join(rows) + "\n")
-    metrics = [{"step": 1, "reward_mean": 0.2, "generator/tokens": 600, "sync/seconds": 0.1},
-               {"step": 2, "reward_mean": 0.4, "generator/tokens": 900, "sync/seconds": 0.3}]
+    metrics = [{"step": 1, "reward/mean": 0.2, "generator/tokens": 600, "sync/seconds": 0.1},
+               {"step": 2, "reward/mean": 0.4, "generator/tokens": 900, "sync/seconds": 0.3}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(map(json.dumps, metrics)) + "\n")
     (tmp_path / "summary.json").write_text(json.dumps({"accuracy_by_version": {"0": 0.1, "1": 0.6},
                                                        "accuracy_before": 0.1, "accuracy_after": 0.6}))

@@ -10,6 +10,7 @@ from torch.utils._pytree import tree_flatten
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.generation import sampling
 from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
 from llamarl_core.models import Llama, ModelArgs
@@ -76,7 +77,7 @@ def test_an_rl_micro_batch_holds_at_most_two_fp32_logit_sized_tensors(monkeypatc
                                    "generation.top_k=50", "generation.top_p=0.95"])
     torch.manual_seed(0)
     model = Llama(ARGS)
-    learner = Learner(model, cfg)
+    learner = Learner(model, learner_config(cfg))
     learner._ratios = []  # rl_step's per-step list
     tokens, _ = _batch()
     B, T, V = 4, 23, ARGS.vocab_size

@@ -8,6 +8,7 @@ from fake_cuda import FakeCuda
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner, WarmStart
+from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams, scheduler
 from llamarl_core.generation.sampling import sample_next, sampled_token_logprobs
@@ -41,10 +42,10 @@ def _rl_metrics(device_model: bool) -> dict:
     cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3"])
     model = _model(grad=True)
     if not device_model:
-        return Learner(model, cfg).rl_step(_batch(), torch.zeros(8))
+        return Learner(model, learner_config(cfg)).rl_step(_batch(), torch.zeros(8))
     with FakeCuda() as cuda:
         cuda.put(model)
-        return Learner(model, cfg).rl_step(_batch(), torch.ones(8))  # host rollouts, device model
+        return Learner(model, learner_config(cfg)).rl_step(_batch(), torch.ones(8))  # host rollouts, device model
 
 
 def test_an_rl_step_on_a_device_model_takes_host_rollouts_and_mixes_no_devices():
@@ -61,7 +62,7 @@ def test_a_warm_start_step_on_a_device_model_mixes_no_devices():
     model = _model(grad=True)
     with FakeCuda() as cuda:
         cuda.put(model)
-        loss = WarmStart(model, cfg, TOK.pad_id).step([([1, 5, 6, 7, 8], 2), ([1, 9, 9], 1)])
+        loss = WarmStart(model, cfg.warmstart, TOK.pad_id).step([([1, 5, 6, 7, 8], 2), ([1, 9, 9], 1)])
     assert 0 < loss < 20
 
 
@@ -125,7 +126,7 @@ def test_chunk_assembly_keeps_tokens_on_the_device_and_adds_no_host_read(monkeyp
     for device in (False, True):
         model = _model(2)
         steps = _count_decodes(monkeypatch)
-        chunks = ChunkGenerator(cfg, model, TOK, prompts, replica=0, num_replicas=1)
+        chunks = ChunkGenerator(chunk_config(cfg), model, TOK, prompts, replica=0, num_replicas=1)
         chunks.params = SamplingParams(max_new_tokens=10, temperature=1.0, stop_token_ids=STOPS)
         parts = []
         if device:

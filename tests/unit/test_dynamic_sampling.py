@@ -42,7 +42,7 @@ class FakeFeed:
 def _sampler(feed, *overrides):
     cfg = load_config("cpu_tiny", [f"algorithm.group_size={G}", "algorithm.prompts_per_step=4",
                                    "algorithm.dynamic_sampling=true", *overrides])
-    return DynamicSampling(feed, cfg)
+    return DynamicSampling(feed, cfg.algorithm, cfg.generation.max_new_tokens)
 
 
 def test_the_pure_rules_find_informative_groups_and_their_rows():

@@ -4,6 +4,7 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation import prefill_once, scheduler
@@ -71,7 +72,7 @@ def test_each_prompt_group_is_handed_over_the_moment_its_last_sample_ends():
                                    "generation.max_new_tokens=16", "generation.temperature=1.0",
                                    "resources.generator.max_batch_size=4"])
     prompts = PromptSet(examples=[None] * 3, prompt_ids=PROMPTS[:3])
-    chunks = ChunkGenerator(cfg, _model(), TOK, prompts, replica=0, num_replicas=1)
+    chunks = ChunkGenerator(chunk_config(cfg), _model(), TOK, prompts, replica=0, num_replicas=1)
     chunks.params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_token_ids=STOPS)
     events = []
     stream = chunks.engine.stream

@@ -4,6 +4,7 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
 
@@ -24,7 +25,7 @@ def _grads(length_sorted: bool, micro: int) -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
                                  ffn_dim=64, max_seq_len=32))
-    learner = Learner(model, cfg)
+    learner = Learner(model, learner_config(cfg))
     learner.length_sorted = length_sorted
     captured = []
     learner.optimizer.step = lambda: captured.append([p.grad.clone() for p in model.parameters()])
@@ -43,7 +44,7 @@ def _step(skip: bool, rewards: torch.Tensor, micro: int = 3, **learner_kw):
     torch.manual_seed(0)
     model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
                                  ffn_dim=64, max_seq_len=32))
-    learner = Learner(model, cfg, **learner_kw)
+    learner = Learner(model, learner_config(cfg), **learner_kw)
     if skip is not None:
         learner.skip_zero_advantage = skip
     captured = []
@@ -75,6 +76,6 @@ def test_a_batch_where_every_group_scored_alike_trains_nothing():
 
 
 def test_data_parallel_ranks_and_kl_or_entropy_terms_keep_every_row():
-    assert Learner(torch.nn.Linear(2, 2), load_config("cpu_tiny", []), data_parallel=True).skip_zero_advantage is False
-    assert Learner(torch.nn.Linear(2, 2), load_config("cpu_tiny", ["algorithm.entropy_coef=0.01"])).skip_zero_advantage is False
-    assert Learner(torch.nn.Linear(2, 2), load_config("cpu_tiny", [])).skip_zero_advantage is True
+    assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", [])), data_parallel=True).skip_zero_advantage is False
+    assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", ["algorithm.entropy_coef=0.01"]))).skip_zero_advantage is False
+    assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", []))).skip_zero_advantage is True

@@ -6,6 +6,7 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
 
@@ -38,7 +39,7 @@ def _cfg(*overrides):
 def _learner(*overrides, freeze=True):
     cfg = _cfg(*overrides)
     model = _model()
-    learner = Learner(model, cfg)
+    learner = Learner(model, learner_config(cfg))
     steps = []
     real_step = learner.optimizer.step
 

@@ -12,9 +12,9 @@ from llamarl_core.config.load import list_recipes, load_config
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.live_view import LiveView, bar, duration, eta_s, plain_line, render
 
-METRICS = {"step": 42, "wall_s": 120.0, "policy_version": 42, "reward_mean": 0.3125,
+METRICS = {"step": 42, "wall_s": 120.0, "policy_version": 42, "reward/mean": 0.3125,
            "trainer/staleness_mean": 1.0, "trainer/staleness_max": 1.0, "trainer/is_ratio_max": 4.34,
-           "sync/seconds": 0.00194, "sync/gbps": 5.16, "step_s": 2.66, "trainer/busy_frac": 0.96,
+           "sync/seconds": 0.00194, "sync/gbps": 5.16, "trainer/step_s": 2.66, "trainer/busy_frac": 0.96,
            "generator/busy_frac": 0.55, "reward/busy_frac": 0.01, "restarts/generator": 1}
 
 
@@ -31,7 +31,7 @@ def test_bar_and_duration_are_exact():
 
 
 def test_eta_is_remaining_steps_at_the_mean_step_time_capped_by_the_time_limit():
-    m = {"step": 10, "step_s": 9.0}
+    m = {"step": 10, "trainer/step_s": 9.0}
     assert eta_s(m, max_steps=50, max_time_s=0, rl_elapsed_s=30.0) == pytest.approx(40 * 3.0)
     assert eta_s(m, max_steps=50, max_time_s=100, rl_elapsed_s=30.0) == pytest.approx(70.0)
     assert eta_s({"step": 0}, 50, 0, None) is None

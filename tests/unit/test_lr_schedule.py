@@ -9,6 +9,7 @@ from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.pipeline import learner_config
 
 
 def test_warm_up_is_linear_and_already_trains_at_the_first_step():
@@ -37,12 +38,12 @@ def test_constant_keeps_the_rate_after_the_warm_up():
 def test_the_learner_sets_each_steps_rate_and_a_resumed_learner_continues_it():
     cfg = load_config("cpu_tiny", ["algorithm.lr=1.0", "algorithm.lr_warmup_steps=0", "run.max_steps=4",
                                    "algorithm.lr_schedule=linear"])
-    learner = Learner(torch.nn.Linear(2, 2), cfg)
+    learner = Learner(torch.nn.Linear(2, 2), learner_config(cfg))
     rates = []
     for _ in range(2):
         rates.append(learner.learning_rate())
         learner.steps_done += 1  # what rl_step does after setting the rate
-    resumed = Learner(torch.nn.Linear(2, 2), cfg)
+    resumed = Learner(torch.nn.Linear(2, 2), learner_config(cfg))
     resumed.steps_done = 2  # trainer.restore: state.json's lr_steps
     assert rates + [resumed.learning_rate()] == [1.0, 0.75, 0.5]
 

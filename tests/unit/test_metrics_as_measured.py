@@ -27,7 +27,7 @@ def test_rollout_stats_are_not_rounded():
     batch = Rollout(torch.ones(3, 6, dtype=torch.long), torch.full((3,), 2), torch.tensor([1, 2, 2]),
                     torch.zeros(3, 4), torch.tensor([0.0, 1.0, 1.0]), torch.zeros(3, dtype=torch.long), 0, 0, 0)
     stats = rollout_stats(batch, max_new_tokens=3, eos_ids=(2,))
-    assert stats["reward_std"] == as_float(torch.tensor([0.0, 1.0, 1.0]).std(unbiased=False)) == 0.47140452
+    assert stats["reward/std"] == as_float(torch.tensor([0.0, 1.0, 1.0]).std(unbiased=False)) == 0.47140452
     assert stats["generator/completion_tokens_mean"] == 1.6666666
 
 

@@ -17,12 +17,12 @@ def _write_run(run_dir, metrics_text: str):
 
 
 def test_a_half_written_last_line_is_skipped_and_samples_count_prompts_times_group(tmp_path):
-    lines = [json.dumps({"step": s, "wall_s": 2.0 * s, "reward_mean": 0.1 * s}) for s in (1, 2)]
+    lines = [json.dumps({"step": s, "wall_s": 2.0 * s, "reward/mean": 0.1 * s}) for s in (1, 2)]
     _write_run(tmp_path / "r", "\n".join(lines) + '\n{"step": 3, "rew')
     run = load_run(str(tmp_path / "r"))
     assert [m["step"] for m in run.metrics] == [1, 2]
     assert run.samples_per_step == 32 and run.max_steps == 10 and not run.finished
-    assert run.series("reward_mean") == ([1, 2], [pytest.approx(0.1), pytest.approx(0.2)])
+    assert run.series("reward/mean") == ([1, 2], [pytest.approx(0.1), pytest.approx(0.2)])
 
 
 def test_a_broken_line_inside_the_file_is_an_error_naming_file_and_line(tmp_path):

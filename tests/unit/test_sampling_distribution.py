@@ -9,6 +9,7 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner, completion_targets
+from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
 from llamarl_core.generation.params import SamplingParams
 from llamarl_core.generation.sampling import sample_next, sampled_token_logprobs, sampling_logprobs
@@ -48,15 +49,15 @@ def test_on_policy_ratios_are_one_with_temperature_top_k_and_top_p():
     cfg = load_config("cpu_tiny", ["generation.temperature=0.7", "generation.top_p=0.9",
                                    "generation.top_k=20", "algorithm.max_offpolicy_steps=0",
                                    "algorithm.prompts_per_step=4", "data.num_train_examples=16"])
-    model, tok = build_model(cfg, cfg.resources.trainer.dtype)
+    model, tok = build_model(cfg.model, cfg.resources.trainer.dtype, seed=cfg.run.seed)
     torch.manual_seed(1)
     model.reset_parameters(std=0.05)  # top-k/top-p truncation bites; logits small enough
     # that the engine's KV-cached logits match the full forward to ~1e-6
-    prompts = encode_prompts(cfg, load_split(cfg, "train"), tok)
-    batch = ChunkGenerator(cfg, model, tok, prompts, replica=0, num_replicas=1).generate(0, 0)
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tok)
+    batch = ChunkGenerator(chunk_config(cfg), model, tok, prompts, replica=0, num_replicas=1).generate(0, 0)
     tokens, behavior, mask = completion_targets(batch)
     with torch.no_grad():
-        pi = Learner(model, cfg).policy_logprobs(model(tokens)[:, :-1], tokens[:, 1:])
+        pi = Learner(model, learner_config(cfg)).policy_logprobs(model(tokens)[:, :-1], tokens[:, 1:])
         untruncated = torch.log_softmax(model(tokens)[:, :-1] / 0.7, -1).gather(
             -1, tokens[:, 1:, None]).squeeze(-1)
     counted = mask.bool()

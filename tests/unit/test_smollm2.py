@@ -128,7 +128,8 @@ def test_llamarl_data_shows_the_chatml_prompt_and_reference_rewards_of_one(smoll
     assert [r["reference_reward"] for r in rows] == [1.0, 1.0]
     s = last["summary"]
     assert (s["template"], s["reward"], s["reference_reward_1_share"]) == ("chat", "gsm8k", 1.0)
-    assert s["num_examples"] == 7473 and s["prompt_tokens_min"] <= s["prompt_tokens_median"] <= s["prompt_tokens_max"]
+    # one file given: its last data.num_eval_examples (200) rows are held out, not trained on
+    assert s["num_examples"] == 7473 - 200 and s["prompt_tokens_min"] <= s["prompt_tokens_median"] <= s["prompt_tokens_max"]
     assert s["num_over_max_prompt_tokens"] == s["num_examples"]  # cpu_tiny's 16-token limit
 
 

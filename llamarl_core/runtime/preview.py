@@ -31,7 +31,7 @@ class DataPreview:
 def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
     """Render, tokenize and verify the train split; bad input raises ConfigError."""
     try:
-        examples = load_split(cfg, "train")
+        examples = load_split(cfg.data, "train")
     except (ValueError, FileNotFoundError) as e:  # DataFormatError is a ValueError
         raise ConfigError(f"data: {e}") from None
     if not examples:
@@ -73,7 +73,7 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
 def _checked_reward(cfg: LlamaRLConfig) -> str:
     """The verifier's name; a custom one must import (checked in a subprocess, never here)."""
     try:
-        reward = reward_name(cfg)
+        reward = reward_name(cfg.data)
     except NoVerifier as e:
         raise ConfigError(str(e)) from None
     reason = check_importable(reward) if is_custom(reward) else None

@@ -1,0 +1,86 @@
+"""What a generator replica decides, apart from how it is wired (links, restarts, TP steps).
+
+    adopt        a version that has fully arrived → `receive()` (a slot swap), held = it
+    may generate weights held, the previous chunk taken by the reward role, and chunk n
+                 within the staleness window: n - dropped ≤ held + k
+    generate     chunk n with the held version; every SWAP_POLL_STEPS decode steps, a version
+                 that has fully arrived is adopted in place (rows record the versions they
+                 ran under)
+
+It talks only to a `WeightReceiver` and a `ControlStore` (executors/ports.py), so a test drives
+it with fakes in one process (tests/unit/test_pipeline_fakes.py); `GeneratorExecutor`
+(executors/generator.py) wires it to DDMA, the store and the reward links.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Optional
+
+from llamarl_core.executors.ports import ControlStore, WeightReceiver
+from llamarl_core.wire.rollout import Rollout
+
+POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
+# Decode steps between two looks for new weights inside a chunk: each look is store round trips
+# (and a broadcast under TP), a decode step on a GPU a few milliseconds.
+SWAP_POLL_STEPS = 8
+
+
+def _no_span(state: str, **info):
+    return contextlib.nullcontext()
+
+
+class GenerateLoop:
+    def __init__(self, chunks, receiver: WeightReceiver, control: ControlStore, *, replica: int,
+                 global_rank: int, max_offpolicy_steps: int, should_stop: Callable[[], bool],
+                 span: Callable = _no_span, agree: Callable[[bool], bool] = lambda flag: flag,
+                 is_leader: bool = True, on_adopt: Callable[[int], None] = lambda version: None):
+        self.chunks, self.receiver, self.control = chunks, receiver, control
+        self.replica, self.global_rank, self.k = replica, global_rank, max_offpolicy_steps
+        self.should_stop, self.span, self.agree = should_stop, span, agree
+        self.is_leader, self.on_adopt = is_leader, on_adopt
+        self.held = -1
+        self.last_sync: dict = {}
+        self.decode_turns = 0  # swap_if_published calls: the same count on every TP rank of a replica
+
+    def receive(self) -> None:
+        """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
+        which for a TP follower is the send its leader saw complete)."""
+        with self.span("sync"):
+            stats = self.receiver.receive()
+        self.chunks.engine.refresh_weights()
+        self.held = stats.version
+        self.control.set_held(self.global_rank, self.held)
+        self.last_sync = {"seconds": stats.seconds, "gbps": stats.gbps, "version": stats.version}
+        self.on_adopt(self.held)
+
+    def swap_if_published(self) -> int:
+        """Between decode steps: take newer weights in place (the trainer need not wait for
+        this chunk to end); the engine tags each running sample with the version returned.
+        With TP, TP rank 0 decides for its replica (every rank must swap at the same step).
+        Looked at every SWAP_POLL_STEPS steps only."""
+        self.decode_turns += 1
+        if self.decode_turns % SWAP_POLL_STEPS:
+            return self.held
+        swap = (self.is_leader and not self.should_stop()
+                and self.receiver.ready())  # never blocks: a version that has fully arrived
+        if self.agree(swap):
+            self.receive()
+        return self.held
+
+    def may_generate(self, taken: bool, chunk: int) -> bool:
+        """Weights held, the last chunk was `taken`, and chunk n is trained at n - dropped ≤ held + k."""
+        return (self.held >= 0 and taken
+                and chunk - self.control.dropped(self.replica) <= self.held + self.k)
+
+    def wait_until_ready(self, taken: Callable[[], bool], chunk: int) -> None:
+        """Until `may_generate`, or new weights arrive, or the run ends."""
+        while not self.should_stop() and not self.receiver.ready():
+            if self.may_generate(taken(), chunk):
+                return
+            time.sleep(POLL_S)
+
+    def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
+        with self.span("generate", chunk=chunk, version=self.held):
+            return self.chunks.generate(chunk, self.held, on_group=on_group,
+                                        between_steps=self.swap_if_published)

@@ -1,0 +1,130 @@
+"""The pipeline: which roles a run has, how they are linked, and who waits for whom.
+
+One async step (k = algorithm.max_offpolicy_steps ≥ 1; replica i of G generator replicas, trainer
+rank t of T, reward rank i mod R). Arrows are messages; [Wn] are the only places a role waits on
+another; SWAP is where weights change, STALENESS where it is bounded.
+
+  TRAINER rank t                  REWARD rank i mod R             GENERATOR replica i
+  trainer.py, rl_step.py,         reward.py                       generator.py, generate_loop.py
+  feeds.py, publishers.py
+  ──────────────────────────────  ──────────────────────────────  ──────────────────────────────────
+  warm start, eval of v0
+  publish v0 ════════════════════ weights (DDMA) ═══════════════▶ [W0] holds nothing until v0 lands
+    weights/published = 0 ──────▶ [W3] waits for it, opens links  each turn, the first that holds:
+  feed.start(): opens links                                       ├ a version fully arrived?
+  for step v = 0, 1, …:                                           │   adopt it: SWAP (slot flip)
+   [W4] this rank's rows of step  ◀─ rows(lo, hi) ─ each group is ◀── a prompt group, as it ends
+        v, from every replica        scored as it comes; a whole  ├ [W1] previous chunk taken by
+        feeding t; a chunk older     chunk's rows are routed to   │      the reward rank?
+        than v − k is dropped        the trainer ranks unchanged  ├ [W2] n − dropped_i ≤ held + k?
+        (STALENESS, trainer side),                                │      STALENESS (generator side)
+        dropped/i += 1 ─────────────────────────────────────────▶ │   no: wait for [W1], [W2] or
+                                                                  │   a new version
+   [W5] every trainer rank has                                    └ yes: chunk n with held u, each
+        its rows (collected/v)                                      prompt group sent as it ends;
+   learner.rl_step: AIPO                                            every 8 decode steps a version
+     (all-reduce over T)                                            that fully arrived is adopted
+   publish v+1 ══[W6]════════════ weights (DDMA) ═══════════════▶   in place: SWAP mid-chunk (a row
+   eval, checkpoint when due;                                       keeps the version it started
+   one metrics.jsonl line                                           under: its policy_versions)
+
+  Who waits for what, what unblocks it, where it is:
+   [W0] held ≥ 0                    ← v0 (vN on resume) fully arrived  generate_loop.may_generate
+   [W1] the sender is idle          ← the reward rank received the     generate_loop.may_generate
+                                      previous groups
+   [W2] chunk − dropped_i ≤ held+k  ← a newer version adopted, or a    generate_loop.may_generate
+                                      chunk of i dropped by the trainer
+   [W3] published version ≥ 0       ← trainer rank 0 published v0      reward.RewardExecutor.run
+   [W4] the next chunk of replica i ← its reward rank sent the rows    feeds.RewardFeed._next_fresh
+   [W5] collected/<v> = T           ← the slowest trainer rank's rows  feeds.RewardFeed.wait_for_peers
+   [W6] each generator left the     ← its SWAP (at a decode-step       transport/ddma.py DdmaSender.send
+        slot v+1 goes into            boundary): adopted/<n-1>/<g>;
+                                      one slot: free/<n>/<g>, it paused
+  Every wait also polls `should_stop` (run ended or aborted) and, on the trainer, restarts of
+  the other roles (executors/rejoin.py); none waits longer than controller.step_timeout_s.
+
+  The credit rule behind STALENESS: replica i's chunk n is trained at step n − dropped_i, so
+  starting it only when held ≥ (n − dropped_i) − k [W2] keeps every row within k versions of
+  the policy that trains on it; a chunk that still arrives older than v − k [W4] is dropped
+  and counted, which moves the generator's window on.
+
+Sync mode (k = 0): one `actor` role replaces generator and trainer. Its feed (`OwnChunks`)
+generates this rank's chunk with the weights it trains, sends it to the reward rank and waits
+for it scored [W4]; its publisher (`InPlace`) only refreshes the engine (the module is shared).
+
+Roles talk only through the Protocols of executors/ports.py: a trainer reads a `RolloutFeed` and
+writes a `WeightPublisher`; a generator reads a `WeightReceiver`; all share a `ControlStore`.
+This module and the worker entry (runtime/worker.py) are the only code that sees the whole
+config: each component gets its own sections (`chunk_config`, `heldout_config`,
+`learner_config` below).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.executors.chunks import ChunkConfig
+from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.heldout import HeldoutConfig
+from llamarl_core.executors.learner import LearnerConfig
+from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.warmstart import warmstart_steps
+from llamarl_core.models import save_pretrained
+
+
+def build_role(ctx: WorkerContext):
+    """The executor of `ctx.role`, wired to its feeds and publishers (each has a `run()`); a role's
+    modules are imported here, so a worker loads only its own role's code."""
+    role = ctx.role
+    if role == "generator":
+        from llamarl_core.executors.generator import GeneratorExecutor
+        return GeneratorExecutor(ctx, chunk_config(ctx.cfg))
+    if role == "reward":
+        from llamarl_core.executors.reward import RewardExecutor
+        return RewardExecutor(ctx)
+    if role in ("trainer", "actor"):
+        from llamarl_core.executors.feeds import OwnChunks, RewardFeed
+        from llamarl_core.executors.publishers import InPlace, WeightSync
+        from llamarl_core.executors.trainer import TrainerExecutor
+        if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
+            return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
+                                   make_feed=lambda t: RewardFeed(ctx, t.rank, t.world),
+                                   make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
+        # k = 0: the same trainer loop; the colocated actor ranks generate their own rows with
+        # the weights they train
+        return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
+                               make_feed=lambda t: OwnChunks(ctx, chunk_config(ctx.cfg), t.rank, t.world, t.raw,
+                                                             t.tokenizer, t.train_prompts),
+                               make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))
+    raise SystemExit(f"llamarl worker: unknown role {role!r}")
+
+
+# ---- each component's own sections, from the whole config -------------------------------
+def chunk_config(cfg: LlamaRLConfig) -> ChunkConfig:
+    return ChunkConfig(cfg.generation, cfg.resources.generator.max_batch_size, cfg.algorithm.prompts_per_step,
+                       cfg.algorithm.group_size, cfg.run.seed)
+
+
+def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
+    return HeldoutConfig(cfg.generation, cfg.data, cfg.resources.generator.max_batch_size, cfg.run.seed,
+                         cfg.logging.samples_per_eval)
+
+
+def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
+    return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
+                         cfg.run.max_steps)
+
+
+def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
+    """One process: build the model as the trainer does, warm start it, save it to `out_dir`
+    (HF format). Returns {"dir", "steps", "loss", "seconds"}."""
+    if cfg.warmstart.steps < 1:
+        raise ValueError(f"warmstart.steps={cfg.warmstart.steps}: nothing to warm start")
+    t0 = time.perf_counter()
+    model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
+    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, prompts, tokenizer, log=lambda m: log(m))
+    save_pretrained(model, tokenizer, out_dir)
+    return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,
+            "seconds": time.perf_counter() - t0}

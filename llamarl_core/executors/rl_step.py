@@ -1,0 +1,45 @@
+"""One step of the trainer loop, apart from how the trainer is wired (executors/trainer.py).
+
+    rows of step v   ← feed.collect(v, version)          waits for the reward role (or generates, k = 0)
+    every rank has its rows ← feed.wait_for_peers(v)     before any collective of the step
+    learner.rl_step(rows, staleness)                     AIPO over the trainer ranks
+    version += 1 → publisher.publish(version)            not after the last step
+
+It talks only to a `RolloutFeed` and a `WeightPublisher` (executors/ports.py), so a test drives a
+real `Learner` with a fake feed and publisher in one process (tests/unit/test_pipeline_fakes.py).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
+from llamarl_core.wire.rollout import Rollout
+
+
+@dataclass
+class StepDone:
+    batch: Rollout
+    metrics: dict
+    waited_s: float
+    version: int            # the version the step made
+    last: bool
+    sync: Optional[dict]    # the publish's metrics; None when nothing was published (last step)
+
+
+def _no_span(state: str, **info):
+    return contextlib.nullcontext()
+
+
+def rl_step(feed: RolloutFeed, learner, publisher: WeightPublisher, step: int, version: int,
+            is_last: Callable[[], bool], sampler=None, span: Callable = _no_span) -> StepDone:
+    """`sampler`: what collects the rows (the feed, or dynamic sampling's rounds of it)."""
+    batch, staleness, waited_s = (sampler or feed).collect(step, version)
+    feed.wait_for_peers(step)
+    with span("train", step=step):
+        metrics = learner.rl_step(batch, staleness)
+    version += 1
+    last = is_last()
+    sync = None if last else publisher.publish(version)
+    return StepDone(batch, metrics, waited_s, version, last, sync)
