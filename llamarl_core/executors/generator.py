@@ -13,6 +13,12 @@ Credit rule: the trainer consumes replica i's chunks in order, one per step, ski
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
 held version u ≥ v - k keeps every rollout within k versions of the policy that trains on it.
 
+Streaming (generation.streaming, the default in async mode with tp = 1; executors/stream.py):
+the "generate chunk n" step becomes one engine run over chunks n, n+1, ...: a row that ends
+frees its slot for the next prompt, from the next chunk once this one's have all started,
+each chunk gated by the same credit rule before its first row starts. The run ends when the
+gate closes and the last row ends (then: swap or wait, as above).
+
 Tensor parallelism (resources.generator.tp > 1): a replica is tp ranks running one sharded
 engine; TP rank 0 runs the loop above and announces each step, the others follow
 (replica.py). The DDMA weight sync delivers each TP rank only its slice (tp_layout.py); TP rank
@@ -22,7 +28,9 @@ from __future__ import annotations
 
 import time
 
+from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.stream import ChunkStream, StreamCut
 from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
@@ -68,6 +76,9 @@ class GeneratorExecutor:
         self.held = -1
         self.last_sync: dict = {}
         self.decode_turns = 0  # between_steps calls: the same count on every TP rank of a replica
+        self.streaming = streaming_active(cfg)
+        self.stream = ChunkStream(self.chunks) if self.streaming else None
+        self.cut_by_restart = False
 
     def _receive(self) -> None:
         """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
@@ -109,6 +120,9 @@ class GeneratorExecutor:
                     with ctx.timeline.span("wait"):
                         self._wait_until_ready(sender, chunk, k)
                     continue
+                if self.stream is not None:
+                    chunk = self._stream(sender, link, chunk, k, t0)
+                    continue
                 self.steps.announce("generate", chunk=chunk, version=self.held)
                 with ctx.timeline.span("generate", chunk=chunk, version=self.held):
                     rollout = self.chunks.generate(
@@ -119,11 +133,37 @@ class GeneratorExecutor:
                 sender, link = self._connect()
                 chunk = rejoin.start_chunk(ctx, self.rank.replica)
                 continue
+            except StreamCut:  # the stream saw the reward role restarted, or the run end
+                if self.cut_by_restart:
+                    self.cut_by_restart = False
+                    sender, link = self._connect()
+                    chunk = rejoin.start_chunk(ctx, self.rank.replica)
+                continue
             self.quant_kl.measure(rollout, self.held)
             chunk += 1
             self._publish_stats(t0)
         self.steps.announce("stop")
         raise Stopped()
+
+    def _stream(self, sender: AsyncSender, link, chunk: int, k: int, t0: float) -> int:
+        """Streaming: chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
+        def may_start(n: int) -> bool:
+            if self.ctx.should_stop():
+                raise StreamCut()
+            if self.watch.poll():  # the reward role was restarted: what it held is lost
+                self.cut_by_restart = True
+                raise StreamCut()
+            sender.idle()  # raises LinkBroken once a send failed
+            return n - self.ctx.control.dropped(self.rank.replica) <= self.held + k
+
+        with self.ctx.timeline.span("generate", chunk=chunk, version=self.held, streaming=True):
+            nxt = self.stream.run(chunk, may_start, lambda: self.held,
+                                  on_group=lambda part: self._send(sender, part, link),
+                                  between_steps=self._swap_if_published,
+                                  on_chunk=lambda n: self._publish_stats(t0))
+        if self.stream.completed is not None:
+            self.quant_kl.measure(self.stream.completed, self.held)
+        return nxt
 
     @staticmethod
     def _send(sender: AsyncSender, part, link) -> None:
@@ -174,7 +214,7 @@ class GeneratorExecutor:
 
     def _may_generate(self, sender: AsyncSender, chunk: int, k: int) -> bool:
         """Weights held, the last chunk was taken, and chunk n is trained at n - dropped ≤ held + k."""
-        return (self.held >= 0 and sender.idle()
+        return (self.held >= 0 and (sender.idle() or self.streaming)
                 and chunk - self.ctx.control.dropped(self.rank.replica) <= self.held + k)
 
     def _wait_until_ready(self, sender: AsyncSender, chunk: int, k: int) -> None:

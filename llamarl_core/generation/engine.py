@@ -78,13 +78,16 @@ class GenerationEngine:
     def stream(self, prompts: list[list[int]], params: SamplingParams, seed: Optional[int] = None,
                on_finish: Optional[Callable[[Finished], None]] = None,
                between_steps: Optional[Callable[[], Optional[int]]] = None,
-               policy_version: int = 0) -> list[Finished]:
+               policy_version: int = 0,
+               refill: Optional[Callable[[int], list[list[int]]]] = None) -> list[Finished]:
+        """`refill(free_slots)`: streaming, more prompts whenever slots are free (scheduler.py);
+        the call then ends once nothing runs and `refill` has none, and returns []."""
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError(f"prompt {i} is empty; give at least one token (e.g. BOS)")
             if len(prompt) >= self.max_seq_len:
                 raise ValueError(f"prompt {i} has {len(prompt)} tokens; max_seq_len is {self.max_seq_len}")
-        if not prompts:
+        if not prompts and refill is None:
             return []
         generator = torch.Generator(device=self.device)
         generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
@@ -95,7 +98,7 @@ class GenerationEngine:
                 self.proj = self.weights.current()
                 return Batch(self, prompts, params, generator, static=self.batching == "static",
                              on_finish=on_finish, between_steps=between_steps,
-                             policy_version=policy_version).run()
+                             policy_version=policy_version, refill=refill).run()
         finally:
             self.model.train(was_training)
 
