@@ -13,11 +13,12 @@ Credit rule: the trainer consumes replica i's chunks in order, one per step, ski
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
 held version u ≥ v - k keeps every rollout within k versions of the policy that trains on it.
 
-Streaming (generation.streaming, the default in async mode with tp = 1; executors/stream.py):
+Streaming (generation.streaming, the default in async mode; executors/stream.py):
 the "generate chunk n" step becomes one engine run over chunks n, n+1, ...: a row that ends
 frees its slot for the next prompt, from the next chunk once this one's have all started,
 each chunk gated by the same credit rule before its first row starts. The run ends when the
-gate closes and the last row ends (then: swap or wait, as above).
+gate closes and the last row ends (then: swap or wait, as above). Under TP the leader
+announces the stream and broadcasts each start-or-not decision; followers replay it.
 
 Tensor parallelism (resources.generator.tp > 1): a replica is tp ranks running one sharded
 engine; TP rank 0 runs the loop above and announces each step, the others follow
@@ -148,22 +149,34 @@ class GeneratorExecutor:
     def _stream(self, sender: AsyncSender, link, chunk: int, k: int, t0: float) -> int:
         """Streaming: chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
         def may_start(n: int) -> bool:
-            if self.ctx.should_stop():
-                raise StreamCut()
-            if self.watch.poll():  # the reward role was restarted: what it held is lost
-                self.cut_by_restart = True
-                raise StreamCut()
-            sender.idle()  # raises LinkBroken once a send failed
-            return n - self.ctx.control.dropped(self.rank.replica) <= self.held + k
+            try:
+                if self.ctx.should_stop():
+                    raise StreamCut()
+                if self.watch.poll():  # the reward role was restarted: what it held is lost
+                    self.cut_by_restart = True
+                    raise StreamCut()
+                sender.idle()  # raises LinkBroken once a send failed
+                start = n - self.ctx.control.dropped(self.rank.replica) <= self.held + k
+            except (StreamCut, LinkBroken):
+                self.rank.agree(True)  # TP followers cut their stream at the same turn
+                raise
+            self.rank.agree(False)
+            return self.rank.agree(start)
 
+        self.steps.announce("stream", chunk=chunk, version=self.held)
         with self.ctx.timeline.span("generate", chunk=chunk, version=self.held, streaming=True):
             nxt = self.stream.run(chunk, may_start, lambda: self.held,
                                   on_group=lambda part: self._send(sender, part, link),
                                   between_steps=self._swap_if_published,
-                                  on_chunk=lambda n: self._publish_stats(t0))
-        if self.stream.completed is not None:
-            self.quant_kl.measure(self.stream.completed, self.held)
+                                  on_chunk=lambda n: self._chunk_done(t0))
         return nxt
+
+    def _chunk_done(self, t0: float | None = None) -> None:
+        """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the
+        same decode step, like the chunk loop's) and, on the leader, the stats."""
+        self.quant_kl.measure(self.stream.completed, self.held)
+        if t0 is not None:
+            self._publish_stats(t0)
 
     @staticmethod
     def _send(sender: AsyncSender, part, link) -> None:
@@ -190,6 +203,9 @@ class GeneratorExecutor:
             if step["do"] == "sync":
                 self._receive()
                 continue
+            if step["do"] == "stream":
+                self._follow_stream(step)
+                continue
             if step["version"] != self.held:
                 raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
                                    f"but TP rank 0 of replica {self.rank.replica} generates with "
@@ -197,6 +213,20 @@ class GeneratorExecutor:
             with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held):
                 rollout = self.chunks.generate(step["chunk"], self.held, between_steps=self._swap_if_published)
             self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
+
+    def _follow_stream(self, step: dict) -> None:
+        """A TP follower's copy of the leader's stream: the same engine run, each chunk
+        started (or the stream cut) as the leader decides at the same refill."""
+        def may_start(n: int) -> bool:
+            if self.rank.agree(False):
+                raise StreamCut()
+            return self.rank.agree(False)
+        with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held, streaming=True):
+            try:
+                self.stream.run(step["chunk"], may_start, lambda: self.held,
+                                between_steps=self._swap_if_published, on_chunk=lambda n: self._chunk_done())
+            except StreamCut:
+                pass
 
     def _swap_if_published(self) -> int:
         """Between decode steps: take newer weights in place (the trainer need not wait for

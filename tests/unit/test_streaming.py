@@ -148,7 +148,7 @@ def test_a_stream_cut_ends_the_engine_run_at_once():
     assert calls == [0, 1]
 
 
-def test_streaming_is_on_in_async_mode_and_off_in_sync_mode_and_under_generator_tp():
+def test_streaming_is_on_in_async_mode_and_off_in_sync_mode():
     assert streaming_active(load_config("cpu_tiny", []))
     assert not streaming_active(load_config("cpu_tiny", ["generation.streaming=false"]))
     assert not streaming_active(load_config("cpu_tiny_sync", []))
