@@ -73,10 +73,21 @@ def main(argv) -> int:
             cfg = load_config(recipe, overrides) if recipe_given else None
             if cfg is not None and cfg.resources.device == "cpu":
                 return _simulate_cpu(cfg, recipe, overrides, args, argv)
-            return _simulate(recipe if recipe_given else None, overrides, args.out)
+            return _simulate(recipe if recipe_given else None, overrides, args.out, argv)
         return _sync_vs_async(recipe, overrides, args, argv)
 
     return run_guarded(run)
+
+
+def _commit() -> str | None:
+    """HEAD of the checkout this code runs from (None outside git)."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def _write(out: str | None, result: dict, console: Console) -> None:
@@ -196,12 +207,13 @@ def _quality(recipe, overrides, args, argv) -> int:
                          quality_table, _quality_plots, args, argv)
 
 
-def _simulate(recipe, overrides, out) -> int:
+def _simulate(recipe, overrides, out, argv=()) -> int:
     from llamarl_core.bench.report import simulate_recipe
 
     console = Console()
     cfg = load_config(recipe, overrides) if recipe else None
     result = simulate_recipe(cfg, console)
+    result = {"command": " ".join(["llamarl", "bench", *map(shlex.quote, argv)]), "commit": _commit(), **result}
     _write(out, result, console)
     return EXIT_OK
 
