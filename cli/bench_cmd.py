@@ -63,7 +63,7 @@ def main(argv) -> int:
             print_resolved(recipe, overrides)
             return EXIT_OK
         if args.weight_sync:
-            return _weight_sync(args)
+            return _weight_sync(args, argv)
         if args.quality:
             return _quality(recipe, overrides, args, argv)
         if not args.sync_vs_async:
@@ -73,25 +73,20 @@ def main(argv) -> int:
             cfg = load_config(recipe, overrides) if recipe_given else None
             if cfg is not None and cfg.resources.device == "cpu":
                 return _simulate_cpu(cfg, recipe, overrides, args, argv)
-            return _simulate(recipe if recipe_given else None, overrides, args.out, argv)
+            return _simulate(recipe if recipe_given else None, overrides, args.out,
+                             " ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
         return _sync_vs_async(recipe, overrides, args, argv)
 
     return run_guarded(run)
 
 
-def _commit() -> str | None:
-    """HEAD of the checkout this code runs from (None outside git)."""
-    import subprocess
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def _write(out: str | None, result: dict, console: Console) -> None:
+def _write(out: str | None, result: dict, console: Console, command: str | None = None) -> None:
+    """Write `result` to `out` as JSON, with its `commit` (and `command`, where given) recorded."""
     if out:
+        from llamarl_core.bench.provenance import git_commit
+        if command is not None:
+            result["command"] = command
+        result.setdefault("commit", git_commit())
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
@@ -99,21 +94,21 @@ def _write(out: str | None, result: dict, console: Console) -> None:
         console.print(f"wrote {out}")
 
 
-def _weight_sync(args) -> int:
+def _weight_sync(args, argv) -> int:
     from llamarl_core.bench.weight_sync_bench import print_table, run_weight_sync_bench
 
     repeats = 5 if args.repeats is None else args.repeats
     if repeats < 1:
         raise UsageError(f"llamarl bench: --repeats={repeats} must be >= 1")
     if args.layout:
-        return _layouts(args, repeats)
+        return _layouts(args, repeats, argv)
     print_table(run_weight_sync_bench(sizes_mb=args.sizes_mb, repeats=repeats, out=args.out))
     if args.out:
         print(f"wrote {args.out}")
     return EXIT_OK
 
 
-def _layouts(args, repeats: int) -> int:
+def _layouts(args, repeats: int, argv) -> int:
     import os
 
     from llamarl_core.bench.ddma_bench import parse_layout, print_layouts, run_layout_bench
@@ -130,6 +125,9 @@ def _layouts(args, repeats: int) -> int:
         result = json.loads(open(args.out).read()) if os.path.exists(args.out) else {}
         result["layouts"] = cases
         result["layouts_loadavg"] = list(os.getloadavg())
+        from llamarl_core.bench.provenance import git_commit
+        result["layouts_command"] = " ".join(["llamarl", "bench", *map(shlex.quote, argv)])
+        result["layouts_commit"] = git_commit()
         _write(args.out, result, Console())
     return EXIT_OK
 
@@ -207,14 +205,13 @@ def _quality(recipe, overrides, args, argv) -> int:
                          quality_table, _quality_plots, args, argv)
 
 
-def _simulate(recipe, overrides, out, argv=()) -> int:
+def _simulate(recipe, overrides, out, command: str) -> int:
     from llamarl_core.bench.report import simulate_recipe
 
     console = Console()
     cfg = load_config(recipe, overrides) if recipe else None
     result = simulate_recipe(cfg, console)
-    result = {"command": " ".join(["llamarl", "bench", *map(shlex.quote, argv)]), "commit": _commit(), **result}
-    _write(out, result, console)
+    _write(out, result, console, command)
     return EXIT_OK
 
 

@@ -83,12 +83,13 @@ def main(argv) -> int:
             print_resolved(recipe, overrides, data_key="eval.data", checkpoint_key="eval.checkpoint")
             return EXIT_OK
         cfg = load_config(recipe, overrides)
+        from llamarl_core.bench.provenance import git_commit
         from llamarl_core.eval.run import run_eval
 
         command = "llamarl eval " + " ".join(argv)
         try:
             result, run_dir = run_eval(cfg, progress=not args.no_progress and sys.stderr.isatty(),
-                                       out_file=args.out, extra={"command": command})
+                                       out_file=args.out, extra={"command": command, "commit": git_commit()})
         except RuntimeError as e:  # a replica failed; torchrun ended the others
             print(f"llamarl: error: {e}", file=sys.stderr)
             return EXIT_FAILED

@@ -33,6 +33,7 @@ import time
 import torch
 
 from llamarl_core.algorithms import compute_advantages
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
     baseline = f"padded_micro{default_micro}"
     for r in rows.values():
         r["speedup_vs_padded_default"] = rows[baseline]["step_s"] / r["step_s"]
-    result = {"benchmark": "trainer_rl_step", "command": " ".join(["python", *sys.argv]),
+    result = {"benchmark": "trainer_rl_step", "command": " ".join(["python", *sys.argv]), "commit": git_commit(),
               "recipe": args.recipe, "overrides": args.overrides, "rows": batch.num_rows,
               "completion_tokens": completion_tokens,
               "prompt_tokens": int(batch.prompt_lens.sum()),

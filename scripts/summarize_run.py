@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from llamarl_core.bench.provenance import git_commit
+
 
 def summarize(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -49,6 +51,7 @@ def main() -> None:
     p.add_argument("--out", type=Path)
     p.add_argument("--command", default="", help="the command that made the run(s)")
     p.add_argument("--note", default="", help="how the runs were made (machine, load, what ran beside)")
+    p.add_argument("--commit", default="", help="the commit the run(s) ran (default: this checkout's HEAD)")
     args = p.parse_args()
     runs = [summarize(d) for d in args.run_dirs]
     result = runs[0] if len(runs) == 1 else {
@@ -59,6 +62,7 @@ def main() -> None:
         result["config_yaml"] = runs[0]["config_yaml"]
         result["runs"] = [{k: v for k, v in r.items() if k != "config_yaml"} for r in runs]
     head = {k: v for k, v in (("command", args.command), ("note", args.note)) if v}
+    head["commit"] = args.commit or git_commit()
     result = {**head, **result}
     text = json.dumps(result, indent=2)
     if args.out:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.data import Example, load_examples
 from llamarl_core.rewards import RewardPool
 
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = {
         "command": "python scripts/verify_rewards_real_data.py " + " ".join(argv or sys.argv[1:]),
+        "commit": git_commit(),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
         "parts": parts,

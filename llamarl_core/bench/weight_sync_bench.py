@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.config.schema import ControllerConfig
 
 BYTES_PER_MIB = 1 << 20
@@ -167,6 +168,7 @@ def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=No
     result = {
         "benchmark": "weight_sync",
         "command": _command(),
+        "commit": git_commit(),
         "config": {"sizes_mb": list(sizes_mb), "repeats": repeats, "bucket_mb": bucket_mb,
                    "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32"},
         "machine": _machine(),

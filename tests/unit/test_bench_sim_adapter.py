@@ -1,5 +1,6 @@
 """Recipe → scale-simulator inputs, and `llamarl bench --simulate` / usage errors on the CLI."""
 import json
+import re
 
 import pytest
 
@@ -55,6 +56,9 @@ def test_bench_simulate_writes_the_recipes_prediction_beside_the_papers(tmp_path
     assert d["published"]["sync"] == 22.45 and d["published"]["async"] == 8.90
     assert [row["case"] for row in d["calibration"]] == ["8b", "70b", "405b"]
     assert "22.45" in capsys.readouterr().out
+    # it says what produced it: the command as typed and the commit it ran
+    assert d["command"] == f"llamarl bench --sync-vs-async --simulate recipe=8b_gsm8k --out {out}"
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown \(not a git checkout\)", d["commit"])
 
 
 @pytest.mark.parametrize("argv, words", [

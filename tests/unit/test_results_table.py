@@ -1,0 +1,119 @@
+"""The README's results table is what benchmarks/results/*.json say (scripts/results_table.py)."""
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("results_table", ROOT / "scripts" / "results_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["results_table"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+rt = load_script()
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A README and a results directory the test may change."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for p in RESULTS.glob("*.json"):
+        shutil.copy(p, results / p.name)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    return tmp_path / "README.md", results
+
+
+def test_the_readme_table_is_what_the_jsons_say(capsys):
+    assert rt.main(["--check"]) == 0, capsys.readouterr().out[-3000:]
+
+
+def test_a_changed_json_value_fails_check_with_a_diff_and_a_rewrite_fixes_it(copy, capsys):
+    readme, results = copy
+    args = ["--readme", str(readme), "--results", str(results)]
+    doc = json.loads((results / "default_run_cpu.json").read_text())
+    doc["accuracy_after"] = 0.777
+    (results / "default_run_cpu.json").write_text(json.dumps(doc))
+    assert rt.main(["--check", *args]) == 1
+    out = capsys.readouterr().out
+    assert "-| Default job (`llamarl train`" in out and "+| Default job" in out and "0.777" in out
+    assert rt.main(args) == 0 and "0.500 → 0.777" in readme.read_text()
+    assert rt.main(["--check", *args]) == 0
+
+
+def test_an_absent_json_still_shows_its_row_as_not_measured(copy):
+    readme, results = copy
+    (results / "trainer_cpu.json").unlink()
+    text = rt.table(results)
+    row = next(line for line in text.splitlines() if line.startswith("| RL trainer step"))
+    assert "**not measured**" in row and "`trainer_cpu.json` (absent)" in row
+    if not (results / "gpu_check.json").exists():
+        assert "**not run — no GPU lent**" in text
+    assert rt.main(["--check", "--readme", str(readme), "--results", str(results)]) == 1
+
+
+def test_a_key_missing_from_a_present_json_is_shown_and_fails(copy, capsys):
+    readme, results = copy
+    doc = json.loads((results / "generation_cpu.json").read_text())
+    del doc["long_tail"]["ratio"]
+    (results / "generation_cpu.json").write_text(json.dumps(doc))
+    assert "**no key `long_tail.ratio` in the JSON**" in rt.table(results)
+    assert rt.main(["--readme", str(readme), "--results", str(results)]) == 1
+    assert "no key 'long_tail.ratio'" in capsys.readouterr().err
+
+
+def test_a_value_of_another_shape_is_shown_and_fails(copy, capsys):
+    readme, results = copy
+    (results / "streaming_cpu.json").write_text(json.dumps({"streaming_vs_chunked": {"ratio": 1.7}}))
+    assert "**cannot show the JSON's value: TypeError**" in rt.table(results)
+    assert rt.main(["--readme", str(readme), "--results", str(results)]) == 1
+
+
+def test_every_row_of_a_present_json_finds_its_keys():
+    problems = []
+    rt.table(RESULTS, problems.append)
+    assert problems == []
+
+
+def test_key_paths():
+    doc = {"a": {"b": [{"k": 1, "j": "x", "v": 10}, {"k": 2, "j": "y", "v": 20}]}}
+    assert rt.get(doc, "a.b[1].v") == 20
+    assert rt.get(doc, "a.b[k=2].v") == 20 and rt.get(doc, "a.b[k=2,j=y].v") == 20
+    assert rt.get(doc, "a.b[*].v") == [10, 20]
+    for bad in ("a.c", "a.b[k=3].v", "a.b[5].v", "a.b[k=2,j=x].v"):
+        with pytest.raises(rt.MissingKey):
+            rt.get(doc, bad)
+
+
+def test_every_benchmark_json_records_its_command_and_commit():
+    missing = [p.name for p in sorted(RESULTS.glob("*.json"))
+               if not json.loads(p.read_text()).get("command") or not json.loads(p.read_text()).get("commit")]
+    assert missing == [], "add 'command' and 'commit' (see llamarl_core/bench/provenance.py)"
+
+
+def test_the_known_gaps_quote_the_tables_numbers():
+    text = (ROOT / "README.md").read_text()
+    block = text.split(rt.BEGIN, 1)[1].split(rt.END, 1)[0]
+    gaps = text.split("## Known gaps", 1)[1].split("\n## ", 1)[0]
+    quoted = re.findall(r"\d+\.\d+(?:×| s\b)", gaps)
+    assert quoted and [q for q in quoted if q not in block] == []
+
+
+def test_the_readmes_links_and_doc_names_exist():
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    names = re.findall(r"\b((?:docs|scripts|tests|recipes|llamarl_core)/[\w./]+\.(?:md|py|yaml|png))", text)
+    listed = re.search(r"Then (.*?) in docs/", text, flags=re.S).group(1)  # "Then PLAN_MEMORY, … in docs/"
+    docs = [f"docs/{n}.md" for n in re.findall(r"\b([A-Z_]{4,})\b", listed)]
+    paths = [p for p in links + names + docs if not p.startswith("http")]
+    assert paths and [p for p in paths if not (ROOT / p).exists()] == []
