@@ -13,10 +13,12 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.config.choices import ADVANTAGE_MODES
+from llamarl_core.config.schema import AlgorithmConfig
 STD_EPS = 1e-6
 
 
-def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str = "mean") -> torch.Tensor:
+def compute_advantages(rewards: torch.Tensor, group_size: int,
+                       mode: str = AlgorithmConfig.advantage) -> torch.Tensor:
     """Per-completion advantages; rows grouped contiguously (N = num_prompts * group_size)."""
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")

@@ -39,6 +39,7 @@ import torch
 
 from llamarl_core.algorithms.metrics import as_float, importance_metrics
 from llamarl_core.config.choices import AGGREGATIONS, LOSS_KINDS
+from llamarl_core.config.schema import AlgorithmConfig  # the keyword defaults: one source
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
 
 
@@ -60,16 +61,16 @@ def aipo_loss(
     advantages: torch.Tensor,  # [B, T] per-token advantages (already broadcast)
     mask: torch.Tensor,  # [B, T] 1 for completion tokens that count, 0 for padding/prompt
     rho: float,
-    aggregation: str = "token_mean",
+    aggregation: str = AlgorithmConfig.aggregation,
     *,
-    kind: str = "aipo",
-    clip_eps: float = 0.2,  # PPO clip, lower side (and the upper one unless clip_eps_high is given)
+    kind: str = AlgorithmConfig.name,
+    clip_eps: float = AlgorithmConfig.clip_eps,  # PPO clip, lower side (and the upper one unless clip_eps_high is given)
     clip_eps_high: float | None = None,
     old_logprobs: torch.Tensor | None = None,  # [B, T] log pi_old, when a batch gets several updates
     ref_logprobs: torch.Tensor | None = None,  # [B, T] reference-policy log-probs
-    kl_coef: float = 0.0,
+    kl_coef: float = AlgorithmConfig.kl_coef,
     entropy: torch.Tensor | None = None,  # [B, T] per-token policy entropy
-    entropy_coef: float = 0.0,
+    entropy_coef: float = AlgorithmConfig.entropy_coef,
     staleness: torch.Tensor | None = None,  # [B] policy versions behind, per sequence
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The scalar loss to minimise and a dict of float metrics."""

@@ -40,6 +40,12 @@ def _shapes(size_mb: float) -> dict[str, tuple[tuple[int, int], torch.dtype]]:
     return {f"layers.{i:04d}.attention.wq.weight": ((ROWS, per), torch.float32) for i in range(n)}
 
 
+def _heads(tp: int):
+    """ModelArgs whose heads split over `tp` ranks (all tp_slice reads of it: wq splits its rows)."""
+    from llamarl_core.models import ModelArgs
+    return ModelArgs(vocab_size=256, dim=64 * tp, n_layers=1, n_heads=tp, n_kv_heads=tp, ffn_dim=tp)
+
+
 def _one(rank: int, T: int, G: int, size_mb: float, repeats: int, store, epoch0: int) -> dict | None:
     import torch.distributed as dist
 
@@ -47,7 +53,7 @@ def _one(rank: int, T: int, G: int, size_mb: float, repeats: int, store, epoch0:
     from llamarl_core.transport.ddma_plan import build_plan, fsdp_rows
 
     shapes = _shapes(size_mb)
-    plan = build_plan(shapes, trainer_ranks=T, generator_ranks=G, tp_size=G)
+    plan = build_plan(shapes, trainer_ranks=T, generator_ranks=G, tp_size=G, args=_heads(G))
     link_bytes = max(plan.link_nbytes(t, g) for t in range(T) for g in range(G))
     nbytes = sum(plan.link_nbytes(t, g) for t in range(T) for g in range(G))
     local = None

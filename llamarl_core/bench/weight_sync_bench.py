@@ -1,22 +1,22 @@
-"""Weight-sync bandwidth: each transport against memcpy of the same bytes, same run.
+"""Weight-sync bandwidth: DDMA over each transport against its ceilings, same bytes, same run.
 
-Two processes (gloo, free port): rank 0 plays trainer rank 0, rank 1 a generator.
-For every size, in one loop so machine noise hits all three alike, in turn:
+Two processes (gloo, free port): rank 0 is trainer rank 0, rank 1 one generator rank (1:1,
+no TP: the generator receives every byte). For every size, in one loop so machine noise hits
+all four alike, in turn:
 
-- ``memcpy``: ``dst.copy_(src)`` of the same bytes inside rank 0 (the ceiling);
-- ``collective``: ``WeightSyncSender.send`` / ``WeightSyncReceiver.receive`` over gloo;
-- ``shm``: the same over ``/dev/shm``;
-- ``broadcast``: bare ``dist.broadcast`` of the same bytes in ``bucket_mb`` pieces,
-  with no packing or unpacking: the ceiling of the collective transport.
+- ``memcpy``: ``dst.copy_(src)`` of the same bytes inside rank 0 (the ceiling of a copy);
+- ``broadcast``: bare ``dist.broadcast`` of the same bytes in the plan's pieces, with no
+  slot or version protocol: the ceiling of the collective transport;
+- ``collective`` and ``shm``: ``DdmaSender.send`` / ``DdmaReceiver.receive`` (what a run
+  does, transport/ddma.py), each into its own two slots.
 
-A sync is timed end to end on rank 0: barrier, t0, send (rank 1: receive), barrier,
-t1; so it includes packing on the trainer, the transfer, and the copy into the
-generator's parameters, plus one barrier (its median is reported separately).
-Both sides' own ``SyncStats`` are kept too: for ``shm`` the receiver's GB/s is the
-one-copy read out of shared memory. Sizes are MiB (2**20 B); GB/s is 1e9 B/s.
-State: float32 tensors of at most 16 MiB each (like a model's layers), no wire
-conversion, so bytes on the wire equal the bytes memcpy moves. One thread per
-process (2-core machine).
+A sync is timed end to end on rank 0: barrier, t0, send (rank 1: receive until adopted),
+barrier, t1; so it includes the transfer into the generator's slot and the swap, plus one
+barrier (its median is reported separately). Both sides' own ``SyncStats`` are kept too:
+for ``shm`` the trainer's is its write into the slot, the generator's its adoption. Sizes
+are MiB (2**20 B); GB/s is 1e9 B/s. State: float32 tensors of at most 16 MiB each (like a
+model's layers), no wire conversion, so bytes on the wire equal the bytes memcpy moves. One
+thread per process (2-core machine). T:G layouts with TP: ``ddma_bench`` (``--layout``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ BYTES_PER_MIB = 1 << 20
 TENSOR_MIB = 16
 BUCKET_MB = ControllerConfig.weight_bucket_mb  # what a run uses unless the recipe says otherwise
 VARIANTS = ("memcpy", "broadcast", "collective", "shm")
+TRANSPORTS = VARIANTS[2:]
+WARMUP = 2  # one per slot: first touches of each mapping, first connections
 
 
 def _named_views(flat: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -47,31 +49,42 @@ def _named_views(flat: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _stats_row(stats) -> dict:
-    return {"seconds": stats.seconds, "gbps": stats.gbps, "wait_seconds": stats.wait_seconds,
-            "num_buckets": stats.num_buckets, "bytes": stats.bytes}
+    return {"seconds": stats.seconds, "gbps": stats.gbps, "wait_seconds": stats.wait_seconds, "bytes": stats.bytes}
 
 
-def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) -> dict | None:
+def _endpoints(rank: int, plan, store, epoch0: int) -> dict:
+    from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+
+    ends = {}
+    for i, transport in enumerate(TRANSPORTS):
+        kw = dict(transport=transport, store=store, epoch=epoch0 + i, timeout_s=600)
+        if rank == 0:
+            ends[transport] = DdmaSender(plan, 0, **kw)
+        else:  # torch.empty: no pages are touched before the first swap replaces them
+            params = {t.name: torch.empty(t.shape) for t in plan.slots[0]}
+            ends[transport] = DdmaReceiver(plan, 0, params, run_id=f"bench-ws-{epoch0 + i}", **kw)
+    return ends
+
+
+def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store, epoch0: int) -> dict | None:
     import torch.distributed as dist
 
-    from llamarl_core.transport.weight_sync import WeightSyncReceiver, WeightSyncSender
+    from llamarl_core.transport.ddma_plan import build_plan, piece_bytes
 
     numel = int(size_mb * BYTES_PER_MIB) // 4
     flat = torch.randn(numel) if rank == 0 else torch.zeros(numel)
     tensors = _named_views(flat)
-    shapes = {n: (t.shape, t.dtype) for n, t in tensors.items()}
-    kw = dict(group=None, src_rank=0, store=store, run_id="bench-ws", bucket_mb=bucket_mb)
-    cls = WeightSyncSender if rank == 0 else WeightSyncReceiver
-    ends = {t: cls(shapes, transport=t, **kw) for t in ("collective", "shm")}
+    plan = build_plan({n: (tuple(t.shape), t.dtype) for n, t in tensors.items()}, trainer_ranks=1,
+                      generator_ranks=1, max_piece_bytes=piece_bytes(bucket_mb))
+    ends = _endpoints(rank, plan, store, epoch0)
     dst = torch.empty_like(flat) if rank == 0 else None
     bare = flat.clone() if rank == 0 else torch.empty_like(flat)  # bare broadcast must not touch params
-    piece_bytes = int(bucket_mb * BYTES_PER_MIB)
+    pieces = [p.numel * 4 for p in plan.pieces]
     raw: dict[str, list] = {v: [] for v in VARIANTS}
-    raw.update({f"{t}_{side}": [] for t in ("collective", "shm") for side in ("sender", "receiver")})
+    raw.update({f"{t}_{side}": [] for t in TRANSPORTS for side in ("sender", "receiver")})
     raw["barrier"] = []
     version = 0
-    warmup = 2  # one per shm slot: first touches of each mapping, first connections
-    for it in range(repeats + warmup):
+    for it in range(repeats + WARMUP):
         if rank == 0:
             t0 = time.perf_counter()
             dst.copy_(flat)
@@ -83,28 +96,30 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) 
         row = {"memcpy": memcpy_s if rank == 0 else None, "barrier": barrier_s}
         dist.barrier()
         t0 = time.perf_counter()
-        works = [dist.broadcast(piece, src=0, async_op=True) for piece in bare.view(torch.uint8).split(piece_bytes)]
+        works = [dist.broadcast(piece, src=0, async_op=True) for piece in bare.view(torch.uint8).split(pieces)]
         for w in works:
             w.wait()
         dist.barrier()
         row["broadcast"] = time.perf_counter() - t0
+        version += 1
         for transport, end in ends.items():
-            version += 1
             dist.barrier()
             t0 = time.perf_counter()
-            stats = end.send(tensors, version) if rank == 0 else end.receive(tensors, timeout_s=600)
+            stats = end.send(tensors, version) if rank == 0 else end.receive()
             dist.barrier()
             row[transport] = time.perf_counter() - t0
             side_stats = [None, None]
             dist.all_gather_object(side_stats, _stats_row(stats))
             row[f"{transport}_sender"], row[f"{transport}_receiver"] = side_stats
-        if it >= warmup:
+        if it >= WARMUP:
             for k, v in row.items():
                 raw[k].append(v)
-    checksums = [None, None]  # the generator must hold exactly the trainer's bytes
-    dist.all_gather_object(checksums, float(flat.double().sum()))
+    sums = {t: float(sum(p.double().sum() for p in e.params.values())) if rank else float(flat.double().sum())
+            for t, e in ends.items()}
+    checksums = [None, None]  # the generator must hold exactly the trainer's bytes, over each transport
+    dist.all_gather_object(checksums, sums)
     if checksums[0] != checksums[1]:
-        raise RuntimeError(f"weight sync bench: generator checksum {checksums[1]} != trainer {checksums[0]}")
+        raise RuntimeError(f"weight sync bench: generator checksums {checksums[1]} != trainer {checksums[0]}")
     for end in ends.values():
         end.close()
     if rank != 0:
@@ -114,8 +129,7 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store) 
     gbps = {v: nbytes / med_s[v] / 1e9 for v in VARIANTS}
     side_gbps = {k: statistics.median(r["gbps"] for r in raw[k]) for k in raw if k.endswith(("_sender", "_receiver"))}
     return {
-        "size_mb": size_mb, "bytes": nbytes, "num_tensors": len(tensors),
-        "num_buckets": raw["collective_sender"][0]["num_buckets"],
+        "size_mb": size_mb, "bytes": nbytes, "num_tensors": len(tensors), "num_pieces": len(plan.pieces),
         "median_seconds": med_s, "median_gbps": gbps, "median_side_gbps": side_gbps,
         "ratio_to_memcpy": {v: gbps[v] / gbps["memcpy"] for v in VARIANTS[1:]},
         "median_barrier_seconds": statistics.median(raw["barrier"]),
@@ -130,7 +144,7 @@ def _worker(rank: int, port: int, sizes_mb, repeats: int, bucket_mb: float, out_
     store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False)
     dist.init_process_group("gloo", store=dist.PrefixStore("bench", store), rank=rank, world_size=2)
     try:
-        rows = [_one_size(rank, s, repeats, bucket_mb, store) for s in sizes_mb]
+        rows = [_one_size(rank, s, repeats, bucket_mb, store, 10 * i) for i, s in enumerate(sizes_mb)]
         if rank == 0:
             Path(out_path).write_text(json.dumps(rows))
     finally:
@@ -153,7 +167,8 @@ def _machine() -> dict:
 
 def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=None,
                           bucket_mb: float = BUCKET_MB) -> dict:
-    """Measure memcpy / collective / shm GB/s for each size; write JSON to ``out`` if given."""
+    """Measure memcpy / broadcast / DDMA collective / DDMA shm GB/s for each size; write JSON to
+    ``out`` if given."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -170,7 +185,8 @@ def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=No
         "command": _command(),
         "commit": git_commit(),
         "config": {"sizes_mb": list(sizes_mb), "repeats": repeats, "bucket_mb": bucket_mb,
-                   "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32"},
+                   "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32",
+                   "sync": "ddma 1:1"},
         "machine": _machine(),
         "wall_seconds": time.perf_counter() - t0,
         "sizes": rows,
@@ -185,13 +201,13 @@ def print_table(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"weight sync GB/s, median of {result['config']['repeats']} (x = ratio to memcpy); "
-                        "shm write/read: one side's copy alone")
-    for col in ("MiB", "buckets", "memcpy", "bare bcast", "collective", "shm", "shm write", "shm read"):
+    table = Table(title=f"DDMA weight sync 1:1, GB/s, median of {result['config']['repeats']} "
+                        "(x = ratio to memcpy); shm write/adopt: one side alone")
+    for col in ("MiB", "pieces", "memcpy", "bare bcast", "collective", "shm", "shm write", "shm adopt"):
         table.add_column(col, justify="right")
     for r in result["sizes"]:
         g, x, side = r["median_gbps"], r["ratio_to_memcpy"], r["median_side_gbps"]
-        table.add_row(f"{r['size_mb']:g}", str(r["num_buckets"]), f"{g['memcpy']:.2f}",
+        table.add_row(f"{r['size_mb']:g}", str(r["num_pieces"]), f"{g['memcpy']:.2f}",
                       *(f"{g[v]:.2f} ({x[v]:.2f}x)" for v in VARIANTS[1:]),
                       f"{side['shm_sender']:.2f}", f"{side['shm_receiver']:.2f}")
     Console().print(table)
@@ -200,7 +216,7 @@ def print_table(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(description="weight-sync transports vs memcpy")
+    p = argparse.ArgumentParser(description="DDMA weight-sync transports vs memcpy and a bare broadcast")
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--bucket-mb", type=float, default=BUCKET_MB)

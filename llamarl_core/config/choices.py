@@ -2,8 +2,11 @@
 
 The schema checks against these; the code that acts on a value imports the same tuple
 (`aipo_loss` the loss kinds and aggregations, `compute_advantages` the advantage modes, the
-memory model and the simulator the byte sizes), so a value the config accepts is always one
-the code knows.
+memory model and the simulator the byte sizes, the prompt templates, the built-in task, the
+loaders, the reward registry, the DDMA transports), so a value the config accepts is always
+one the code knows; tests/unit/test_one_source.py holds each registry to its list here.
+Defaults are the schema's (config/schema.py): a function's keyword default that mirrors a
+config key reads it from the schema's dataclass, never a second literal.
 """
 from __future__ import annotations
 
@@ -20,9 +23,16 @@ QUANT_BYTES = {"int8": 1, "fp8": 1}                      # weight-only, per bloc
 QUANTIZATIONS = ("none", *QUANT_BYTES)                   # resources.generator.quantization
 DEVICE_TYPES = ("cpu", "cuda", *DEVICES)                 # resources.device (cuda: any NVIDIA GPU)
 STRATEGIES = ("ddp", "fsdp2")                            # resources.trainer.strategy
-WEIGHT_TRANSPORTS = ("auto", "collective", "shm", "cuda_ipc")  # controller.weight_transport
+DDMA_TRANSPORTS = ("collective", "shm", "cuda_ipc")      # what transport/ddma.py moves weights over
+WEIGHT_TRANSPORTS = ("auto", *DDMA_TRANSPORTS)           # controller.weight_transport
 BATCHING = ("continuous", "static")                      # generation.batching
 PROMPT_TEMPLATES = ("auto", "plain", "chat")             # data.template
-DATA_NAMES = ("arith", "gsm8k", "math500", "generic")      # data.name
-BUILTIN_REWARDS = ("arith", "gsm8k", "math")             # data.reward (beside auto and module:function)
+DATA_NAMES = ("arith", "gsm8k", "math500", "generic")    # data.name
+ON_ERROR_MODES = ("raise", "skip")                       # data.on_error (a malformed data line)
+SOLUTION_STYLES = ("columns", "digit_sums", "short")     # data.solution_style (the built-in task)
+# data.reward (beside auto and module:function): the reward registry's names (rewards/specs.py);
+# math_symbolic is the math rule without its text fast path (verifies the rule on real data)
+BUILTIN_REWARDS = ("arith", "gsm8k", "math", "math_symbolic")
+EVAL_POLICIES = ("model", "reference")                   # eval.policy
+SPLITS = ("train", "test")                               # eval.split, and every loader's split
 WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots

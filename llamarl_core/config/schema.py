@@ -14,7 +14,8 @@ from typing import List, Optional
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
-                                         PROMPT_TEMPLATES, WEIGHT_SLOTS)
+                                         PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
+                                         EVAL_POLICIES, SPLITS)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -290,9 +291,9 @@ class DataConfig:
     def __post_init__(self):
         _check_choice("data.name", self.name, DATA_NAMES)
         _check_choice("data.template", self.template, PROMPT_TEMPLATES)
-        _check_choice("data.on_error", self.on_error, ("raise", "skip"))
+        _check_choice("data.on_error", self.on_error, ON_ERROR_MODES)
         _check_reward(self.reward)
-        _check_choice("data.solution_style", self.solution_style, ("columns", "digit_sums", "short"))
+        _check_choice("data.solution_style", self.solution_style, SOLUTION_STYLES)
         _check_positive("data.num_train_examples", self.num_train_examples)
         _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
         if not 1 <= self.digits <= 9:
@@ -383,8 +384,8 @@ class EvalConfig:
     out: Optional[str] = None            # run directory; default run.dir, else runs/eval-<data>-<time>
 
     def __post_init__(self):
-        _check_choice("eval.policy", self.policy, ("model", "reference"))
-        _check_choice("eval.split", self.split, ("train", "test"))
+        _check_choice("eval.policy", self.policy, EVAL_POLICIES)
+        _check_choice("eval.split", self.split, SPLITS)
         _check_positive("eval.n_samples", self.n_samples)
         _check_positive("eval.max_new_tokens", self.max_new_tokens, 0)
         _check_positive("eval.num_examples", self.num_examples, 0)

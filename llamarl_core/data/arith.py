@@ -17,12 +17,13 @@ from __future__ import annotations
 import random
 import zlib
 
+from llamarl_core.config.choices import SOLUTION_STYLES, SPLITS
+from llamarl_core.config.schema import DataConfig
 from llamarl_core.data.example import Example
 
 TEST_SHARE_PER_MILLE = 100  # 10% of the problem space is reserved for the test split
 MAX_DUPLICATE_STREAK = 2000  # repeated draws in a row: the split is used up, allow repeats
 MAX_DRAWS_WITHOUT_HIT = 100_000  # draws before declaring a split empty
-SOLUTION_STYLES = ("columns", "digit_sums", "short")
 
 
 def arith_examples(
@@ -30,10 +31,10 @@ def arith_examples(
     num_examples: int,
     seed: int,
     *,
-    digits: int = 2,
-    num_operands: int = 2,
+    digits: int = DataConfig.digits,
+    num_operands: int = DataConfig.num_operands,
     ops: str = "+",
-    solution_style: str = "columns",
+    solution_style: str = DataConfig.solution_style,
 ) -> list[Example]:
     """``num_examples`` problems of ``split`` ("train"/"test"); unique while the split's
     share of the problem space lasts, then repeating (so any size can be asked for).
@@ -131,7 +132,7 @@ def _evaluate(operands: list[int], operators: list[str]) -> int:
 
 
 def _check(split: str, num_examples: int, digits: int, num_operands: int, ops: str) -> None:
-    if split not in ("train", "test"):
+    if split not in SPLITS:
         raise ValueError(f"arith split must be 'train' or 'test', got {split!r}")
     if num_examples < 0:
         raise ValueError(f"arith num_examples must be >= 0, got {num_examples}")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 
+from llamarl_core.config.choices import DATA_NAMES
 from llamarl_core.data.arith import arith_examples
 from llamarl_core.data.example import DataFormatError, Example
 from llamarl_core.data.loaders import Keys, load_examples
-from llamarl_core.data.tables import TABLE_SUFFIXES, is_table
+from llamarl_core.data.tables import TABLE_SUFFIXES, is_table, saved_split
 
 DEFAULT_ARITH_SIZES = {"train": 5000, "test": 200}
 _WHERE_TO_GET = {
@@ -73,7 +74,7 @@ def resolve_dataset(
         file_path = _split_file(path, split)
         examples = load_examples(file_path, fmt=fmt, on_error=on_error, keys=keys, split=split)
     elif name == "generic" or name.endswith(DATA_SUFFIXES):
-        file_path = path or name
+        file_path = path or (name if name != "generic" else None)
         if not file_path:
             raise ValueError("data.name=generic needs data.path=FILE (.jsonl, .json, .parquet, .csv "
                              "or a datasets save_to_disk folder)")
@@ -81,7 +82,7 @@ def resolve_dataset(
         examples = load_examples(file_path, fmt="auto", on_error=on_error, keys=keys, split=split)
     else:
         raise ValueError(
-            f"unknown data set {name!r}: use 'arith', 'gsm8k', 'math500', 'generic' or a data file path"
+            f"unknown data set {name!r}: use {', '.join(map(repr, DATA_NAMES))} or a data file path"
         )
     if not examples:
         report = examples.report
@@ -90,6 +91,17 @@ def resolve_dataset(
                else "the file holds no rows")
         raise DataFormatError(f"{file_path}: no examples: {why}")
     return examples if num_examples is None else examples[:num_examples]
+
+
+def split_source(name: str, path: str | None, split: str) -> tuple[str | None, str | None]:
+    """The rows ``resolve_dataset(name, path, split)`` reads, as (file, split inside it): equal
+    for train and test when both are one file or one saved Dataset (not a folder of
+    ``<split>.jsonl`` files nor a DatasetDict with both splits)."""
+    file_path = path or (name if name.endswith(DATA_SUFFIXES) else None)
+    if file_path is None:
+        return None, split
+    file_path = _split_file(file_path, split)
+    return file_path, saved_split(file_path, split) if os.path.isdir(file_path) else None
 
 
 def _split_file(path: str, split: str) -> str:

@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from llamarl_core.config.choices import ON_ERROR_MODES
 from llamarl_core.data.example import DataFormatError, Example, ExampleList, LoadReport
 from llamarl_core.data.tables import is_table, read_rows
 from llamarl_core.rewards.boxed import last_boxed
@@ -49,7 +50,7 @@ def load_examples(path: str, fmt: str = "auto", on_error: str = "raise", keys: K
     """All examples of a data file; ``result.report`` counts loaded and skipped rows."""
     if fmt not in FORMATS:
         raise ValueError(f"data format must be one of {FORMATS}, got {fmt!r}")
-    if on_error not in ("raise", "skip"):
+    if on_error not in ON_ERROR_MODES:
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if not (os.path.isfile(path) or (os.path.isdir(path) and is_table(path))):
         raise FileNotFoundError(f"data file not found: {path}")

@@ -13,6 +13,7 @@ line by line to name the line and column of a bad one.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import tempfile
 
@@ -29,6 +30,18 @@ def is_table(path: str) -> bool:
         return any(os.path.exists(os.path.join(path, name))
                    for name in ("dataset_info.json", "dataset_dict.json", "state.json"))
     return path.endswith(TABLE_SUFFIXES)
+
+
+def saved_split(path: str, split: str) -> str | None:
+    """The split of a saved DatasetDict folder that ``read_rows(path, split)`` reads, from its
+    ``dataset_dict.json`` (nothing is loaded); None for anything else (one table: both splits)."""
+    index = os.path.join(path, "dataset_dict.json")
+    if not os.path.isfile(index):
+        return None
+    with open(index, encoding="utf-8") as f:
+        names = json.load(f).get("splits", [])
+    found = [name for name in _SPLIT_ALIASES.get(split, (split,)) if name in names]
+    return found[0] if found else (names[0] if len(names) == 1 else split)
 
 
 def read_rows(path: str, split: str) -> list[dict]:

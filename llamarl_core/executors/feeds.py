@@ -56,7 +56,14 @@ class _Waits:
 
     ctx: WorkerContext
     on_wait: Callable[[], set[str]] = staticmethod(no_restarts)
-    on_broken: Callable[[BaseException], set[str]]
+
+    def on_broken(self, error: BaseException) -> set[str]:
+        """A broken link: wait for the controller's verdict (the trainer sets its own)."""
+        return rejoin.await_verdict(self.ctx, rejoin.watch(self.ctx, []), error)
+
+    def start(self) -> None:
+        self.links = rejoin.links(self.ctx)
+        self._open()
 
     def _get(self, inbox: Callable[[], AsyncReceiver], reopen: Callable[[], None]) -> Rollout | None:
         """The next rollout of `inbox()`; after a reward restart `reopen()` makes new receivers.
@@ -103,14 +110,9 @@ class RewardFeed(_Waits):
         self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
         self.inboxes: dict[int, AsyncReceiver] = {}
         self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
-        self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
         # Streaming generators (executors/stream.py) can complete chunk n+1 before chunk n:
         # such a chunk waits here until its turn (replica → chunk → rows).
         self.ahead: dict[int, dict[int, Rollout]] | None = {} if streaming_active(ctx.cfg) else None
-
-    def start(self) -> None:
-        self.links = rejoin.links(self.ctx)
-        self._open()
 
     def _open(self) -> None:
         self.links.drop("reward")
@@ -181,11 +183,6 @@ class OwnChunks(_Waits):
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
         self.next_chunk: dict[int, int] = {}  # this rank's next chunk (= step without resampling)
-        self.on_broken = lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e)
-
-    def start(self) -> None:
-        self.links = rejoin.links(self.ctx)
-        self._open()
 
     def _open(self) -> None:
         """Links to and from this rank's reward rank, in the epochs of now."""

@@ -3,16 +3,15 @@
 DCP's own reader unpickles the checkpoint's `.metadata` with the plain pickle module, and its
 default planner reads non-tensor values (the optimizer's hyper-parameters) with torch's loader
 and weights_only off: a file planted in a run directory would run its code when `run.resume=auto`
-reads it. Here the metadata goes through an unpickler that can only build
-DCP's own metadata classes (the "restricting globals" recipe of Python's pickle docs; torch's
-weights-only unpickler stops at the protocol-4 frames DCP writes), and every non-tensor value
-through `torch.load(weights_only=True)`. Tensors DCP already reads with `weights_only=True`.
+reads it. Here the metadata goes through the one allow-list unpickler
+(`models/dcp_metadata.py`, which `llamarl eval` of a step directory reads it with too), and
+every non-tensor value through `torch.load(weights_only=True)`. Tensors DCP already reads with
+`weights_only=True`.
 """
 from __future__ import annotations
 
 import io
 import os
-import pickle
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
@@ -20,42 +19,9 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 
-_DCP_CLASSES = {
-    "torch.distributed.checkpoint.metadata": {
-        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
-        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING"},
-    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
-    "torch.serialization": {"_get_layout"},
-    "torch": {"Size"},
-    "pathlib": {"PosixPath", "PurePosixPath"},
-    "collections": {"OrderedDict"},
-}
+from llamarl_core.models.dcp_metadata import UnsafeCheckpoint, read_metadata
 
-
-class UnsafeCheckpoint(ValueError):
-    """A checkpoint file that holds something other than what llamarl writes."""
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        is_dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
-        if is_dtype or name in _DCP_CLASSES.get(module, ()):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refused to load {module}.{name} (not part of a DCP checkpoint)")
-
-
-def read_metadata(path: str) -> Metadata:
-    """The DCP metadata file `path`, or UnsafeCheckpoint naming it (nothing in it runs)."""
-    try:
-        with open(path, "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
-    except OSError as e:
-        raise UnsafeCheckpoint(f"{path}: cannot read it ({e.strerror or e})") from None
-    except Exception as e:  # a pickle refused or garbled has no common base class
-        raise UnsafeCheckpoint(f"{path} is not a checkpoint metadata file llamarl wrote ({e})") from None
-    if not isinstance(metadata, Metadata):
-        raise UnsafeCheckpoint(f"{path} holds a {type(metadata).__name__}, not DCP metadata")
-    return metadata
+__all__ = ["SafePlanner", "SafeReader", "UnsafeCheckpoint", "load_value", "read_metadata", "verify"]
 
 
 def load_value(data: bytes, where: str):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Example, Keys, default_reward, prompt_format, render_target, resolve_dataset
+from llamarl_core.data import (Example, Keys, default_reward, prompt_format, render_target, resolve_dataset,
+                               split_source)
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -80,19 +81,36 @@ def split_path(cfg: LlamaRLConfig, split: str) -> str | None:
 
 
 def load_split(cfg: LlamaRLConfig, split: str) -> list[Example]:
-    """The split's examples; a file's list keeps its `.report` (lines skipped by on_error=skip)."""
+    """The split's examples; a file's list keeps its `.report` (lines skipped by on_error=skip).
+
+    Without `data.eval_path`, a file that holds both splits (one JSONL/table file, one saved
+    Dataset) gives its last `data.num_eval_examples` rows to the held-out set and the rows
+    before them to training, so no held-out prompt is ever trained on. Either split is then
+    a fixed slice of the file: every role and every restart agrees on it."""
     d = cfg.data
     if d.name == "arith":
         n = d.num_train_examples if split == "train" else d.num_eval_examples
         return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed,
                                **d.arith_knobs())
     path = split_path(cfg, split)
-    n = None if split == "train" else (d.num_eval_examples or None)
+    one_file = not d.eval_path and split_source(d.name, d.path, "train") == split_source(d.name, d.path, "test")
+    n = None if split == "train" or one_file else (d.num_eval_examples or None)
     examples = resolve_dataset(d.name, path, split, num_examples=n, seed=d.seed, on_error=d.on_error,
                                keys=data_keys(cfg))
-    if split != "train" and not d.eval_path:  # held-out = the tail of the same file
-        examples = examples[-(d.num_eval_examples or len(examples)) :]
+    if one_file:
+        held_out = _held_out_rows(d.num_eval_examples, len(examples), path or d.name)
+        examples = examples[:-held_out] if split == "train" else examples[-held_out:]
     return examples
+
+
+def _held_out_rows(num_eval_examples: int, num_rows: int, path: str) -> int:
+    """How many tail rows of a one-file data set are held out; refuses a split with no train rows."""
+    if 0 < num_eval_examples < num_rows:
+        return num_eval_examples
+    asked = "0 (all rows)" if num_eval_examples == 0 else str(num_eval_examples)
+    raise ValueError(f"data.num_eval_examples={asked}: the held-out set is the last rows of {path} "
+                     f"(no data.eval_path), which holds {num_rows} row(s), so none would be left to "
+                     f"train on; set data.eval_path or data.num_eval_examples below {num_rows}")
 
 
 @dataclass

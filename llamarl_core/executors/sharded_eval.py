@@ -1,103 +1,119 @@
-"""Greedy decoding on an FSDP2-sharded trainer model, for the held-out eval at any size.
+"""Greedy decoding on an FSDP2-sharded trainer model, through the engine's own decode loop.
 
 Gathering the full model on one rank (`parallel.full_state`) does not fit at 70B/405B. Here
-every trainer rank decodes the same batch through the sharded model itself: each forward
-all-gathers one block at a time (FSDP2's hooks) and frees it again, so no rank holds more
-than its shard plus one block. The ranks must make the same number of forward calls, so the
-loop runs until no rank has an unfinished row (one all-reduce of a flag per step); the rows
-each rank computes are identical, and rank 0's are the ones reported.
+every trainer rank runs the engine's scheduler (`generation/scheduler.py: Batch`, its
+`SlotCache`, prefill and decode, its stop rule) on the same prompts, and the engine's
+projections are read one block at a time: `_BlockByBlock` gathers block i (FSDP2's
+`unshard`) when the forward first asks for one of its projections and frees it (`reshard`)
+when the forward moves on, so no rank holds more than its shard plus one block. The
+embedding and the [norm, output] unit are called as modules: FSDP2's own hooks gather them.
+The ranks make the same calls in the same order because they decode the same prompts with
+the same greedy decisions; rank 0's completions are the ones reported.
 
-`generate(prompts, params, seed)` matches `GenerationEngine.generate` for greedy decoding
-(stop tokens, stop strings, `max_new_tokens`), so `eval.evaluate` takes it as its engine.
+`generate(prompts, params, seed)` is `GenerationEngine.generate` for greedy decoding (stop
+tokens, stop strings, `max_new_tokens`), so `eval.evaluate` takes it as its engine.
 
 Cost: every decode step all-gathers every block once (what sharding at 70B/405B buys: no
-rank holds the model). There is no local way around it; what amortises it is the batch (one
-gather serves all its rows: the eval's batches are resources.generator.max_batch_size
-prompts). Each step reads the device once (the tokens and their log-probs together).
+rank holds the model). What amortises it is the batch (one gather serves all its rows: the
+eval's batches are resources.generator.max_batch_size prompts).
 """
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
+from llamarl_core.config.schema import GeneratorResources
+from llamarl_core.generation.forward import SlotCache
+from llamarl_core.generation.fused import BLOCK_PROJECTIONS, Proj, _stacked_bias
+from llamarl_core.generation.engine import completions
 from llamarl_core.generation.params import Completion, SamplingParams
-from llamarl_core.generation.stops import truncate_at_stop_string
+from llamarl_core.generation.scheduler import Batch
+
+
+class _BlockByBlock:
+    """`proj` for the engine's forward (`forward.py` reads `proj[f"{i}.qkv"]` before anything
+    else of block i): block i gathered on first use, the previous block freed then; the
+    output head is left to the model's own [norm, output] unit (`"output" in proj` is False)."""
+
+    def __init__(self, model):
+        self.model, self.at, self.projs = model, None, {}
+
+    def __contains__(self, key: str) -> bool:
+        self.release()  # the head comes after the last block
+        return False
+
+    def __getitem__(self, key: str) -> Proj:
+        i, name = key.split(".", 1)
+        if self.at != int(i):
+            self.release()
+            self._gather(int(i))
+        return self.projs[name]
+
+    def _gather(self, i: int) -> None:
+        layer = self.model.layers[i]
+        if hasattr(layer, "unshard"):  # an FSDP2 unit (a plain block is whole already)
+            layer.unshard()
+        self.at = i
+        for name, modules in BLOCK_PROJECTIONS:
+            linears = [layer.get_submodule(m) for m in modules]
+            weight = torch.cat([lin.weight for lin in linears]) if len(linears) > 1 else linears[0].weight
+            self.projs[name] = Proj(weight, transposed=False, bias=_stacked_bias(linears))
+
+    def release(self) -> None:
+        if self.at is not None:
+            self.projs = {}
+            layer = self.model.layers[self.at]
+            if hasattr(layer, "reshard"):
+                layer.reshard()
+            self.at = None
 
 
 class LockstepGreedy:
-    def __init__(self, model, tokenizer, group, device: torch.device | str, compute_dtype: torch.dtype):
+    """What `scheduler.Batch` needs of an engine, over the sharded model. `group`: the
+    trainer ranks that decode together (each must call `generate` with the same prompts)."""
+
+    token_sync = None
+    compact_finished_rows = True
+
+    def __init__(self, model, tokenizer, group, device: torch.device | str, compute_dtype: torch.dtype,
+                 max_batch_size: int = GeneratorResources.max_batch_size):
         self.model, self.tokenizer, self.group = model, tokenizer, group
         self.device, self.compute_dtype = torch.device(device), compute_dtype
         self.max_seq_len = model.args.max_seq_len  # FSDP2 keeps the module's class and attributes
+        self.max_batch_size = max_batch_size
+        self.proj = _BlockByBlock(model)
+        self._cache: SlotCache | None = None
 
-    def _reshard(self) -> None:
-        """FSDP2 keeps the root's parameters gathered after a forward (for the backward that
-        follows in training); no backward follows here, so free them as training expects."""
-        for m in self.model.modules():
-            if hasattr(m, "reshard"):
-                m.reshard()
+    def slot_cache(self, slots: int, length: int) -> SlotCache:
+        if self._cache is None or self._cache.slots < slots or self._cache.max_len < length:
+            self._cache = SlotCache(self.model, slots, length, dtype=self.compute_dtype)
+        return self._cache
 
-    def _any(self, flag: bool) -> bool:
-        """Whether `flag` holds on any trainer rank (keeps every rank's loop the same length)."""
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(t.item())
+    def refresh_weights(self) -> None:  # no weight swaps during an eval
+        pass
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
         if params.temperature != 0.0:
             raise ValueError("LockstepGreedy decodes greedily only (temperature 0)")
-        tok, B = self.tokenizer, len(prompts)
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else
-                                                 set(getattr(tok, "eos_ids", (tok.eos_id,))))
-        lens = torch.tensor([len(p) for p in prompts], device=self.device)  # [B]
-        P = int(lens.max())
-        caps = [min(params.max_new_tokens, self.max_seq_len - len(p)) for p in prompts]
-        N = max(caps)
-        # Left-padded prompts: row i's tokens sit in columns P - len_i .. P - 1.
-        ids = torch.full((B, P), tok.pad_id, dtype=torch.long, device=self.device)
-        for i, p in enumerate(prompts):
-            ids[i, P - len(p):] = torch.tensor(p, device=self.device)
-        pad = P - lens  # [B] leading pad columns per row
-        col = torch.arange(P + N, device=self.device)  # cache columns
-        real = col[None, :] >= pad[:, None]  # [B, P+N] keys that are not padding
-        positions = (torch.arange(P, device=self.device)[None, :] - pad[:, None]).clamp(min=0)  # [B, P]
-        cache = self.model.new_cache(B, P + N, dtype=self.compute_dtype)
-        causal = col[None, :P] <= torch.arange(P, device=self.device)[:, None]  # [P, P]
-        mask = (causal[None] & real[:, None, :P])[:, None]  # [B, 1, P, P]
-        logits = self.model(ids, positions, cache, 0, mask, last_only=True)[:, -1]  # [B, V]
-        out: list[list[int]] = [[] for _ in range(B)]
-        logprobs: list[list[float]] = [[] for _ in range(B)]
-        reason: list[str | None] = [None] * B
-        texts: list[str | None] = [None] * B
-        for step in range(N):
-            lp = torch.log_softmax(logits.float(), dim=-1)
-            nxt = lp.argmax(dim=-1)  # [B]
-            # One host read per step (not two per row): token ids are exact in float64.
-            picked, picked_lp = torch.stack([nxt.double(), lp.gather(1, nxt[:, None])[:, 0].double()]).tolist()
-            for i in range(B):
-                if reason[i] is not None:
-                    continue
-                t = int(picked[i])
-                out[i].append(t)
-                logprobs[i].append(picked_lp[i])
-                if t in stop_ids:
-                    reason[i] = "stop"
-                elif params.stop_strings and (hit := truncate_at_stop_string(out[i], tok.decode, params.stop_strings)):
-                    kept, texts[i] = hit
-                    out[i], logprobs[i], reason[i] = out[i][:kept], logprobs[i][:kept], "stop"
-                elif len(out[i]) >= caps[i]:
-                    reason[i] = "length"
-            # Same prompts on every rank, so the same N; the flag keeps early exits in step too.
-            if step + 1 == N or not self._any(any(r is None for r in reason)):
-                break
-            start = P + step
-            mask = real[:, None, None, :start + 1]  # [B, 1, 1, start+1]: every real key so far
-            logits = self.model(nxt[:, None], (lens + step)[:, None], cache, start, mask, last_only=True)[:, -1]
-        self._reshard()
-        done = []
-        for i in range(B):
-            text = texts[i] if texts[i] is not None else tok.decode([t for t in out[i] if t not in stop_ids])
-            done.append(Completion(token_ids=out[i], logprobs=logprobs[i], finish_reason=reason[i] or "length",
-                                   text=text))
-        return done
+        if not prompts:
+            return []
+        # FSDP2 names its root at the first forward through it: one token through the root
+        # first, so the units gathered below are never taken for the root.
+        self.model(torch.full((1, 1), self.tokenizer.pad_id, dtype=torch.long, device=self.device))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            generator = torch.Generator(device=self.device).manual_seed(0 if seed is None else seed)
+            done = Batch(self, prompts, params, generator, static=False).run()
+        finally:
+            self.proj.release()
+            self._reshard()
+            self.model.train(was_training)
+        return completions(done, params, self.tokenizer)
+
+    def _reshard(self) -> None:
+        """FSDP2 keeps the root's units gathered after a forward (for the backward that follows
+        in training); no backward follows here, so free them as training expects."""
+        for m in self.model.modules():
+            if hasattr(m, "reshard"):
+                m.reshard()

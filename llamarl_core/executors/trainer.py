@@ -39,6 +39,7 @@ from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.resample import DynamicSampling
 from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
+from llamarl_core.generation.params import stop_ids
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
 from llamarl_core.transport.sharded_load import load_sharded
@@ -56,7 +57,7 @@ class TrainerExecutor:
         # like the trainer: trainer_model.py.
         self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[t.dtype])
                     if cfg.algorithm.kl_coef > 0 else None)
-        eos_ids = tuple(getattr(self.tokenizer, "eos_ids", (self.tokenizer.eos_id,)))
+        eos_ids = stop_ids(self.tokenizer)  # what the engine stops on: a completion ending there is not cut
         self.learner = Learner(self.model, cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
         self.train_prompts = encode_prompts(cfg, load_split(cfg, "train"), self.tokenizer)
         self.eval_examples = load_split(cfg, "test")

@@ -24,9 +24,8 @@ from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.control import connect_run
-from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan
+from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan, piece_bytes
 from llamarl_core.transport.membership import MembershipChanged, role_epoch
-from llamarl_core.transport.tp_layout import tp_slice
 
 POLL_S = 0.01
 
@@ -50,15 +49,11 @@ def generator_tp(ctx: WorkerContext) -> int:
 
 
 def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], args) -> DdmaPlan:
-    """`args`: the model's ModelArgs; generator TP slices are w12tp's `tp_layout.tp_slice`."""
-    def slice_fn(name, shape, tp_rank, tp_size):
-        s = tp_slice(name, shape, args, tp_rank, tp_size)
-        return s.dim, s.start, s.size
-
+    """`args`: the model's ModelArgs; generator TP slices are `models/tp_slices.tp_slice`."""
     return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")), trainer_shards=trainer_shards(ctx),
-                      generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), slice_fn=slice_fn,
+                      generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), args=args,
                       dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
-                      max_piece_bytes=int(ctx.cfg.controller.weight_bucket_mb * 2**20) // 2,
+                      max_piece_bytes=piece_bytes(ctx.cfg.controller.weight_bucket_mb),
                       fp8=engine_quantizes if fp8_wire(ctx) else None,
                       num_slots=ctx.cfg.resources.generator.weight_slots,
                       groups=fused_param_groups(named_shapes))  # the engine computes from the slot

@@ -1,5 +1,5 @@
 """Native PyTorch generation: KV-cache engine, sampling, stop handling, quantization."""
 from .engine import GenerationEngine
-from .params import Completion, Finished, SamplingParams
+from .params import Completion, Finished, SamplingParams, stop_ids
 
-__all__ = ["GenerationEngine", "SamplingParams", "Completion", "Finished"]
+__all__ = ["GenerationEngine", "SamplingParams", "Completion", "Finished", "stop_ids"]

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import torch
 
 from ..config.choices import BATCHING, QUANTIZATIONS
+from ..config.schema import GenerationConfig, GeneratorResources  # the defaults: one source
 from ..models.llama import Llama
 from .forward import SlotCache
 from .fused import EngineWeights
@@ -32,9 +33,9 @@ from .scheduler import Batch
 
 
 class GenerationEngine:
-    def __init__(self, model: Llama, tokenizer, max_batch_size: int = 64,
-                 max_seq_len: Optional[int] = None, quantization: str = "none",
-                 batching: str = "continuous",
+    def __init__(self, model: Llama, tokenizer, max_batch_size: int = GeneratorResources.max_batch_size,
+                 max_seq_len: Optional[int] = None, quantization: str = GeneratorResources.quantization,
+                 batching: str = GenerationConfig.batching,
                  token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
                  compact_finished_rows: bool = True):
         if quantization not in QUANTIZATIONS:
@@ -104,14 +105,20 @@ class GenerationEngine:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seed: Optional[int] = None) -> list[Completion]:
-        out = []
-        for done in self.stream(prompts, params, seed):
-            ids = done.token_ids.tolist()
-            text = self.tokenizer.decode(ids)
-            if params.stop_strings:
-                from .stops import first_stop
-                hit = first_stop(text, params.stop_strings)
-                text = text if hit is None else text[:hit[0]]
-            out.append(Completion(token_ids=ids, logprobs=done.logprobs.tolist(),
-                                  finish_reason=done.finish_reason, text=text))
-        return out
+        return completions(self.stream(prompts, params, seed), params, self.tokenizer)
+
+
+def completions(finished: list[Finished], params: SamplingParams, tokenizer) -> list[Completion]:
+    """The engine's `Finished` rows as `Completion`s: token lists, and the text cut at the
+    first stop string (also for the sharded eval, executors/sharded_eval.py)."""
+    out = []
+    for done in finished:
+        ids = done.token_ids.tolist()
+        text = tokenizer.decode(ids)
+        if params.stop_strings:
+            from .stops import first_stop
+            hit = first_stop(text, params.stop_strings)
+            text = text if hit is None else text[:hit[0]]
+        out.append(Completion(token_ids=ids, logprobs=done.logprobs.tolist(),
+                              finish_reason=done.finish_reason, text=text))
+    return out

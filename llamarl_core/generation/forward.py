@@ -29,11 +29,14 @@ from ..models.rope import apply_rope
 
 
 class SlotCache:
-    def __init__(self, model, slots: int, max_len: int):
+    def __init__(self, model, slots: int, max_len: int, dtype: torch.dtype | None = None):
+        """`dtype`: the compute dtype, when it is not the weights' (an FSDP2 model gathers its
+        shards in its mixed-precision dtype)."""
         a, w = model.args, model.tok_embeddings.weight
         shape = (slots, model.local_kv_heads(), max_len, a.head_dim)  # a TP rank's share of heads
-        self.k = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(a.n_layers)]
-        self.v = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(a.n_layers)]
+        dtype = dtype or w.dtype
+        self.k = [torch.zeros(shape, dtype=dtype, device=w.device) for _ in range(a.n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=w.device) for _ in range(a.n_layers)]
         self.slots, self.max_len = slots, max_len
 
     def fits(self, model, slots: int, max_len: int) -> bool:

@@ -39,6 +39,16 @@ class SamplingParams:
         return self.temperature if self.temperature > 0 else 1.0
 
 
+def stop_ids(tokenizer, params: SamplingParams | None = None) -> tuple[int, ...]:
+    """The one stop-id rule (sorted): the tokenizer's stop ids (`eos_ids`: its EOS plus
+    generation_config.json's, models/tokenizer.py), none under `params.ignore_eos`, plus
+    `params.stop_token_ids`. The engine stops on these, the sharded eval too, and the
+    trainer's overlong filter reads a completion ending on one as finished, not cut."""
+    eos = () if params is not None and params.ignore_eos else getattr(tokenizer, "eos_ids", (tokenizer.eos_id,))
+    extra = params.stop_token_ids if params is not None else ()
+    return tuple(sorted({int(i) for i in (*eos, *extra) if i is not None}))
+
+
 @dataclass
 class Completion:
     """One sampled continuation. `logprobs[i]` is the log-prob of `token_ids[i]` under the

@@ -37,7 +37,7 @@ import torch
 
 from .forward import decode, prefill
 from .host_reads import LateHostRead
-from .params import Finished, SamplingParams
+from .params import Finished, SamplingParams, stop_ids
 from .sampling import sample_next
 from .stops import first_stop, truncate_at_stop_string
 
@@ -59,11 +59,7 @@ class Batch:
         self.on_finish, self.between_steps = on_finish, between_steps
         self.version = policy_version
         device, tok = engine.device, engine.tokenizer
-        stop_ids = set(params.stop_token_ids)
-        if not params.ignore_eos:
-            stop_ids |= set(getattr(tok, "eos_ids", (tok.eos_id,)))
-        self.stop_ids = stop_ids
-        self.stop_ids_t = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+        self.stop_ids_t = torch.tensor(stop_ids(tok, params), dtype=torch.long, device=device)
         self.tail = STOP_TAIL_TOKENS * max((len(s) for s in params.stop_strings), default=0) + 4
         self.cap = [min(params.max_new_tokens, engine.max_seq_len - len(p)) for p in prompts]
         B, N = min(engine.max_batch_size, len(prompts)), max(self.cap, default=1)

@@ -3,10 +3,10 @@ checkpoints, tokenizers and the shared log-prob definition."""
 from .args import BYTE_VOCAB_SIZE, PRESETS, ModelArgs, get_preset, with_overrides
 from .checkpoint import (build_empty, checkpoint_tensors, load_pretrained, save_model_files, save_pretrained,
                          save_streamed)
-from .llama import KVCache, Llama
+from .llama import Llama
 from .logprobs import token_logprobs
 from .tokenizer import ByteTokenizer, HFTokenizer, has_tokenizer, load_tokenizer
 
 __all__ = ["BYTE_VOCAB_SIZE", "PRESETS", "ModelArgs", "get_preset", "with_overrides",
-           "build_empty", "checkpoint_tensors", "load_pretrained", "save_model_files", "save_pretrained", "save_streamed", "KVCache", "Llama", "token_logprobs",
+           "build_empty", "checkpoint_tensors", "load_pretrained", "save_model_files", "save_pretrained", "save_streamed", "Llama", "token_logprobs",
            "ByteTokenizer", "HFTokenizer", "has_tokenizer", "load_tokenizer"]

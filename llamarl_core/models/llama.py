@@ -6,13 +6,12 @@ Qwen3 and Mistral are this module with `ModelArgs` fields set (args.py): q/k/v b
 (`qkv_bias`), a per-head RMSNorm of q and k applied before RoPE (`qk_norm`, as
 transformers' Qwen3Attention), and a head width other than dim / n_heads.
 
-One forward serves both users:
-  * the trainer: `model(ids)` -> logits [B, T, V], causal, positions 0..T-1;
-  * the generation engine: explicit `positions` (left-padded rows start at 0 on their first
-    real token), a preallocated `KVCache` written at `cache_start`, and a boolean
-    `attn_mask` [B, 1, T, S] (True = may attend).
-Attention always goes through `scaled_dot_product_attention` with `enable_gqa`, so K/V are
-never expanded to all query heads.
+The forward is the trainer's: `model(ids)` -> logits [B, T, V], causal, positions 0..T-1, or
+explicit `positions` and a boolean `attn_mask` [B, 1, T, T] (True = may attend; left-padded
+rows start at position 0 on their first real token). Decoding with a KV cache is the
+engine's alone (generation/forward.py: its `SlotCache`, read through the same modules'
+weights). Attention goes through `scaled_dot_product_attention` with `enable_gqa`, so K/V
+are never expanded to all query heads.
 """
 from __future__ import annotations
 
@@ -41,28 +40,6 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
-class KVCache:
-    """Preallocated keys/values per layer: [B, n_kv_heads, max_len, head_dim] each."""
-
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_len: int,
-                 head_dim: int, dtype: torch.dtype, device: torch.device | str):
-        shape = (batch_size, n_kv_heads, max_len, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.batch_size = batch_size
-        self.max_len = max_len
-
-    def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor):
-        """Write k/v [B, KV, T, hd] at slots start..start+T; return the filled prefix."""
-        batch, end = k.shape[0], start + k.shape[2]
-        if end > self.max_len:
-            raise ValueError(f"KV cache overflow: need {end} slots, cache holds {self.max_len}")
-        ck, cv = self.k[layer], self.v[layer]
-        ck[:batch, :, start:end] = k
-        cv[:batch, :, start:end] = v
-        return ck[:batch, :, :end], cv[:batch, :, :end]
-
-
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -75,7 +52,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
 
-    def forward(self, x, cos, sin, attn_mask, cache: Optional[KVCache], layer: int, start: int):
+    def forward(self, x, cos, sin, attn_mask):
         # Head counts come from the weights (-1), not args: under tensor parallelism this rank's
         # wq/wk/wv hold only its share of the heads (transport/tensor_parallel.py).
         B, T, _ = x.shape
@@ -86,18 +63,8 @@ class Attention(nn.Module):
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, hd], [B, KV, T, hd]
         v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:
-            k, v = cache.update(layer, start, k, v)  # [B, KV, start+T, hd]
-        n_heads, n_kv_heads = q.shape[1], k.shape[1]
-        gqa = n_kv_heads != n_heads
-        if T == 1 and gqa:
-            # Decode: the n_heads/n_kv_heads query heads of a group become that group's query
-            # rows (they share the one mask row), so K/V are read once per group, not per head.
-            group = q.view(B, n_kv_heads, n_heads // n_kv_heads, self.head_dim)
-            out = F.scaled_dot_product_attention(group, k, v, attn_mask=attn_mask)
-            return self.wo(out.reshape(B, 1, -1))
+        gqa = k.shape[1] != q.shape[1]
         if attn_mask is None:
-            # Plain causal attention; with a cache only valid for one new token (or start=0).
             out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
@@ -126,13 +93,13 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.ffn_dim)
 
-    def forward(self, x, cos, sin, attn_mask, cache, layer, start):
+    def forward(self, x, cos, sin, attn_mask):
         if torch.is_grad_enabled():
-            x = x + self.attention(self.attention_norm(x), cos, sin, attn_mask, cache, layer, start)
+            x = x + self.attention(self.attention_norm(x), cos, sin, attn_mask)
             return x + self.feed_forward(self.ffn_norm(x))
         # Inference: accumulate the residual in place (x is this block's own buffer after the
         # first add; the embedding output is never modified because the first add allocates).
-        x = x + self.attention(self.attention_norm(x), cos, sin, attn_mask, cache, layer, start)
+        x = x + self.attention(self.attention_norm(x), cos, sin, attn_mask)
         return x.add_(self.feed_forward(self.ffn_norm(x)))
 
 
@@ -172,21 +139,18 @@ class Llama(nn.Module):
         return self._rope_cache[device]
 
     def forward(self, input_ids: torch.Tensor, positions: Optional[torch.Tensor] = None,
-                cache: Optional[KVCache] = None, cache_start: int = 0,
                 attn_mask: Optional[torch.Tensor] = None, last_only: bool = False,
                 head: Optional[Callable[[torch.Tensor, nn.Module], Any]] = None):
         """input_ids [B, T] -> logits [B, T, V] (or [B, 1, V] with `last_only`).
 
-        positions [B, T] (default 0..T-1); attn_mask bool [B, 1, T, cache_start+T] where True
-        means "may attend" (required for multi-token steps that use a cache at start > 0).
+        positions [B, T] (default 0..T-1); attn_mask bool [B, 1, T, T] where True means "may
+        attend" (default causal).
         `head(h, output)`: what to return instead of the logits, from the normed hidden
         states h [B, T, D] and the output projection; called inside this forward, so a
         wrapper's hooks (FSDP, DDP) see it (the trainer computes log-probs chunk by chunk
         there: no [B, T, V] logits, `generation.sampling.chunked_sampled_logprobs`).
         """
         B, T = input_ids.shape
-        if cache is not None and attn_mask is None and T > 1 and cache_start > 0:
-            raise ValueError("a multi-token step into a non-empty KV cache needs attn_mask")
         cos_table, sin_table = self.rope(input_ids.device)
         if positions is None:
             if T > self.args.max_seq_len:
@@ -195,18 +159,13 @@ class Llama(nn.Module):
         else:
             cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]  # [B,1,T,hd]
         h = self.tok_embeddings(input_ids)
-        for i, layer in enumerate(self.layers):
-            h = layer(h, cos.to(h.dtype), sin.to(h.dtype), attn_mask, cache, i, cache_start)
+        for layer in self.layers:
+            h = layer(h, cos.to(h.dtype), sin.to(h.dtype), attn_mask)
         if last_only:
             h = h[:, -1:]
         if head is not None:
             return head(self.norm(h), self.output)
         return self.output(self.norm(h)).float()
-
-    def new_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:
-        w = self.tok_embeddings.weight
-        return KVCache(self.args.n_layers, batch_size, self.local_kv_heads(), max_len,
-                       self.args.head_dim, dtype or w.dtype, w.device)
 
     def local_kv_heads(self) -> int:
         """KV heads this module computes: all of them, or a tensor-parallel rank's share."""

@@ -8,9 +8,10 @@ rank holding each chunk as a `torch.save` record at a byte offset. Beside it the
 an export. Here the format is read directly rather than through `dcp.load`, which needs a
 process group and a model already sharded the way it was saved:
 
-  * the metadata is unpickled by an allow-list unpickler that builds plain stand-ins for the
-    DCP record classes (no class from torch.distributed is imported or run; any other global
-    in the file is refused, so a planted pickle cannot execute);
+  * the metadata is read by `dcp_metadata.read_metadata(stand_ins=True)`, the one allow-list
+    unpickler, with plain stand-ins for the DCP record classes (no class from
+    torch.distributed is imported or run; any other global in the file is refused, so a
+    planted pickle cannot execute);
   * each tensor of the model is assembled from its chunks (every record read with
     `torch.load(weights_only=True)`), yielded, and dropped before the next: no rank ever
     holds more than one full tensor (FSDP2 shards of one parameter are put back together,
@@ -19,45 +20,16 @@ process group and a model already sharded the way it was saved:
 from __future__ import annotations
 
 import io
-import pickle
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
+from .dcp_metadata import read_metadata
+
 TRAINER_DIR = "trainer"
 METADATA_FILE = ".metadata"
 MODEL_PREFIX = "model."  # executors/checkpoints.py saves {"model": ..., "optim": ...}
-_DCP = "torch.distributed.checkpoint."
-_RECORDS = {(_DCP + "metadata", n) for n in ("Metadata", "TensorStorageMetadata", "TensorProperties",
-                                            "ChunkStorageMetadata", "BytesStorageMetadata",
-                                            "MetadataIndex", "StorageMeta")} | {(_DCP + "filesystem", "_StorageInfo")}
-
-
-class _Record:
-    """Stand-in for a DCP metadata dataclass: just its fields (`TensorProperties` pickles a tuple)."""
-
-    def __setstate__(self, state):
-        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
-            state = {**(state[0] or {}), **state[1]}  # (dict, slots) of a slotted class
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-        else:
-            self.fields = state
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if (module, name) in _RECORDS:
-            return type(name, (_Record,), {})
-        if module == "torch" and name == "Size":
-            return tuple
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if (module, name) in (("torch.serialization", "_get_layout"), (_DCP + "metadata", "_MEM_FORMAT_ENCODING"),
-                              ("pathlib", "PosixPath"), ("pathlib", "WindowsPath")):
-            return lambda *a: a  # layout, memory format, checkpoint path: not needed to read
-        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a DCP metadata file")
 
 
 def is_step_checkpoint(path) -> bool:
@@ -65,12 +37,7 @@ def is_step_checkpoint(path) -> bool:
 
 
 def _metadata(trainer_dir: Path):
-    file = trainer_dir / METADATA_FILE
-    try:
-        with open(file, "rb") as f:
-            return _MetadataUnpickler(f).load()
-    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as err:
-        raise ValueError(f"{file}: not a readable DCP metadata file ({err})") from err
+    return read_metadata(trainer_dir / METADATA_FILE, stand_ins=True)
 
 
 def _read_chunk(trainer_dir: Path, info, sizes: tuple[int, ...]) -> tuple[torch.Tensor, Path]:

@@ -16,8 +16,9 @@ are split by whole KV heads when tp divides n_kv_heads; when tp is a multiple of
 use it, so rank r holds KV head r // (tp / KV). wo's columns follow wq's rows.
 
 The contract `tp_slices(...) -> {name: TPSlice(dim, start, stop)}` covers every parameter
-(replicated ones as the full dim-0 range), so the weight sync (which bytes rank r needs) and
-the checksums (the sha256 of the slice a rank holds) use one definition.
+(replicated ones as the full dim-0 range), so the weight sync (which bytes rank r needs,
+`transport/ddma_plan.build_plan`), the generator's own sharding (`tensor_parallel`) and the
+checksums (the sha256 of the slice a rank holds) use one definition: there is no other.
 """
 from __future__ import annotations
 
@@ -89,6 +90,8 @@ def tp_slice(name: str, shape: tuple[int, ...], args: ModelArgs, tp_rank: int, t
                       "attention.wv.bias")) and tp_size > args.n_kv_heads:
         head = tp_rank // (tp_size // args.n_kv_heads)  # replicated KV head this rank's queries use
         return TPSlice(0, head * args.head_dim, (head + 1) * args.head_dim)
+    if shape[dim] % tp_size:
+        raise ValueError(f"generator tp={tp_size} does not divide dim {dim} of '{name}' {tuple(shape)}")
     size = shape[dim] // tp_size
     return TPSlice(dim, tp_rank * size, (tp_rank + 1) * size)
 

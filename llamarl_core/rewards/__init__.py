@@ -11,6 +11,7 @@ import atexit
 import threading
 from typing import Callable
 
+from llamarl_core.config.schema import RewardResources
 from llamarl_core.rewards.pool import RewardPool
 from llamarl_core.rewards.specs import RewardSpec, get_spec, reward_names
 
@@ -29,7 +30,7 @@ def _close_shared_pools() -> None:
 atexit.register(_close_shared_pools)
 
 
-def get_reward(name: str, timeout_s: float = 2.0) -> Callable[[str, str], float]:
+def get_reward(name: str, timeout_s: float = RewardResources.timeout_s) -> Callable[[str, str], float]:
     """The scoring function for ``name`` (``gsm8k``, ``arith``, ``math``, ``module:function``).
 
     Bounded rewards return the plain in-process function. Rewards with a symbolic check

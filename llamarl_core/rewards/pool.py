@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from multiprocessing.connection import wait
 
+from llamarl_core.config.schema import RewardResources  # the defaults: one source
 from llamarl_core.rewards.specs import get_spec
 from llamarl_core.rewards.worker import WorkerHandle
 
@@ -25,7 +26,8 @@ from llamarl_core.rewards.worker import WorkerHandle
 class RewardPool:
     """Context manager: ``with RewardPool("math", num_workers=2) as pool: pool.score(c, r)``."""
 
-    def __init__(self, name: str, num_workers: int = 1, timeout_s: float = 2.0) -> None:
+    def __init__(self, name: str, num_workers: int = RewardResources.workers,
+                 timeout_s: float = RewardResources.timeout_s) -> None:
         if num_workers < 1:
             raise ValueError(f"RewardPool num_workers must be >= 1, got {num_workers}")
         if not timeout_s > 0:

@@ -7,7 +7,7 @@ same device memory, so a sync is one device-to-device copy in and one out. The h
 the run's TCPStore, which has no authentication, so they travel as their fields in JSON
 (`to_json`), never as a pickle: `from_json` checks every field's type and range and
 `open_shared` calls torch's own rebuild function with them, its other arguments fixed here. The protocol around the buffers (two slots, version
-keys, acknowledgements) is the shm transport's, in weight_sync.py. Packing and unpacking are
+keys, acknowledgements) is the shm transport's, in ddma.py. Packing and unpacking are
 kernels on the current stream, so each side synchronises before it publishes or acknowledges.
 """
 from __future__ import annotations

@@ -27,38 +27,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
-from llamarl_core.models.tp_slices import fsdp_rows  # noqa: F401 (re-exported: the plan's row rule)
+from llamarl_core.config.choices import WEIGHT_SLOTS
+from llamarl_core.config.schema import ControllerConfig, GeneratorResources
+from llamarl_core.models.args import ModelArgs
+from llamarl_core.models.tp_slices import fsdp_rows, tp_slice  # fsdp_rows re-exported: the plan's row rule
 
 ALIGN_BYTES = 64
 FP8_DTYPE = torch.float8_e4m3fn
 SCALE_BYTES = 4  # one float32 scale per row of an fp8 tensor
 SCALE_SUFFIX = "#scale"
 NamedShapes = dict[str, tuple[tuple[int, ...], torch.dtype]]
-# (name, full shape, tp_rank, tp_size) -> (dim, start, length) of that rank's slice; None = whole tensor
-SliceFn = Callable[[str, tuple[int, ...], int, int], Optional[tuple[int, int, int]]]
-
-# Megatron-style split of the Llama blocks: column-parallel (dim 0) for the input projections,
-# the embedding and the output head; row-parallel (dim 1) for the output projections.
-_DIM0 = ("attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "feed_forward.w1.weight",
-         "feed_forward.w3.weight", "tok_embeddings.weight", "output.weight")
-_DIM1 = ("attention.wo.weight", "feed_forward.w2.weight")
 
 
-def megatron_slice(name: str, shape: tuple[int, ...], tp_rank: int, tp_size: int):
-    """Default generator TP slice: even split of dim 0 or dim 1 by name, else replicated."""
-    if tp_size == 1:
-        return None
-    dim = 0 if name.endswith(_DIM0) else 1 if name.endswith(_DIM1) else None
-    if dim is None:
-        return None
-    if shape[dim] % tp_size:
-        raise ValueError(f"generator tp={tp_size} does not divide dim {dim} of '{name}' {tuple(shape)}")
-    length = shape[dim] // tp_size
-    return dim, tp_rank * length, length
+def piece_bytes(weight_bucket_mb: float) -> int:
+    """The largest piece a sender cuts (`controller.weight_bucket_mb`: two pieces in flight)."""
+    return int(weight_bucket_mb * 2**20) // 2
 
 
 def _as_2d(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -154,13 +141,18 @@ class DdmaPlan:
 
 
 def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks: int, tp_size: int = 1,
-               dtype: torch.dtype | None = None, slice_fn: SliceFn = megatron_slice,
-               max_piece_bytes: int = 64 << 20, fp8: Callable[[str], bool] | None = None,
-               trainer_shards: int = 0, num_slots: int = 2, groups: list[list[str]] = ()) -> DdmaPlan:
+               args: ModelArgs | None = None, dtype: torch.dtype | None = None,
+               max_piece_bytes: int | None = None, fp8: Callable[[str], bool] | None = None,
+               trainer_shards: int = 0, num_slots: int = GeneratorResources.weight_slots,
+               groups: list[list[str]] = ()) -> DdmaPlan:
     """Pieces for every (parameter, trainer rank, generator rank); generator rank g is TP rank g % tp_size.
 
+    ``args``: the model's ModelArgs, needed when ``tp_size > 1``: generator rank g holds
+    `models/tp_slices.tp_slice` of each tensor, the one slicing rule (the generator's
+    `tensor_parallel.shard_model_`, the checksums and the simulator's byte count use it too).
     ``dtype``: the generators' parameter dtype (default: the trainer's, per tensor). A piece is
-    cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded.
+    cut into row bands of at most ``max_piece_bytes`` so a sender's temporary stays bounded
+    (default: `piece_bytes` of the schema's ``controller.weight_bucket_mb``, as a run uses).
     ``fp8(name)``: whether that (matrix) tensor travels as fp8 with per-row scales.
     ``trainer_shards``: under HSDP, the FSDP group size s (trainer rank t holds
     ``fsdp_rows(rows, s, t % s)``, T/s replicas hold the same rows); 0 = T (FSDP over every
@@ -177,10 +169,13 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     if shards < 1 or trainer_ranks % shards:
         raise ValueError(f"DDMA plan: trainer_shards={trainer_shards} does not divide T={trainer_ranks} trainer ranks")
     replicas = trainer_ranks // shards
-    if num_slots not in (1, 2):
-        raise ValueError(f"DDMA plan: num_slots must be 1 or 2, got {num_slots}")
+    if num_slots not in WEIGHT_SLOTS:
+        raise ValueError(f"DDMA plan: num_slots must be one of {WEIGHT_SLOTS}, got {num_slots}")
+    max_piece_bytes = piece_bytes(ControllerConfig.weight_bucket_mb) if max_piece_bytes is None else max_piece_bytes
     if not named_shapes:
         raise ValueError("named_shapes is empty: nothing to synchronise")
+    if tp_size > 1 and args is None:
+        raise ValueError(f"DDMA plan with generator tp={tp_size} needs the model's ModelArgs (args=) to slice by heads")
     dtypes = {d for _, d in named_shapes.values()}
     dtype = dtype or (dtypes.pop() if len(dtypes) == 1 else torch.float32)
     pieces: list[Piece] = []
@@ -192,14 +187,14 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
         shape = tuple(int(d) for d in named_shapes[name][0])
         rows, cols = _as_2d(shape)
         for g in range(generator_ranks):
-            sl = slice_fn(name, shape, g % tp_size, tp_size)
-            if sl is not None and sl[0] == 1 and len(shape) != 2:
+            sl = tp_slice(name, shape, args, g % tp_size, tp_size) if tp_size > 1 and shape else None
+            if sl is not None and sl.dim == 1 and len(shape) != 2:
                 raise ValueError(f"'{name}' {shape}: a dim-1 generator slice needs a matrix")
-            r0, r1 = (sl[1], sl[1] + sl[2]) if sl is not None and sl[0] == 0 else (0, rows)
-            c0, c1 = (sl[1], sl[1] + sl[2]) if sl is not None and sl[0] == 1 else (0, cols)
+            r0, r1 = (sl.start, sl.stop) if sl is not None and sl.dim == 0 else (0, rows)
+            c0, c1 = (sl.start, sl.stop) if sl is not None and sl.dim == 1 else (0, cols)
             local = list(shape)
             if sl is not None:
-                local[sl[0]] = sl[2]
+                local[sl.dim] = sl.size
             quantized = fp8 is not None and fp8(name)
             if quantized and len(shape) != 2:
                 raise ValueError(f"'{name}' {shape}: fp8 on the wire (per-row scales) needs a matrix")

@@ -12,6 +12,7 @@ on gloo): they never use the role loop's store client (their receiving thread bl
 store, and a TCPStore client serialises its callers: on a GPU the generator loop would freeze
 behind NCCL's lazy set-up), and both constructors finish a one-element warm-up per pair."""
 import hashlib
+import re
 import sys
 import threading
 
@@ -33,6 +34,11 @@ ONE_SLOT_SCENARIOS = [(2, 2, "float32", "shm", 1), (2, 2, "bfloat16", "collectiv
 FP8_NAMES = ("attention.wq.weight", "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w2.weight")
 
 
+def _args():  # the heads tp_slice checks tp=2 against: 2 query and 2 KV heads of dim 4, ffn_dim 12
+    from llamarl_core.models import ModelArgs
+    return ModelArgs(vocab_size=10, dim=8, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=12)
+
+
 def _is_fp8(name: str) -> bool:
     return name.endswith(FP8_NAMES)
 VERSIONS = (1, 2, 3)
@@ -49,11 +55,12 @@ def _sha(t: torch.Tensor) -> str:
 
 def _expected(version: int, tp_rank: int, tp: int, dtype, fp8: bool = False) -> dict[str, str]:
     from llamarl_core.generation.quant import QuantizedLinear
-    from llamarl_core.transport.ddma_plan import megatron_slice, scale_name
+    from llamarl_core.models.tp_slices import tp_slice
+    from llamarl_core.transport.ddma_plan import scale_name
     out = {}
     for n, t in _full(version).items():
-        sl = megatron_slice(n, tuple(t.shape), tp_rank, tp)
-        mine = (t.narrow(sl[0], sl[1], sl[2]) if sl else t).to(dtype)
+        sl = tp_slice(n, tuple(t.shape), _args(), tp_rank, tp)
+        mine = t.narrow(sl.dim, sl.start, sl.size).to(dtype)
         if fp8 and _is_fp8(n):  # the engine's quantization of the whole slice it would hold
             quantized = QuantizedLinear(mine, "fp8")
             out[n], out[scale_name(n)] = _sha(quantized.q), _sha(quantized.scale)
@@ -71,7 +78,7 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport, slots=2):
     if rank >= T + G:
         return []
     plan = build_plan({n: (s, torch.float32) for n, s in SHAPES.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, dtype=dtype, fp8=_is_fp8 if fp8 else None, num_slots=slots)
+                      generator_ranks=G, tp_size=tp, args=_args(), dtype=dtype, fp8=_is_fp8 if fp8 else None, num_slots=slots)
     kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=30)
     bad = []
     if rank < T:
@@ -163,12 +170,12 @@ class RecordingStore(dist.Store):
 
     def _note(self, op, key):
         """Foreign: made by weight-sync code itself (the innermost llamarl_core frame is
-        transport/ddma.py; the role's own interrupt callback, run by it, is the role's) or
+        transport/ddma*.py; the role's own interrupt callback, run by it, is the role's) or
         on another thread than the role loop's."""
         f = sys._getframe(1)
         while f is not None and "llamarl_core" not in f.f_code.co_filename:
             f = f.f_back
-        by_ddma = f is not None and f.f_code.co_filename.endswith("transport/ddma.py")
+        by_ddma = f is not None and re.search(r"transport/ddma(_\w+)?\.py$", f.f_code.co_filename) is not None
         if by_ddma or threading.current_thread() is not threading.main_thread():
             self.foreign.append((op, str(key), threading.current_thread().name))
 

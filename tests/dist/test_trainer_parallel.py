@@ -145,7 +145,7 @@ def results(run_workers, tmp_path_factory):
     from hf_tiny import save_tiny
     families = {f: (str(save_tiny(f, ckpt.parent / f)), str(ckpt.parent / f"run_{f}" / "checkpoints" / "step_1"))
                 for f in ("qwen2.5", "qwen3")}
-    return str(ckpt), run_workers(_body, WORLD, str(ckpt), stop, families, timeout_s=120), stop, families
+    return str(ckpt), run_workers(_body, WORLD, str(ckpt), stop, families, timeout_s=300), stop, families
 
 
 def _engine_greedy(ckpt: str, stop: str):

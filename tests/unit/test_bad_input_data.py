@@ -88,9 +88,10 @@ def test_prompts_over_max_prompt_tokens_are_counted_with_the_longest_named(no_la
     longer = {"question": "y" * 50, "answer": "#### 1"}
     path = write(tmp_path, "long.jsonl", [GOOD, long, longer, GOOD])
     err = refused(capsys, tmp_path, "data.name=gsm8k", f"data.path={path}", "generation.max_prompt_tokens=32")
-    # "Question: " + 50 bytes + "\nAnswer:" = 68 byte tokens; 40 x's give 58; "What is 2+3?" 30
-    assert ("generation.max_prompt_tokens=32: 2 of 4 prompts are longer; the longest has 68 tokens "
-            f"(example long-3, {path}:3)") in err and "train split, data.path=" in err
+    # "Question: " + 50 bytes + "\nAnswer:" = 68 byte tokens; 40 x's give 58; "What is 2+3?" 30.
+    # data.num_eval_examples=2: the last two rows are held out, so training reads GOOD and long
+    assert ("generation.max_prompt_tokens=32: 1 of 2 prompts are longer; the longest has 58 tokens "
+            f"(example long-2, {path}:2)") in err and "train split, data.path=" in err
 
 
 def test_a_misspelled_data_name_is_refused_by_the_schema(no_launch, capsys, tmp_path):
@@ -107,7 +108,7 @@ def test_skip_covers_bad_json_missing_fields_and_bytes_and_reports_the_count(no_
     assert (f"data: skipped 3 bad line(s) of {path} (data.on_error=skip; line 2: not valid JSON "
             f"(Expecting property name enclosed in double quotes at column 2); line 3: missing field "
             f"'answer'") in out and "line 4: not UTF-8 text (byte 0xff at column 15)" in out
-    assert "data: 3 train / 2 held-out examples checked" in out
+    assert "data: 1 train / 2 held-out examples checked" in out  # 3 good rows, the last 2 held out
 
 
 def test_a_file_whose_every_line_is_skipped_is_refused(no_launch, capsys, tmp_path):

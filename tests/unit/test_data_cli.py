@@ -47,7 +47,7 @@ def test_a_checkpoints_own_chat_template_system_prompt_and_instruction_make_the_
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in GSM8K_ROWS))
     code, out, err = run(capsys, f"model.checkpoint={ckpt}", "data.name=gsm8k", f"data.path={data}",
-                         "data.system_prompt=Be brief.", "n=5", "--json")
+                         f"data.eval_path={data}", "data.system_prompt=Be brief.", "n=5", "--json")
     assert code == 0, err
     rows, summary = json_lines(out)
     reference = transformers.AutoTokenizer.from_pretrained(str(ckpt))

@@ -2,9 +2,12 @@
 import pytest
 import torch
 
+from llamarl_core.models import ModelArgs
 from llamarl_core.transport.ddma_plan import Piece, build_plan, dst_block, fsdp_rows, src_block, tensor_view
 
 WO = "layers.0.attention.wo.weight"  # row-parallel: generator TP slices split dim 1
+# what tp_slice checks tp=2 against (heads, KV heads, ffn_dim); the shapes below are the tests' own
+ARGS = ModelArgs(vocab_size=10, dim=4, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=4)
 
 
 def test_fsdp_rows_are_torch_chunk_sizes_with_an_empty_tail():
@@ -17,7 +20,7 @@ def test_a_row_parallel_matrix_splits_into_one_block_per_trainer_and_generator_p
     # wo is [6, 4]: trainer 0 owns rows 0-2, trainer 1 rows 3-5; TP rank 0 needs columns 0-1,
     # TP rank 1 columns 2-3. Each generator gets a [6, 2] tensor: rows 0-2 from trainer 0,
     # rows 3-5 from trainer 1.
-    plan = build_plan({WO: ((6, 4), torch.float32)}, trainer_ranks=2, generator_ranks=2, tp_size=2)
+    plan = build_plan({WO: ((6, 4), torch.float32)}, trainer_ranks=2, generator_ranks=2, tp_size=2, args=ARGS)
     assert set(plan.pieces) == {
         Piece(WO, 0, 0, (0, 3), (0, 2), (0, 3), 4), Piece(WO, 1, 0, (0, 3), (0, 2), (3, 6), 4),
         Piece(WO, 0, 1, (0, 3), (2, 4), (0, 3), 4), Piece(WO, 1, 1, (0, 3), (2, 4), (3, 6), 4)}
@@ -28,7 +31,7 @@ def test_a_row_parallel_matrix_splits_into_one_block_per_trainer_and_generator_p
 def test_a_column_parallel_slice_takes_rows_only_from_the_trainers_that_own_them():
     # wq [8, 2], T=2 (rows 0-3 | 4-7), tp=2 (rows 0-3 | 4-7): one trainer per generator, no crossing
     name = "layers.0.attention.wq.weight"
-    plan = build_plan({name: ((8, 2), torch.float32)}, trainer_ranks=2, generator_ranks=2, tp_size=2)
+    plan = build_plan({name: ((8, 2), torch.float32)}, trainer_ranks=2, generator_ranks=2, tp_size=2, args=ARGS)
     assert [(p.trainer, p.generator, p.src_rows, p.dst_rows) for p in plan.pieces] == [
         (0, 0, (0, 4), (0, 4)), (1, 1, (0, 4), (0, 4))]
 
@@ -37,7 +40,7 @@ def test_every_generator_byte_is_written_exactly_once_and_matches_its_slice():
     shapes = {WO: ((6, 4), torch.float32), "norm.weight": ((5,), torch.float32),
               "output.weight": ((10, 4), torch.float32)}
     full = {n: torch.arange(float(torch.Size(s).numel())).view(s) for n, (s, _) in shapes.items()}
-    plan = build_plan(shapes, trainer_ranks=2, generator_ranks=2, tp_size=2, dtype=torch.bfloat16,
+    plan = build_plan(shapes, trainer_ranks=2, generator_ranks=2, tp_size=2, args=ARGS, dtype=torch.bfloat16,
                       max_piece_bytes=8)  # tiny bands: pieces are cut into row bands
     assert sum(plan.link_nbytes(t, g) for t in range(2) for g in range(2)) == \
         sum(t.nbytes for s in plan.slots for t in s)
@@ -49,12 +52,27 @@ def test_every_generator_byte_is_written_exactly_once_and_matches_its_slice():
             dst_block(views[p.name], p).copy_(src_block(full[p.name][lo:hi], p))
         assert torch.equal(views[WO], full[WO][:, 2 * g:2 * g + 2].bfloat16())
         assert torch.equal(views["norm.weight"], full["norm.weight"].bfloat16())  # replicated
-        assert torch.equal(views["output.weight"], full["output.weight"][5 * g:5 * g + 5].bfloat16())
+        assert torch.equal(views["output.weight"], full["output.weight"].bfloat16())  # the head: replicated
 
 
 def test_a_tp_size_that_does_not_divide_a_dimension_is_refused_naming_the_tensor():
     with pytest.raises(ValueError, match="wo.weight"):
-        build_plan({WO: ((6, 5), torch.float32)}, trainer_ranks=1, generator_ranks=2, tp_size=2)
+        build_plan({WO: ((6, 5), torch.float32)}, trainer_ranks=1, generator_ranks=2, tp_size=2, args=ARGS)
+
+
+def test_the_plan_slices_with_the_models_tp_rule_kv_heads_replicated_past_their_count():
+    # 2 query heads, 1 KV head of head_dim 2, tp=2: wq [4, 4] splits by rows (2 each); wk [2, 4]
+    # is the one KV head both ranks' queries use, so both hold all of it (models/tp_slices.py)
+    one_kv = ModelArgs(vocab_size=10, dim=4, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=4)
+    a = "layers.0.attention."
+    shapes = {a + "wq.weight": ((4, 4), torch.float32), a + "wk.weight": ((2, 4), torch.float32)}
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=2, tp_size=2, args=one_kv)
+    assert [[(t.name[len(a):], t.shape) for t in slot] for slot in plan.slots] == [[("wk.weight", (2, 4)),
+                                                                                   ("wq.weight", (2, 4))]] * 2
+    assert {(p.generator, p.name[len(a):]): p.src_rows for p in plan.pieces} == {
+        (0, "wq.weight"): (0, 2), (1, "wq.weight"): (2, 4), (0, "wk.weight"): (0, 2), (1, "wk.weight"): (0, 2)}
+    with pytest.raises(ValueError, match="needs the model's ModelArgs"):
+        build_plan(shapes, trainer_ranks=1, generator_ranks=2, tp_size=2)
 
 
 def test_fp8_on_the_wire_carries_one_byte_per_weight_and_a_float32_scale_per_row():
@@ -64,7 +82,7 @@ def test_fp8_on_the_wire_carries_one_byte_per_weight_and_a_float32_scale_per_row
     from llamarl_core.transport.ddma_plan import FP8_DTYPE, fp8_rows, scale_view
     norm = "norm.weight"
     plan = build_plan({WO: ((6, 4), torch.bfloat16), norm: ((4,), torch.bfloat16)}, trainer_ranks=2,
-                      generator_ranks=2, tp_size=2, dtype=torch.bfloat16, fp8=lambda n: n == WO)
+                      generator_ranks=2, tp_size=2, args=ARGS, dtype=torch.bfloat16, fp8=lambda n: n == WO)
     assert plan.fp8_names == {WO} and plan.wire_dtype(WO) == FP8_DTYPE and plan.wire_dtype(norm) == torch.bfloat16
     wo, nrm = plan.slots[1]
     assert (wo.offset_bytes, wo.nbytes, wo.scale_offset_bytes) == (0, 12, 64) and not nrm.fp8
@@ -117,7 +135,7 @@ def test_the_engines_fused_groups_lie_back_to_back_in_every_slot():
               a + "wv.weight": ((2, 2), torch.float32), "layers.0.ffn_norm.weight": ((2,), torch.float32)}
     groups = fused_param_groups(shapes)
     assert groups == [[a + "wq.weight", a + "wk.weight", a + "wv.weight"]]
-    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=2, tp_size=2, groups=groups)
+    plan = build_plan(shapes, trainer_ranks=1, generator_ranks=2, tp_size=2, args=ARGS, groups=groups)
     for slot in plan.slots:
         at = {t.name: (t.offset_bytes, t.nbytes) for t in slot}
         assert [at[n] for n in groups[0]] == [(0, 16), (16, 8), (24, 8)]

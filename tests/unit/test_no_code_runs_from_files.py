@@ -91,6 +91,20 @@ def test_a_pickle_planted_in_any_checkpoint_file_is_refused_and_never_runs(saved
     checkpoints.verify(str(path))  # restored: loads again
 
 
+def test_the_resume_and_the_step_weights_reader_read_the_metadata_through_one_allow_list(saved):
+    from llamarl_core.models import dcp_metadata, step_checkpoint
+
+    _, path = saved
+    file = path / "trainer" / ".metadata"
+    real, plain = dcp_metadata.read_metadata(file), dcp_metadata.read_metadata(file, stand_ins=True)
+    assert type(real).__module__ == "torch.distributed.checkpoint.metadata"  # what DCP's planner checks
+    assert isinstance(plain, dcp_metadata.Record)  # fields only: models never import torch.distributed
+    shapes = {k: tuple(md.size) for k, md in real.state_dict_metadata.items() if hasattr(md, "chunks")}
+    assert step_checkpoint.step_shapes(path) == {k[len("model."):]: v for k, v in shapes.items() if k.startswith("model.")}
+    assert checkpoints.safe_dcp.read_metadata is dcp_metadata.read_metadata
+    assert checkpoints.UnsafeCheckpoint is dcp_metadata.UnsafeCheckpoint
+
+
 def test_a_payload_saved_as_a_dcp_value_is_refused_by_weights_only(tmp_path):
     model, opt = trained()
     msd, osd = get_state_dict(model, opt)

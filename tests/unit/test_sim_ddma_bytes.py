@@ -3,7 +3,7 @@ import pytest
 
 from llamarl_core.models.args import ModelArgs, get_preset
 from llamarl_core.models.llama import Llama
-from llamarl_core.models.tp_slices import is_block_linear, tp_slice
+from llamarl_core.models.tp_slices import is_block_linear
 from llamarl_core.sim.ddma_bytes import link_bytes, param_shapes
 from llamarl_core.transport.ddma_plan import build_plan
 
@@ -43,11 +43,8 @@ def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8, shards):
     shapes = param_shapes(args)
     import torch
 
-    def slice_fn(name, shape, r, size):  # the executors' slice rule (executors/weights.py)
-        s = tp_slice(name, shape, args, r, size)
-        return s.dim, s.start, s.size
     plan = build_plan({n: (s, torch.bfloat16) for n, s in shapes.items()}, trainer_ranks=T,
-                      generator_ranks=G, tp_size=tp, slice_fn=slice_fn, fp8=is_block_linear if fp8 else None,
+                      generator_ranks=G, tp_size=tp, args=args, fp8=is_block_linear if fp8 else None,
                       trainer_shards=shards)
     b = link_bytes(args, trainer_ranks=T, generator_ranks=G, tp=tp, bytes_per_elem=2, fp8_blocks=fp8,
                    trainer_shards=shards)
