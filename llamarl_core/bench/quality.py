@@ -1,13 +1,17 @@
 """`llamarl bench --quality`: does async AIPO learn as well as sync, per RL sample?
 
 From one shared warm-start checkpoint (`executors/warmstart.py`), with the same number of RL
-samples each (steps x prompts_per_step x group_size), five configurations:
+samples each (steps x prompts_per_step x group_size), six configurations:
 
     sync_k0            k = 0, colocated, always on-policy (ratios are 1)
     async_k1_aipo      k = 1, AIPO  min(pi/mu, rho)
     async_k4_aipo      k = 4, AIPO
     async_k4_none      k = 4, plain policy gradient on stale samples (no correction)
     async_k4_ppo_clip  k = 4, PPO-style ratio clipping
+    streaming          k = 1, AIPO, generation.streaming=true (executors/stream.py)
+
+The async_* configurations generate chunk by chunk (generation.streaming=false), as they did
+when the committed results were measured; `streaming` is the default async generator.
 
 `seeds` seeds each (`run.seed`: prompt order, sampling, not the problems: `data.seed` keeps the
 held-out set fixed). Runs go seed by seed, all five configurations per seed, so machine noise
@@ -38,7 +42,8 @@ from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
 
 # name, k, correction (contract values) ; correction -> algorithm.name
 CONFIGS = (("sync_k0", 0, "aipo"), ("async_k1_aipo", 1, "aipo"), ("async_k4_aipo", 4, "aipo"),
-           ("async_k4_none", 4, "none"), ("async_k4_ppo_clip", 4, "ppo_clip"))
+           ("async_k4_none", 4, "none"), ("async_k4_ppo_clip", 4, "ppo_clip"), ("streaming", 1, "aipo"))
+STREAMING_CONFIGS = ("streaming",)  # the others pin generation.streaming=false
 LOSS_NAME = {"aipo": "aipo", "none": "pg", "ppo_clip": "ppo"}
 # Sized so 15 runs take about a quarter of an hour on 2 cores (11 min measured): half the
 # recipe's prompts per step, evals every quarter of the run, no time cap. Overrides win.
@@ -46,8 +51,10 @@ BENCH_OVERRIDES = ("run.max_time_s=0", "run.checkpoint_every_steps=0", "algorith
 DEFAULT_STEPS = 30
 
 
-def config_overrides(k: int, correction: str, steps: int, seed: int, checkpoint: str, run_dir: str) -> list[str]:
+def config_overrides(k: int, correction: str, steps: int, seed: int, checkpoint: str, run_dir: str,
+                     streaming: bool = False) -> list[str]:
     return [f"model.checkpoint={checkpoint}", "warmstart.steps=0", f"run.seed={seed}",
+            f"generation.streaming={str(streaming).lower()}",
             f"algorithm.max_offpolicy_steps={k}", f"algorithm.name={LOSS_NAME[correction]}",
             f"run.max_steps={steps}", f"run.eval_every_steps={max(1, steps // 4)}", f"run.dir={run_dir}"]
 
@@ -119,7 +126,8 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
         for name, k, correction in CONFIGS:
             log(f"seed {seed}: {name}")
             run_dir = os.path.join(work_dir, f"{name}_seed{seed}")
-            run_one(frozen, config_overrides(k, correction, steps, seed, warm["dir"], run_dir), log)
+            run_one(frozen, config_overrides(k, correction, steps, seed, warm["dir"], run_dir,
+                                             streaming=name in STREAMING_CONFIGS), log)
             runs[name].append(quality_run_stats(run_dir, samples_per_step))
     configs = [aggregate_config(name, k, c, seed_list, runs[name]) for name, k, c in CONFIGS]
     before = sorted({r["accuracy_before"] for c in configs for r in c["runs"]})

@@ -12,7 +12,7 @@ import statistics
 from llamarl_core.bench.plots import _pyplot
 
 COLORS = {"sync_k0": "black", "async_k1_aipo": "tab:blue", "async_k4_aipo": "tab:green",
-          "async_k4_none": "tab:red", "async_k4_ppo_clip": "tab:orange"}
+          "async_k4_none": "tab:red", "async_k4_ppo_clip": "tab:orange", "streaming": "tab:purple"}
 
 
 def _save(fig, out_png: str) -> str:

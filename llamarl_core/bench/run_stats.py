@@ -20,6 +20,8 @@ import os
 import statistics
 from collections import defaultdict
 
+from llamarl_core.transport.idle import both_idle_frac
+
 BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart")
 PHASES = ("generate", "score", "train")
 NOT_A_STEP = ("eval", "checkpoint")
@@ -184,6 +186,8 @@ def run_stats(run_dir: str, target_accuracy: float) -> dict:
         r["wall_s"] = round(end - t0, 3)
     return {"run_dir": run_dir, "rl_wall_s": t1 - t0, "step_s": steps,
             "roles": role_fractions(spans, t0, t1),
+            "both_idle_fraction": (both_idle_frac(spans, ("trainer", "generator"), t0, t1)
+                                   if {"trainer", "generator"} <= {s["role"] for s in spans} else None),
             "phase_s_per_step": phase_seconds_per_step(spans, t0, t1, len(steps)),
             "sync_s_per_step": statistics.median(sync_s) if sync_s else 0.0,
             "tokens_per_s": tokens / (t1 - t0) if t1 > t0 else 0.0,

@@ -237,6 +237,8 @@ class GenerationConfig:
     stop_strings: List[str] = field(default_factory=list)
     max_prompt_tokens: int = 64          # prompts are truncated/validated against this
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
+    streaming: bool = True               # async: a replica's slots stay full across steps (the
+                                         # next step's prompts take freed slots; config/streaming.py)
     cuda_graphs: bool = False            # capture the decode step in CUDA graphs (GPU only;
                                          # not built yet: the plan refuses true)
 

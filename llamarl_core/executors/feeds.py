@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
@@ -109,6 +110,9 @@ class RewardFeed(_Waits):
         self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
         self.inboxes: dict[int, AsyncReceiver] = {}
         self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
+        # Streaming generators (executors/stream.py) can complete chunk n+1 before chunk n:
+        # such a chunk waits here until its turn (replica → chunk → rows).
+        self.ahead: dict[int, dict[int, Rollout]] | None = {} if streaming_active(ctx.cfg) else None
 
     def _open(self) -> None:
         self.links.drop("reward")
@@ -136,9 +140,15 @@ class RewardFeed(_Waits):
         """Replica i's next chunk within k versions of `version`; older ones are dropped and counted."""
         ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
         while True:
-            r = self._get(lambda: self.inboxes[i], self._open)
-            if r is None or r.chunk < self.next_chunk.get(i, 0):
+            want = self.next_chunk.get(i, 0)
+            r = self.ahead.setdefault(i, {}).pop(want, None) if self.ahead is not None else None
+            if r is None:
+                r = self._get(lambda: self.inboxes[i], self._open)
+            if r is None or r.chunk < want:
                 continue  # a restart cut the wait short, or a chunk consumed before it came again
+            if self.ahead is not None and r.chunk > want:
+                self.ahead[i][r.chunk] = r  # streamed ahead of chunk `want`: its turn comes
+                continue
             self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
             ctx.control.set_expected(i, self.rank, r.chunk + 1)
             if r.policy_version >= version - k:

@@ -13,6 +13,13 @@ Credit rule: the trainer consumes replica i's chunks in order, one per step, ski
 dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
 held version u ≥ v - k keeps every rollout within k versions of the policy that trains on it.
 
+Streaming (generation.streaming, the default in async mode; executors/stream.py):
+the "generate chunk n" step becomes one engine run over chunks n, n+1, ...: a row that ends
+frees its slot for the next prompt, from the next chunk once this one's have all started,
+each chunk gated by the same credit rule before its first row starts. The run ends when the
+gate closes and the last row ends (then: swap or wait, as above). Under TP the leader
+announces the stream and broadcasts each start-or-not decision; followers replay it.
+
 Tensor parallelism (resources.generator.tp > 1): a replica is tp ranks running one sharded
 engine; TP rank 0 runs the loop above and announces each step, the others follow
 (replica.py). The DDMA weight sync delivers each TP rank only its slice (tp_layout.py); TP rank
@@ -22,7 +29,9 @@ from __future__ import annotations
 
 import time
 
+from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
+from llamarl_core.executors.stream import ChunkStream, StreamCut
 from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
@@ -67,6 +76,9 @@ class GeneratorExecutor:
                                  max_offpolicy_steps=cfg.algorithm.max_offpolicy_steps,
                                  should_stop=ctx.should_stop, span=ctx.timeline.span, agree=self.rank.agree,
                                  is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
+        self.streaming = streaming_active(cfg)
+        self.stream = ChunkStream(self.chunks) if self.streaming else None
+        self.cut_by_restart = False
 
     @property
     def held(self) -> int:
@@ -100,9 +112,14 @@ class GeneratorExecutor:
                     self.steps.announce("sync")
                     self.loop.receive()
                     continue
-                if not self.loop.may_generate(sender.idle(), chunk):
+                # streaming: the previous chunk need not be taken first (its groups stream out)
+                taken = (lambda: True) if self.streaming else sender.idle
+                if not self.loop.may_generate(taken(), chunk):
                     with ctx.timeline.span("wait"):
-                        self.loop.wait_until_ready(sender.idle, chunk)
+                        self.loop.wait_until_ready(taken, chunk)
+                    continue
+                if self.stream is not None:
+                    chunk = self._stream(sender, link, chunk, t0)
                     continue
                 self.steps.announce("generate", chunk=chunk, version=self.held)
                 rollout = self.loop.generate(chunk, on_group=lambda part: self._send(sender, part, link))
@@ -111,11 +128,49 @@ class GeneratorExecutor:
                 sender, link = self._connect()
                 chunk = rejoin.start_chunk(ctx, self.rank.replica)
                 continue
+            except StreamCut:  # the stream saw the reward role restarted, or the run end
+                if self.cut_by_restart:
+                    self.cut_by_restart = False
+                    sender, link = self._connect()
+                    chunk = rejoin.start_chunk(ctx, self.rank.replica)
+                continue
             self.quant_kl.measure(rollout, self.held)
             chunk += 1
             self._publish_stats(t0)
         self.steps.announce("stop")
         raise Stopped()
+
+    def _stream(self, sender: AsyncSender, link, chunk: int, t0: float) -> int:
+        """Streaming: chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
+        def may_start(n: int) -> bool:
+            try:
+                if self.ctx.should_stop():
+                    raise StreamCut()
+                if self.watch.poll():  # the reward role was restarted: what it held is lost
+                    self.cut_by_restart = True
+                    raise StreamCut()
+                sender.idle()  # raises LinkBroken once a send failed
+                start = n - self.ctx.control.dropped(self.rank.replica) <= self.held + self.loop.k
+            except (StreamCut, LinkBroken):
+                self.rank.agree(True)  # TP followers cut their stream at the same turn
+                raise
+            self.rank.agree(False)
+            return self.rank.agree(start)
+
+        self.steps.announce("stream", chunk=chunk, version=self.held)
+        with self.ctx.timeline.span("generate", chunk=chunk, version=self.held, streaming=True):
+            nxt = self.stream.run(chunk, may_start, lambda: self.held,
+                                  on_group=lambda part: self._send(sender, part, link),
+                                  between_steps=self.loop.swap_if_published,
+                                  on_chunk=lambda n: self._chunk_done(t0))
+        return nxt
+
+    def _chunk_done(self, t0: float | None = None) -> None:
+        """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the
+        same decode step, like the chunk loop's) and, on the leader, the stats."""
+        self.quant_kl.measure(self.stream.completed, self.held)
+        if t0 is not None:
+            self._publish_stats(t0)
 
     @staticmethod
     def _send(sender: AsyncSender, part, link) -> None:
@@ -142,12 +197,29 @@ class GeneratorExecutor:
             if step["do"] == "sync":
                 self.loop.receive()
                 continue
+            if step["do"] == "stream":
+                self._follow_stream(step)
+                continue
             if step["version"] != self.held:
                 raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
                                    f"but TP rank 0 of replica {self.rank.replica} generates with "
                                    f"{step['version']}")
             rollout = self.loop.generate(step["chunk"])
             self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
+
+    def _follow_stream(self, step: dict) -> None:
+        """A TP follower's copy of the leader's stream: the same engine run, each chunk
+        started (or the stream cut) as the leader decides at the same refill."""
+        def may_start(n: int) -> bool:
+            if self.rank.agree(False):
+                raise StreamCut()
+            return self.rank.agree(False)
+        with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held, streaming=True):
+            try:
+                self.stream.run(step["chunk"], may_start, lambda: self.held,
+                                between_steps=self.loop.swap_if_published, on_chunk=lambda n: self._chunk_done())
+            except StreamCut:
+                pass
 
     def _publish_stats(self, t0: float) -> None:
         self.ctx.control.set_stats("generator", self.rank.replica, {

@@ -18,6 +18,7 @@ from llamarl_core.config.schema import LoggingConfig
 from llamarl_core.executors.tensorboard_log import TensorBoardLog
 from llamarl_core.executors.wandb_log import WandbLog
 from llamarl_core.transport.control import ControlPlane
+from llamarl_core.transport.idle import TimelineTail, both_idle_frac
 
 
 class MetricsLog:
@@ -31,6 +32,10 @@ class MetricsLog:
         self.tb = TensorBoardLog.open(run_dir, logging.tensorboard,
                                       purge_step=first_step if first_step > 1 else None)
         self.wandb = WandbLog.open(run_dir, logging, first_step)
+        # pipeline/both_idle_frac: from the timelines of this run directory (the generators'
+        # are there when they share its file system; the key is left out otherwise)
+        self.timelines = TimelineTail(run_dir, ("trainer", "generator"))
+        self.rl_start: float | None = None  # set by the trainer when its RL loop begins
 
     def role_stats(self) -> dict:
         out: dict = {}
@@ -62,12 +67,23 @@ class MetricsLog:
         line = {"wall_s": time.time() - self.t_start, **line, **self.role_stats()}
         if line.get("trainer/wall_s"):
             line["trainer/busy_frac"] = line.get("trainer/busy_s", 0.0) / line["trainer/wall_s"]
+        line.update(self.pipeline_idle())
         self._file.write(json.dumps(line) + "\n")
         self.control.set_json("metrics/latest", line)
         for sink in (self.tb, self.wandb):
             if sink is not None:
                 sink.write(line, histograms)
         return line
+
+    def pipeline_idle(self) -> dict:
+        """Share of the RL window so far in which the trainer and the generator both idled."""
+        if self.rl_start is None:
+            return {}
+        spans = self.timelines.read()
+        if self.timelines.roles_seen() != {"trainer", "generator"}:
+            return {}
+        return {"pipeline/both_idle_frac": both_idle_frac(spans, ("trainer", "generator"),
+                                                          self.rl_start, time.time())}
 
     def close(self) -> None:
         self._file.close()

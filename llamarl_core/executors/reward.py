@@ -1,7 +1,8 @@
 """The reward role: score chunks as they arrive and forward them to the trainer rank(s).
 
     loop:
-      receive a prompt group (or a whole chunk) from any generator replica (the header names it)
+      receive a prompt group (or a whole chunk) from any generator replica (the header names it;
+      woken by its arrival, a step's groups queued ahead: transport/channels.py)
       decode completions → verifier pool (worker processes, wall-clock timeout per answer)
       once a chunk's groups are all scored: split rows by trainer data-parallel rank → send
       (tag = replica), in order, off-thread
@@ -18,8 +19,8 @@ from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
-from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender,
-                                             LinkBroken, get_any)
+from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
+                                             AsyncSender, LinkBroken, get_any)
 from llamarl_core.wire.rollout import assemble
 from llamarl_core.executors.context import Stopped, WorkerContext
 from llamarl_core.executors import rejoin
@@ -90,8 +91,12 @@ class RewardExecutor:
         self.links.drop(self.source_role)
         self.partial.clear()
         me, tp = rejoin.my_endpoint(self.ctx), self.ctx.generator_tp
+        # Event-driven, a step deep: every group of a replica's step can land while this rank
+        # scores, so no generator waits for it to take the next one.
+        a, arrivals = self.ctx.cfg.algorithm, Arrivals()
+        depth = 2 * -(-a.prompts_per_step // max(1, self.num_replicas))
         return [AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, self.source_role, i * tp), me, sending=False),
-                              TAG_TO_REWARD) for i in self.sources]
+                              TAG_TO_REWARD, prefetch=depth, arrivals=arrivals) for i in self.sources]
 
     def _take(self, rollout, outbox: AsyncSender) -> None:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""

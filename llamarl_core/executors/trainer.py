@@ -97,6 +97,8 @@ class TrainerExecutor:
         self.sync()
         self.feed.start()
         t_rl = time.time()
+        if self.log is not None:
+            self.log.rl_start = t_rl
         for step in range(start, cfg.run.max_steps):
             t0 = time.time()
             ctx.progress()

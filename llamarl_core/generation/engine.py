@@ -83,15 +83,21 @@ class GenerationEngine:
     def stream(self, prompts: list[list[int]], params: SamplingParams, seed: Optional[int] = None,
                on_finish: Optional[Callable[[Finished], None]] = None,
                between_steps: Optional[Callable[[], Optional[int]]] = None,
-               policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None) -> list[Finished]:
+               policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None,
+               refill: Optional[Callable[[int], list[list[int]]]] = None) -> list[Finished]:
         """`prompt_tokens`: the same prompts as one right-padded [n, ≥ longest] tensor on this
-        engine's device, when the caller holds them so (a rollout chunk): never built again."""
+        engine's device, when the caller holds them so (a rollout chunk): never built again.
+        `refill(free_slots)`: streaming, more prompts whenever slots are free (scheduler.py);
+        the call then ends once nothing runs and `refill` has none, and returns []. Refilled
+        prompts are lists, so the two do not go together."""
+        if refill is not None and prompt_tokens is not None:
+            raise ValueError("stream(): give prompt_tokens or refill, not both")
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError(f"prompt {i} is empty; give at least one token (e.g. BOS)")
             if len(prompt) >= self.max_seq_len:
                 raise ValueError(f"prompt {i} has {len(prompt)} tokens; max_seq_len is {self.max_seq_len}")
-        if not prompts:
+        if not prompts and refill is None:
             return []
         seed = seed if seed is not None else int(torch.randint(2**62, ()).item())
         was_training = self.model.training
@@ -101,7 +107,7 @@ class GenerationEngine:
                 self.proj = self.weights.current()
                 batch = Batch(self, prompts, params, seed, static=self.batching == "static",
                               on_finish=on_finish, between_steps=between_steps,
-                              policy_version=policy_version, prompt_tokens=prompt_tokens)
+                              policy_version=policy_version, prompt_tokens=prompt_tokens, refill=refill)
                 try:
                     return batch.run()
                 finally:

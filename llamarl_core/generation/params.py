@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -65,10 +66,12 @@ class Finished:
     """One sequence as the engine hands it over, tensors on the engine's device.
 
     `policy_versions` = (first, last): the policy versions it was decoded under (they differ
-    when weights were swapped between decode steps while it ran)."""
+    when weights were swapped between decode steps while it ran); `token_versions[i]` is the
+    version token i was sampled under."""
 
     index: int                 # position in the prompt list
     token_ids: torch.Tensor    # [n] int64
     logprobs: torch.Tensor     # [n] float32, log-prob of each token as it was sampled
     finish_reason: str         # "stop" | "length"
     policy_versions: tuple[int, int] = (0, 0)
+    token_versions: Optional[torch.Tensor] = None  # [n] int64

@@ -38,20 +38,29 @@ class GroupPrefill:
     """Prefill planning for one `scheduler.Batch`: which admitted rows compute, which copy."""
 
     def __init__(self, prompts: list[list[int]], enabled: bool = True):
-        ids: dict[tuple, int] = {}
-        self.prompts, self.enabled = prompts, enabled
-        self.key = [ids.setdefault(tuple(p), len(ids)) for p in prompts]  # group id by content
-        self.waiting = Counter(self.key)     # members of each group not yet admitted
+        self.prompts, self.enabled = prompts, enabled  # streaming appends to `prompts` as it runs
+        self._ids: dict[tuple, int] = {}
+        self.key: list[int] = []              # prompt index -> group id (by content)
+        self.waiting: Counter = Counter()     # members of each group known and not yet admitted
+        self._learn()
         # slot -> (group, version) whose prompt KV its positions 0..P-1 hold; still true after
         # its sequence ended (decode writes a free slot's K/V only at positions >= P)
         self.slot_kv: dict[int, tuple[int, int]] = {}
         self.held: dict[int, tuple[int, torch.Tensor]] = {}  # group -> (version, last-token logits [V])
         self.stats = {"prompt_tokens": 0, "prefill_tokens": 0, "shared_tokens": 0, "prefill_s": 0.0}
 
+    def _learn(self) -> None:
+        """Group ids for prompts added since the last call (streaming's refill appends them)."""
+        for p in self.prompts[len(self.key):]:
+            k = self._ids.setdefault(tuple(p), len(self._ids))
+            self.key.append(k)
+            self.waiting[k] += 1
+
     def prefill(self, batch, idx: list[int], slots: list[int]) -> torch.Tensor:
         """Write the prompts `idx` into cache slots `slots`; -> logits [len(idx), V] at each
         prompt's last token. `batch` gives the model, cache and policy version."""
         start = time.perf_counter()
+        self._learn()
         version, dests = batch.version, set(slots)
         lead, origin = {}, {}  # group -> its first row in this call; -> the slot its KV comes from
         fresh, copies, pick = [], [], []  # pick[r]: ("fresh", i) or ("held", group)

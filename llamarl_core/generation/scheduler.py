@@ -13,9 +13,14 @@ waiting and at most half the batch still runs, the running rows are moved to the
 (`SlotCache.move`) so finished rows stop costing compute; continuous batching refills a
 freed slot in place instead. Both modes run the same kernels: only who shares a batch differs.
 
-Per sequence the scheduler records the policy versions it decoded under (first and last):
-a weight swap between decode steps changes the policy mid-sequence, and the log-probs it
-reports are those it actually sampled with.
+Per sequence the scheduler records the policy versions it decoded under (first and last,
+and per token): a weight swap between decode steps changes the policy mid-sequence, and the
+log-probs it reports are those it actually sampled with.
+
+Streaming (`refill`): the prompt list is not fixed. Whenever no prompt waits and a slot is
+free, `refill(free_slots)` may hand over more prompts (the next step's, generation/stream
+callers decide), admitted at the next step like any other; the run ends once nothing runs
+and `refill` has nothing. Finished rows are then not kept (`run()` returns []).
 
 Which rows ended (a stop token, or a stop string in the decoded text) is read on the host one
 loop turn late (`host_reads.LateHostRead`: one non-blocking copy per turn, one event wait),
@@ -51,12 +56,14 @@ class Batch:
                  seed: int, static: bool,
                  on_finish: Optional[Callable[[Finished], None]] = None,
                  between_steps: Optional[Callable[[], Optional[int]]] = None,
-                 policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None):
+                 policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None,
+                 refill: Optional[Callable[[int], list[list[int]]]] = None):
         self.engine, self.model, self.params = engine, engine.model, params
-        self.prompts, self.seed, self.static = prompts, seed, static
+        self.prompts, self.seed, self.static = list(prompts), seed, static
         # [n, ≥ longest] the same prompts, right-padded, on the engine's device (a rollout chunk's
         # token rows): a prefill gathers from it instead of building each prompt again
         self.prompt_tokens = prompt_tokens
+        self.refill = refill  # streaming: more prompts as slots free up (None: a fixed list)
         self.on_finish, self.between_steps = on_finish, between_steps
         self.version = policy_version
         device, tok = engine.device, engine.tokenizer
@@ -64,10 +71,15 @@ class Batch:
         self.tail = STOP_TAIL_TOKENS * max((len(s) for s in params.stop_strings), default=0) + 4
         self.cap = [min(params.max_new_tokens, engine.max_seq_len - len(p)) for p in prompts]
         B, N = min(engine.max_batch_size, len(prompts)), max(self.cap, default=1)
-        self.cache = engine.slot_cache(B, max((len(p) for p in prompts), default=1) + N)
+        length = max((len(p) for p in prompts), default=1) + N
+        if refill is not None:  # later prompts are unknown: size for any that fits
+            B, N = engine.max_batch_size, min(params.max_new_tokens, engine.max_seq_len - 1)
+            length = engine.max_seq_len
+        self.cache = engine.slot_cache(B, length)
         # Column N is scratch: free slots write their (ignored) token there.
         self.tokens = torch.full((B, N + 1), tok.pad_id, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(B, N + 1, dtype=torch.float32, device=device)
+        self.versions = torch.zeros(B, N + 1, dtype=torch.long, device=device)  # per token
         self.next_tok = torch.zeros(B, dtype=torch.long, device=device)
         self.pos = torch.zeros(B, dtype=torch.long, device=device)  # next cache index per slot
         self.sample = [-1] * B        # prompt index in each slot (-1: free)
@@ -77,17 +89,35 @@ class Batch:
         self.capped: dict[int, tuple] = {}            # prompt index → (tokens, logprobs) kept aside
         self.reader = LateHostRead(device)
         self.checks = None            # the last turn's (host read, [(prompt, n, version)]) to resolve
-        self.groups = GroupPrefill(prompts, enabled=engine.prefill_once)
+        self.groups = GroupPrefill(self.prompts, enabled=engine.prefill_once)  # the list refill extends
         self.used = 0                 # slots 0..used-1 form the decode batch
         self.waiting = deque(range(len(prompts)))
         self.out: list[Optional[Finished]] = [None] * len(prompts)
 
     def run(self) -> list[Finished]:
-        while self.waiting or any(s >= 0 for s in self.sample[:self.used]) or self.checks is not None:
+        while True:
             self._poll_weights()
+            self._more()
+            if not (self.waiting or any(s >= 0 for s in self.sample[:self.used]) or self.checks is not None):
+                break
             sampled = [x for x in (self._admit(), self._decode()) if x is not None]
             self._check(sampled)
-        return self.out  # type: ignore[return-value]
+        return [] if self.refill is not None else self.out  # type: ignore[return-value]
+
+    def _more(self) -> None:
+        """Streaming: ask `refill` for as many prompts as there are free slots."""
+        if self.refill is None or self.waiting:
+            return
+        free = self.cache_slots - sum(s >= 0 for s in self.sample[:self.used])
+        for prompt in (self.refill(free) if free else []):
+            if not prompt or len(prompt) >= self.engine.max_seq_len:
+                raise ValueError(f"a streamed prompt has {len(prompt)} tokens; it needs 1 .. "
+                                 f"{self.engine.max_seq_len - 1} (max_seq_len {self.engine.max_seq_len})")
+            self.waiting.append(len(self.prompts))
+            self.prompts.append(prompt)
+            self.cap.append(min(self.params.max_new_tokens, self.engine.max_seq_len - len(prompt),
+                                self.tokens.shape[1] - 1))
+            self.out.append(None)
 
     # ---- phases ------------------------------------------------------------------------
     def _poll_weights(self) -> None:
@@ -121,6 +151,7 @@ class Batch:
         logits = self.groups.prefill(self, idx, slots)  # [take, V]: one prefill per distinct prompt
         tok, logp = self._sample(logits, [(j, 0) for j in idx])
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
+        self.versions[slots_t, 0] = self.version
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
         for s, j in zip(slots, idx):
             self.sample[s], self.made[s], self.first_version[j] = j, 1, self.version
@@ -145,6 +176,7 @@ class Batch:
                             device=tok.device)
         rows = torch.arange(B, device=tok.device)
         self.tokens[rows, made], self.logprobs[rows, made] = tok, logp
+        self.versions[rows, made] = self.version
         self.next_tok[:B] = tok
         self.pos[:B] += 1
         self.pos[:B].clamp_(max=self.cache.max_len - 1)  # free slots write harmlessly in place
@@ -173,7 +205,8 @@ class Batch:
             n = self.made[s]
             out.append((j, n, self.version))
             if n >= self.cap[j]:  # kept aside until its stop check: the slot is free for the next prompt
-                self.capped[j] = (self.tokens[s, :n].clone(), self.logprobs[s, :n].clone())
+                self.capped[j] = (self.tokens[s, :n].clone(), self.logprobs[s, :n].clone(),
+                                  self.versions[s, :n].clone())
                 self.sample[s] = -1
         return out
 
@@ -210,19 +243,26 @@ class Batch:
 
     def _emit(self, j: int, n: int, reason: str, version: int) -> None:
         if j in self.capped:  # it reached its cap after the step that ended it: keep n tokens
-            tokens, logprobs = (t[:n] for t in self.capped.pop(j))
+            tokens, logprobs, versions = (t[:n] for t in self.capped.pop(j))
         else:
             s = self.sample.index(j)
             tokens, logprobs = self.tokens[s, :n].clone(), self.logprobs[s, :n].clone()
+            versions = self.versions[s, :n].clone()
             self.sample[s] = -1
         if self.params.stop_strings:
             cut = truncate_at_stop_string(self.host_tokens[j][:n], self.engine.tokenizer.decode,
                                           self.params.stop_strings)
             if cut is not None:
                 tokens, logprobs, reason = tokens[:cut[0]], logprobs[:cut[0]], "stop"
+                versions = versions[:cut[0]]
         done = Finished(index=j, token_ids=tokens, logprobs=logprobs, finish_reason=reason,
-                        policy_versions=(self.first_version[j], version))
-        self.out[j] = done
+                        policy_versions=(self.first_version[j], version), token_versions=versions)
+        if self.refill is not None:  # streaming: nothing is kept once handed over
+            self.out[j] = True  # type: ignore[call-overload]
+            self.host_tokens.pop(j, None)
+            self.first_version.pop(j, None)
+        else:
+            self.out[j] = done
         if self.on_finish is not None:
             self.on_finish(done)
 
@@ -235,7 +275,7 @@ class Batch:
             filled = max(self._position(s) for s in live) + 1
             self.cache.move(src, dst, filled)
             self.groups.moved(moves)
-            for buf in (self.tokens, self.logprobs, self.next_tok, self.pos):
+            for buf in (self.tokens, self.logprobs, self.versions, self.next_tok, self.pos):
                 buf[dst] = buf[src]
             for lst in (self.sample, self.made):
                 for a, b in moves:

@@ -25,7 +25,7 @@ role finishes first and the slower one then runs at the one-thread-alone rate.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.sim.ddma_bytes import link_bytes
@@ -86,6 +86,7 @@ class CpuSystem:
     sync_ranks: int  # actor ranks in sync mode (= generator + trainer devices)
     param_bytes: int  # trainer and generator dtype bytes (float32: 4)
     weight_transport: str  # "shm" (one memcpy) | "collective" (gloo)
+    streaming: bool = False  # generation.streaming as built: the async generator pays no tail
 
 
 def generation_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
@@ -134,6 +135,8 @@ def simulate_sync(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) ->
 
 
 def simulate_async(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
+    if s.streaming and s.batching == "continuous":
+        s = replace(s, batching="streaming")
     gen_busy = generation_seconds(s, w, c, f, w.rows)["seconds"]
     train_busy = training_seconds(s, w, c, f, w.rows * w.async_trained_fraction)["seconds"]
     # Both roles compute at the both-cores-busy rate until the faster one is done; the

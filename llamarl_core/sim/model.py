@@ -107,15 +107,16 @@ def chunk_decode_steps(sequences: int, batch: int, new_tokens: float, tail_facto
                        batching: str) -> float:
     """Decode steps one replica runs for a chunk of `sequences` samples, at most `batch` at a
     time, mean length `new_tokens`, longest `tail_factor` x the mean: the engine as built
-    (generation/scheduler.py). A chunk ends when its longest row ends (the generator loop
-    hands the trainer whole chunks), so both modes pay the tail.
+    (generation/scheduler.py). Chunk by chunk (sync mode, or generation.streaming=false), a
+    chunk ends when its longest row ends, so it pays the tail.
 
     continuous: a finished row's slot is refilled at once, so the slots stay full for
         sequences x mean / batch steps, then the last rows drain: + (longest - mean). With
         every row in one batch that is just the longest row.
     static:     each batch of rows runs until its longest row ends.
-    streaming:  (not built; the simulator's what-if) the next chunk's prompts fill the slots
-        this chunk's finished rows free, so no chunk pays a tail: sequences x mean / batch."""
+    streaming:  async generators with generation.streaming (executors/stream.py): the next
+        chunk's prompts fill the slots this chunk's finished rows free, so in steady state no
+        chunk pays a tail: sequences x mean / batch."""
     longest = new_tokens * tail_factor
     if batching == "static":
         return math.ceil(sequences / batch) * longest

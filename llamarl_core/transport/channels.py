@@ -8,9 +8,14 @@ Nothing here goes through the TCPStore (beyond building a link).
 
 Why threads: gloo's point-to-point `Work.is_completed()` stays False until `wait()`, and a
 `wait(timeout)` that expires closes the connection. So blocking send/recv run on one
-background thread per stream, and the role's loop polls plain Python state. That keeps a
+background thread per stream, and the role's loop waits on plain Python state. That keeps a
 generator whose last chunk is not yet taken free to join a weight sync (no cross-role
 deadlock), and lets every loop notice a finished or aborted run, or a restarted peer.
+
+No poll on the data path: a receiver thread posts its next receive as soon as it has queued
+the last one (`prefetch` deep: a step's groups, so a sender never waits on a busy role), and
+it wakes the role's loop through an `Arrivals` event; `get_any` sleeps on that event (a
+timeout only to look at the run's state), so a group is taken the moment it lands.
 
 A link that fails (its peer died) raises `LinkBroken` in the role's loop, which then waits
 for the controller's verdict: a restart (new epoch, new links) or the end of the run.
@@ -82,12 +87,30 @@ def recv_rollout_blocking(link: Link, tag: int) -> Rollout:
     return Rollout.unpack(header, ints, floats)
 
 
-class AsyncReceiver:
-    """Receives rollouts on `link` with `tag` on a background thread."""
+class Arrivals:
+    """One event shared by the receivers a loop waits on: set whenever any of them gets a
+    rollout (or fails), so the loop sleeps until something happened instead of polling."""
 
-    def __init__(self, link: Link, tag: int, prefetch: int = 1):
+    def __init__(self):
+        self._event = threading.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(timeout_s)
+
+
+class AsyncReceiver:
+    """Receives rollouts on `link` with `tag` on a background thread, up to `prefetch` ahead."""
+
+    def __init__(self, link: Link, tag: int, prefetch: int = 1, arrivals: Arrivals | None = None):
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self.link, self.tag = link, tag
+        self.arrivals = arrivals or Arrivals()
         self.error: BaseException | None = None
         threading.Thread(target=self._loop, daemon=True, name=f"recv-{link.name}-{tag}").start()
 
@@ -95,8 +118,10 @@ class AsyncReceiver:
         try:
             while True:
                 self._queue.put(recv_rollout_blocking(self.link, self.tag))
+                self.arrivals.notify()
         except BaseException as e:
             self.error = e
+            self.arrivals.notify()
 
     def take(self) -> Rollout | None:
         """A rollout if one has arrived (never blocks); LinkBroken once the link failed."""
@@ -120,13 +145,22 @@ class AsyncReceiver:
                     return None
 
 
-def get_any(receivers: list[AsyncReceiver], should_stop: Callable[[], bool], poll_s: float = 0.01) -> Rollout | None:
-    """The next rollout from any of `receivers` (None once `should_stop()` is true while waiting)."""
+def get_any(receivers: list[AsyncReceiver], should_stop: Callable[[], bool],
+            check_s: float = 0.05) -> Rollout | None:
+    """The next rollout from any of `receivers` (None once `should_stop()` is true while
+    waiting). Wakes on an arrival (the receivers' shared `Arrivals`); `should_stop` is looked
+    at every `check_s` seconds while nothing arrives."""
+    events = {id(r.arrivals): r.arrivals for r in receivers}
     while True:
+        for e in events.values():
+            e.clear()  # before looking: an arrival after the look sets it again
         for r in receivers:
             got = r.take()
             if got is not None:
                 return got
         if should_stop():
             return None
-        time.sleep(poll_s)
+        if len(events) == 1:
+            next(iter(events.values())).wait(check_s)
+        else:  # receivers built apart: still no busy loop, but a wake-up may wait check_s/10
+            time.sleep(check_s / 10)

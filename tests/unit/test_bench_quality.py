@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from llamarl_core.bench.quality import CONFIGS, aggregate_config, config_overrides, quality_run_stats
+from llamarl_core.bench.quality import (CONFIGS, STREAMING_CONFIGS, aggregate_config, config_overrides,
+                                        quality_run_stats)
 from llamarl_core.bench.quality_plots import plot_curves, plot_staleness
 from llamarl_core.config.load import load_config
 
@@ -71,7 +72,9 @@ def test_a_configuration_reports_mean_and_sample_sd_over_seeds(tmp_path):
 
 @pytest.mark.parametrize("name,k,correction", CONFIGS)
 def test_each_configuration_is_a_valid_run_from_the_shared_checkpoint(name, k, correction):
-    cfg = load_config("cpu_tiny", config_overrides(k, correction, 24, 5, "/tmp/ws", "/tmp/run"))
+    cfg = load_config("cpu_tiny", config_overrides(k, correction, 24, 5, "/tmp/ws", "/tmp/run",
+                                                   streaming=name in STREAMING_CONFIGS))
+    assert cfg.generation.streaming == (name == "streaming")
     assert cfg.model.checkpoint == "/tmp/ws" and cfg.warmstart.steps == 0 and cfg.run.seed == 5
     assert cfg.algorithm.max_offpolicy_steps == k and cfg.data.seed == 0
     assert cfg.algorithm.name == {"aipo": "aipo", "none": "pg", "ppo_clip": "ppo"}[correction]

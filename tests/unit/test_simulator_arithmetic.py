@@ -10,6 +10,7 @@ The toy model: vocab 10, dim 4, 1 layer, 2 heads (head_dim 2), 1 KV head, ffn 8,
   kv bytes / token  2 (K,V) * 1 layer * 1 head * 2 dims * 2 B   =   8
 """
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -130,8 +131,8 @@ def test_8b_weight_sync_sends_each_tp1_generator_the_whole_bf16_model_over_ib():
     assert result["async"]["weight_sync_s"] == pytest.approx(expected)
 
 
-def test_async_generation_of_one_wave_lasts_its_longest_row_as_the_engine_is_built():
-    inp = case_inputs("8b")
+def test_async_generation_of_one_wave_lasts_its_longest_row_when_generated_chunk_by_chunk():
+    inp = replace(case_inputs("8b"), streaming=False)
     result = simulate(inp)["async"]
     # 2048 sequences over 128 TP-1 replicas = 16 each, all in one batch; the chunk goes to the
     # trainer whole, so it lasts its longest row: 800 mean x 3.0 = 2400 decode steps
@@ -140,6 +141,16 @@ def test_async_generation_of_one_wave_lasts_its_longest_row_as_the_engine_is_bui
     step = m.decode_step_seconds(inp.model, inp.device, C, 1, 16, 384 + 400, 2.0)
     prefill = m.prefill_seconds(inp.model, inp.device, C, 1, 16 * 384)
     assert result["generation_s"] == pytest.approx(prefill + 2400 * step)
+
+
+def test_streaming_async_generation_pays_no_tail_as_the_engine_is_built():
+    inp = case_inputs("8b")
+    assert inp.streaming  # generation.streaming is on in the recipe's async mode
+    result = simulate(inp)
+    # the slots stay full across steps: 16 rows x 800 mean / 16 slots = 800 decode steps
+    assert result["async"]["decode_steps"] == 800 and result["async_batching"] == "streaming"
+    assert result["what_if_chunked"]["async_step_s"] > result["async"]["step_s"]
+    assert result["sync"]["decode_steps"] == 2400  # sync still waits for its longest row
 
 
 def test_sync_generation_waits_for_the_longest_sample():
