@@ -37,7 +37,7 @@ class GenerationEngine:
                  max_seq_len: Optional[int] = None, quantization: str = GeneratorResources.quantization,
                  batching: str = GenerationConfig.batching,
                  token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                 compact_finished_rows: bool = True):
+                 compact_finished_rows: bool = True, prefill_once: bool = True):
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if max_batch_size < 1:
@@ -55,6 +55,10 @@ class GenerationEngine:
         # False keeps a finished row in the decode batch until its chunk ends (what
         # `transformers.generate` and a static GPU batch cost): the bench's padded baseline.
         self.compact_finished_rows = compact_finished_rows
+        # False prefills every copy of a repeated prompt (a group's G samples) on its own: the
+        # bench's baseline and the tests' reference (prefill_once.py).
+        self.prefill_once = prefill_once
+        self.last_stats: dict = {}  # the last stream's prefill counters (GroupPrefill.stats)
         self.weights = EngineWeights(model, quantization)
         self.proj: dict = {}
         self._cache: Optional[SlotCache] = None
@@ -95,16 +99,19 @@ class GenerationEngine:
                 raise ValueError(f"prompt {i} has {len(prompt)} tokens; max_seq_len is {self.max_seq_len}")
         if not prompts and refill is None:
             return []
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
+        seed = seed if seed is not None else int(torch.randint(2**62, ()).item())
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.inference_mode():
                 self.proj = self.weights.current()
-                return Batch(self, prompts, params, generator, static=self.batching == "static",
-                             on_finish=on_finish, between_steps=between_steps,
-                             policy_version=policy_version, prompt_tokens=prompt_tokens, refill=refill).run()
+                batch = Batch(self, prompts, params, seed, static=self.batching == "static",
+                              on_finish=on_finish, between_steps=between_steps,
+                              policy_version=policy_version, prompt_tokens=prompt_tokens, refill=refill)
+                try:
+                    return batch.run()
+                finally:
+                    self.last_stats = dict(batch.groups.stats)
         finally:
             self.model.train(was_training)
 

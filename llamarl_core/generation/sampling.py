@@ -12,12 +12,18 @@ refuses `generation.temperature=0` (config), and greedy completions (eval) repor
 log softmax(logits) at T = 1 for information only.
 
 Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p / E) with
-E ~ Exp(1) draws exactly from p, needs no `multinomial` (which syncs on CUDA) and is
-deterministic for a seeded `torch.Generator`.
+E ~ Exp(1) draws exactly from p and needs no `multinomial` (which syncs on CUDA). The engine
+keys each row's noise by the sample, not by the batch row it sits in: row r's E comes from
+its own seed, `row_seed(seed, sample, step)` (a splitmix64 hash of the stream's seed, the
+sample's index in the prompt list and the index of the token being drawn). A sample's tokens
+are then a function of its own logits and that key only: whichever rows share its step, in
+whichever slot, whether its prompt was prefilled for it or once for its whole group
+(scheduler.py), it draws the same noise. E = -log(U) with U uniform: on CPU `uniform_` is
+~4x cheaper than `exponential_` at 64 x 49k (measured: 51 ms vs 221 ms on 1 loaded core).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.utils.checkpoint
@@ -75,6 +81,39 @@ def sampled_token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperat
     return target_logp - kept_mass
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def row_seed(seed: int, sample: int, step: int) -> int:
+    """The noise seed of token `step` of sample `sample` in a stream seeded `seed` (63 bits)."""
+    return _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ sample) ^ step) >> 1
+
+
+def race_noise(logp: torch.Tensor, noise: Union[torch.Generator, Sequence[Optional[int]], None]
+               ) -> torch.Tensor:
+    """E ~ Exp(1) shaped like logp [B, V]: from one generator's stream, or row r from its own
+    seed `noise[r]` (None: a row nobody reads, left at E = 1 without drawing)."""
+    if not isinstance(noise, (list, tuple)):  # None or a generator (FakeCuda's is no torch.Generator instance)
+        return torch.empty_like(logp).exponential_(1.0, generator=noise)
+    if len(noise) != logp.shape[0]:
+        raise ValueError(f"{len(noise)} row seeds for {logp.shape[0]} rows")
+    uniform = torch.empty_like(logp)
+    generator = torch.Generator(device=logp.device)
+    for r, seed in enumerate(noise):
+        if seed is None:
+            uniform[r].fill_(1 / torch.e)
+        else:
+            uniform[r].uniform_(generator=generator.manual_seed(seed))
+    return uniform.log_().neg_()  # U = 0 gives E = inf: that token cannot win
+
+
 LOGPROB_CHUNK_BYTES = 256 << 20  # fp32 logits of one chunk of positions (trainer log-probs)
 
 
@@ -114,14 +153,16 @@ def chunked_sampled_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, 
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams,
-                generator: Optional[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+                noise: Union[torch.Generator, Sequence[Optional[int]], None]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V] -> (tokens [B] int64, log-probs [B] under the sampling distribution;
-    greedy: log softmax(logits) at T = 1)."""
+    greedy: log softmax(logits) at T = 1). `noise`: per-row seeds (`row_seed`, the engine)
+    or one generator for all rows (`race_noise`)."""
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
         logp = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
     else:
         logp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)  # [B, V]
-        race = torch.empty_like(logp).exponential_(1.0, generator=generator)
+        race = race_noise(logp, noise)  # [B, V]
         tokens = (logp.exp() / race).argmax(dim=-1)  # zeros outside the kept set never win
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)

@@ -27,6 +27,10 @@ loop turn late (`host_reads.LateHostRead`: one non-blocking copy per turn, one e
 so the GPU already runs the next step while the host decides. A row that stopped therefore
 decodes one token more, which is dropped; a row that reaches its length cap (the host knows
 that without a read) leaves its slot at once, its tokens kept aside until its last check.
+
+Admission prefills each distinct prompt once (`prefill_once.GroupPrefill`: a group's G
+copies share one prefill's KV), and every token is drawn with noise keyed by (seed, sample,
+token index), never by slot: which rows share a step does not change what a sample draws.
 """
 from __future__ import annotations
 
@@ -35,10 +39,11 @@ from typing import Callable, Optional
 
 import torch
 
-from .forward import decode, prefill
+from .forward import decode
 from .host_reads import LateHostRead
 from .params import Finished, SamplingParams, stop_ids
-from .sampling import sample_next
+from .prefill_once import GroupPrefill
+from .sampling import row_seed, sample_next
 from .stops import first_stop, truncate_at_stop_string
 
 STOP_TAIL_TOKENS = 4  # stop strings are searched in the last (4 x longest stop + 4) tokens
@@ -48,15 +53,15 @@ class Batch:
     """One run of `prompts` through the engine; `run()` returns Finished in prompt order."""
 
     def __init__(self, engine, prompts: list[list[int]], params: SamplingParams,
-                 generator: torch.Generator, static: bool,
+                 seed: int, static: bool,
                  on_finish: Optional[Callable[[Finished], None]] = None,
                  between_steps: Optional[Callable[[], Optional[int]]] = None,
                  policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None,
                  refill: Optional[Callable[[int], list[list[int]]]] = None):
         self.engine, self.model, self.params = engine, engine.model, params
-        self.prompts, self.generator, self.static = list(prompts), generator, static
+        self.prompts, self.seed, self.static = list(prompts), seed, static
         # [n, ≥ longest] the same prompts, right-padded, on the engine's device (a rollout chunk's
-        # token rows): admitting gathers from it instead of building each prompt again
+        # token rows): a prefill gathers from it instead of building each prompt again
         self.prompt_tokens = prompt_tokens
         self.refill = refill  # streaming: more prompts as slots free up (None: a fixed list)
         self.on_finish, self.between_steps = on_finish, between_steps
@@ -84,6 +89,7 @@ class Batch:
         self.capped: dict[int, tuple] = {}            # prompt index → (tokens, logprobs) kept aside
         self.reader = LateHostRead(device)
         self.checks = None            # the last turn's (host read, [(prompt, n, version)]) to resolve
+        self.groups = GroupPrefill(self.prompts, enabled=engine.prefill_once)  # the list refill extends
         self.used = 0                 # slots 0..used-1 form the decode batch
         self.waiting = deque(range(len(prompts)))
         self.out: list[Optional[Finished]] = [None] * len(prompts)
@@ -139,18 +145,11 @@ class Batch:
         slots = free[:take]
         idx = [self.waiting.popleft() for _ in range(take)]
         self.used = max(self.used, max(slots) + 1)
-        device, pad = self.engine.device, self.engine.tokenizer.pad_id
-        lengths = [len(self.prompts[j]) for j in idx]
-        if self.prompt_tokens is not None:  # the prompts are tensors already
-            ids = self.prompt_tokens[torch.tensor(idx, device=self.prompt_tokens.device), :max(lengths)]
-        else:
-            ids = torch.full((take, max(lengths)), pad, dtype=torch.long)
-            for r, j in enumerate(idx):
-                ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
+        device = self.engine.device
         slots_t = torch.tensor(slots, device=device)
-        lengths_t = torch.tensor(lengths, device=device)
-        logits = prefill(self.model, self.engine.proj, self.cache, ids.to(device), lengths_t, slots_t)
-        tok, logp = self._sample(logits)
+        lengths_t = torch.tensor([len(self.prompts[j]) for j in idx], device=device)
+        logits = self.groups.prefill(self, idx, slots)  # [take, V]: one prefill per distinct prompt
+        tok, logp = self._sample(logits, [(j, 0) for j in idx])
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.versions[slots_t, 0] = self.version
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
@@ -170,7 +169,8 @@ class Batch:
             B = self.used
         span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
         logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
-        tok, logp = self._sample(logits)
+        tok, logp = self._sample(logits, [(self.sample[s], self.made[s]) if self.sample[s] >= 0
+                                          else None for s in range(B)])
         scratch = self.tokens.shape[1] - 1
         made = torch.tensor([self.made[s] if self.sample[s] >= 0 else scratch for s in range(B)],
                             device=tok.device)
@@ -185,8 +185,10 @@ class Batch:
                 self.made[s] += 1
         return tok, self._stepped(range(B))
 
-    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        tok, logp = sample_next(logits, self.params, self.generator)
+    def _sample(self, logits: torch.Tensor, rows: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows[r]: (sample index, token index) of row r, or None for a free slot."""
+        seeds = [None if key is None else row_seed(self.seed, *key) for key in rows]
+        tok, logp = sample_next(logits, self.params, seeds)
         if self.engine.token_sync is not None:  # TP ranks of a replica take rank 0's tokens
             tok = self.engine.token_sync(tok)
         return tok, logp
@@ -272,6 +274,7 @@ class Batch:
             dst = torch.tensor([m[1] for m in moves], device=self.engine.device)
             filled = max(self._position(s) for s in live) + 1
             self.cache.move(src, dst, filled)
+            self.groups.moved(moves)
             for buf in (self.tokens, self.logprobs, self.versions, self.next_tok, self.pos):
                 buf[dst] = buf[src]
             for lst in (self.sample, self.made):

@@ -7,7 +7,7 @@ from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams
-from llamarl_core.generation import scheduler
+from llamarl_core.generation import prefill_once, scheduler
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 from llamarl_core.wire.rollout import assemble
 
@@ -26,12 +26,12 @@ def _model(seed=0):
 
 def _record_admissions(monkeypatch) -> list[list[int]]:
     admitted = []
-    original = scheduler.prefill
+    original = prefill_once.prefill
 
     def spy(model, proj, cache, ids, lengths, slots):
         admitted.append(slots.tolist())
         return original(model, proj, cache, ids, lengths, slots)
-    monkeypatch.setattr(scheduler, "prefill", spy)
+    monkeypatch.setattr(prefill_once, "prefill", spy)
     return admitted
 
 

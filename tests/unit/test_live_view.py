@@ -1,6 +1,7 @@
 """The live panel and the plan's tables fit an 80-column terminal with every header whole."""
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -87,6 +88,8 @@ def test_the_plain_line_names_restarts_only_once_there_were_some():
 @pytest.mark.parametrize("recipe", list_recipes())
 def test_plan_tables_fit_80_columns_with_whole_headers(recipe):
     cfg = load_config(recipe, [])
+    if cfg.model.checkpoint and not os.path.isdir(cfg.model.checkpoint):
+        pytest.skip(f"{recipe}: {cfg.model.checkpoint} is absent (smollm2_cpu's header says how to make it)")
     console = Console(width=80, record=True, color_system=None)
     print_plan(make_plan(cfg, require_data=False), console)
     text = console.export_text()

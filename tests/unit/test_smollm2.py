@@ -154,3 +154,31 @@ def test_llamarl_eval_reports_pass_at_1_on_20_gsm8k_problems(smollm2_dir, shared
     assert 0.0 <= summary["pass@k"]["1"] <= 1.0 and "pass@1" in out
     predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == 20 and all(p["greedy_completion"].strip() for p in predictions)
+
+
+def test_two_rl_steps_of_the_smollm2_recipe_train_the_real_model(smollm2_dir, tmp_path):
+    """`llamarl train recipe=smollm2_cpu` with a tiny batch: the real model's chat prompts are
+    sampled, scored and trained on, and the synced weights move and arrive intact."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    tiny = ["algorithm.prompts_per_step=2", "algorithm.group_size=2", "algorithm.entropy_coef=0.01",
+            "data.num_train_examples=4", "data.num_eval_examples=1", "generation.max_new_tokens=6",
+            "run.max_steps=2", "run.max_time_s=0", "run.eval_every_steps=0", "run.weight_checksums=true",
+            "logging.trained_samples_per_step=1", "controller.startup_timeout_s=120"]
+    out = subprocess.run([sys.executable, "-m", "llamarl_cli.main", "train", "recipe=smollm2_cpu",
+                          f"model.checkpoint={smollm2_dir}", f"run.dir={run_dir}", *tiny],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    sums = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]
+    sent = {s["version"]: s["sha256"] for s in sums if s["role"] == "trainer"}
+    held = {s["version"]: s["sha256"] for s in sums if s["role"] == "generator"}
+    assert set(held) == {0, 1} and all(sent[v] == held[v] for v in held)
+    assert sent[0] != sent[1]  # the first step changed the 135M weights
+    row = json.loads((run_dir / "trained_samples.jsonl").read_text().splitlines()[0])
+    assert row["completion"].strip() and row["reward"] in (0.0, 1.0)  # decoded by the 49k tokenizer, scored
+    config = json.loads((run_dir / "checkpoints" / "final" / "config.json").read_text())
+    assert (config["vocab_size"], config["tie_word_embeddings"]) == (49152, True)

@@ -1,0 +1,139 @@
+"""Prefill once per group: identical prompts share one prefill, their slots get copies of its KV.
+
+RL samples G completions per prompt, so a rollout chunk holds every prompt G times (eval's
+pass@k too). Prefilling each copy repeats the same work G times, and with a chat template's
+system prompt the prompt is often longer than the completion: most of a chunk's generation
+compute was repeated prefill. Here a prompt is prefilled once; its G samples start from that
+KV, copied into their own slots (`SlotCache.move`: P positions per layer, a memory copy, no
+matmul), and sample their first tokens from the one set of last-token logits, each with its
+own noise (sampling.row_seed), so they still diverge from the first token on.
+
+Groups are found by content (the prompt's token ids), so no caller has to say what a group
+is. Admission is unchanged (continuous batching refills a freed slot with the next waiting
+prompt, so a group can straddle two admissions): a member admitted after its siblings takes
+the prompt KV from any slot that still holds it (positions 0..P-1 of a slot keep its prompt's
+KV whatever it decoded since, and after its sequence ended until the slot is refilled; often
+the freed slot it lands in is its sibling's own, and nothing is copied) and the last-token
+logits kept for that group while members still wait (one [V] row per straddling group; with
+groups contiguous in the queue, at most one). Only KV computed under the current policy
+version is shared: after an in-flight weight swap a later member is prefilled afresh under
+the new weights. Where no slot holds it any more it is prefilled again: correct, only slower. No prefix cache across different prompts (a system prompt shared
+by every group is still prefilled once per group): see docs/GENERATION.md.
+
+Exactness: the shared prefill is the same computation as each copy's own (rows of a prefill
+do not interact; tested bit-for-bit on CPU), and a sample's noise is keyed by the sample, not
+by its row, so tokens and μ equal G separate prefills (tested).
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import torch
+
+from .forward import prefill
+
+
+class GroupPrefill:
+    """Prefill planning for one `scheduler.Batch`: which admitted rows compute, which copy."""
+
+    def __init__(self, prompts: list[list[int]], enabled: bool = True):
+        self.prompts, self.enabled = prompts, enabled  # streaming appends to `prompts` as it runs
+        self._ids: dict[tuple, int] = {}
+        self.key: list[int] = []              # prompt index -> group id (by content)
+        self.waiting: Counter = Counter()     # members of each group known and not yet admitted
+        self._learn()
+        # slot -> (group, version) whose prompt KV its positions 0..P-1 hold; still true after
+        # its sequence ended (decode writes a free slot's K/V only at positions >= P)
+        self.slot_kv: dict[int, tuple[int, int]] = {}
+        self.held: dict[int, tuple[int, torch.Tensor]] = {}  # group -> (version, last-token logits [V])
+        self.stats = {"prompt_tokens": 0, "prefill_tokens": 0, "shared_tokens": 0, "prefill_s": 0.0}
+
+    def _learn(self) -> None:
+        """Group ids for prompts added since the last call (streaming's refill appends them)."""
+        for p in self.prompts[len(self.key):]:
+            k = self._ids.setdefault(tuple(p), len(self._ids))
+            self.key.append(k)
+            self.waiting[k] += 1
+
+    def prefill(self, batch, idx: list[int], slots: list[int]) -> torch.Tensor:
+        """Write the prompts `idx` into cache slots `slots`; -> logits [len(idx), V] at each
+        prompt's last token. `batch` gives the model, cache and policy version."""
+        start = time.perf_counter()
+        self._learn()
+        version, dests = batch.version, set(slots)
+        lead, origin = {}, {}  # group -> its first row in this call; -> the slot its KV comes from
+        fresh, copies, pick = [], [], []  # pick[r]: ("fresh", i) or ("held", group)
+        for r, j in enumerate(idx):
+            k, d = self.key[j], slots[r]
+            self.waiting[k] -= 1
+            if self.enabled and k in lead:  # a sibling admitted in this same call
+                pick.append(pick[lead[k]])
+            else:
+                lead[k] = r
+                src = self._source(k, version, d, dests) if self.enabled else None
+                if src is None:
+                    pick.append(("fresh", len(fresh)))
+                    fresh.append(r)
+                    src = d
+                else:
+                    pick.append(("held", k))
+                origin[k] = src
+            if origin[k] != d:
+                copies.append((origin[k], d, j))  # one move: every source is read before any write
+        logits = self._prefill(batch, [idx[r] for r in fresh], [slots[r] for r in fresh])
+        if copies:
+            device = batch.engine.device
+            src = torch.tensor([c[0] for c in copies], device=device)
+            dst = torch.tensor([c[1] for c in copies], device=device)
+            batch.cache.move(src, dst, max(len(self.prompts[c[2]]) for c in copies))
+        rows = [logits[i] if kind == "fresh" else self.held[i][1] for kind, i in pick]
+        out = torch.stack(rows)  # [len(idx), V]
+        for j, d in zip(idx, slots):
+            self.slot_kv[d] = (self.key[j], version)
+        for k, r in lead.items():
+            if self.waiting[k] > 0:  # members still wait: keep the logits they will start from
+                self.held[k] = (version, out[r].clone())
+            else:
+                self.held.pop(k, None)
+        st = self.stats
+        st["prompt_tokens"] += sum(len(self.prompts[j]) for j in idx)
+        st["prefill_tokens"] += sum(len(self.prompts[idx[r]]) for r in fresh)
+        st["shared_tokens"] = st["prompt_tokens"] - st["prefill_tokens"]
+        st["prefill_s"] += time.perf_counter() - start  # host time (on CUDA: launches only)
+        return out
+
+    def moved(self, moves: list[tuple[int, int]]) -> None:
+        """The scheduler copied slot src's cache to slot dst for each (src, dst) (compaction)."""
+        before = dict(self.slot_kv)
+        for src, dst in moves:
+            if src in before:
+                self.slot_kv[dst] = before[src]
+            else:
+                self.slot_kv.pop(dst, None)
+
+    def _source(self, k: int, version: int, dest: int, dests: set):
+        """A slot holding group k's prompt KV from `version` (the destination itself first; else
+        one this call does not overwrite), if k's last-token logits are held; else None."""
+        held = self.held.get(k)
+        if held is None or held[0] != version:
+            return None
+        if self.slot_kv.get(dest) == (k, version):
+            return dest
+        return next((s for s, kv in self.slot_kv.items() if kv == (k, version) and s not in dests), None)
+
+    def _prefill(self, batch, idx: list[int], slots: list[int]) -> torch.Tensor:
+        engine = batch.engine
+        if not idx:
+            return torch.empty(0, device=engine.device)
+        lengths = [len(self.prompts[j]) for j in idx]
+        rows = getattr(batch, "prompt_tokens", None)
+        if rows is not None:  # the prompts are tensors already (a rollout chunk's token rows)
+            ids = rows[torch.tensor(idx, device=rows.device), :max(lengths)]
+        else:
+            ids = torch.full((len(idx), max(lengths)), engine.tokenizer.pad_id, dtype=torch.long)
+            for r, j in enumerate(idx):
+                ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
+        device = engine.device
+        return prefill(batch.model, engine.proj, batch.cache, ids.to(device),
+                       torch.tensor(lengths, device=device), torch.tensor(slots, device=device))
