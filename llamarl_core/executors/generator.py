@@ -112,8 +112,10 @@ class GeneratorExecutor:
                     self.steps.announce("sync")
                     self.loop.receive()
                     continue
-                # streaming: the previous chunk need not be taken first (its groups stream out)
-                taken = (lambda: True) if self.streaming else sender.idle
+                # streaming: the previous chunk need not be taken first (its groups stream out);
+                # sender.idle() is still asked, as it raises LinkBroken once a send failed (a
+                # reward restart must end the wait, or the generator waits for weights forever)
+                taken = (lambda: sender.idle() or True) if self.streaming else sender.idle
                 if not self.loop.may_generate(taken(), chunk):
                     with ctx.timeline.span("wait"):
                         self.loop.wait_until_ready(taken, chunk)
