@@ -82,6 +82,7 @@ class LockstepGreedy:
         self.max_batch_size = max_batch_size
         self.proj = _BlockByBlock(model)
         self._cache: SlotCache | None = None
+        self.prefill_once = False  # held-out prompts are distinct: no two share a prefill
 
     def slot_cache(self, slots: int, length: int) -> SlotCache:
         if self._cache is None or self._cache.slots < slots or self._cache.max_len < length:
@@ -103,8 +104,7 @@ class LockstepGreedy:
         was_training = self.model.training
         self.model.eval()
         try:
-            generator = torch.Generator(device=self.device).manual_seed(0 if seed is None else seed)
-            done = Batch(self, prompts, params, generator, static=False).run()
+            done = Batch(self, prompts, params, 0 if seed is None else seed, static=False).run()
         finally:
             self.proj.release()
             self._reshard()
