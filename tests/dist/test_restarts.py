@@ -59,6 +59,13 @@ def test_a_sigkilled_role_is_restarted_and_the_run_trains_every_example_once(tmp
         got = [s for s in sums if s["role"] == "generator"]
         assert all(s["sha256"] == sent[s["version"]] for s in got)
         versions = [s["version"] for s in got]
-        assert sorted(set(versions)) == list(range(steps)) and versions.count(0) == 1
+        held = sorted(set(versions))
+        assert held[0] == 0 and versions.count(0) == 1 and held[-1] == steps - 1
+        # A streaming generator runs ahead of the trainer, so the trainer may publish a version
+        # or two from rows already streamed while no generator process is alive; those are
+        # skipped (the new one starts from the current weights), nothing else is.
+        missing = sorted(set(range(steps)) - set(held))
+        assert len(missing) <= 2 and missing == list(range(missing[0], missing[0] + len(missing))) if missing \
+            else True, missing
     time.sleep(0.5)
     assert processes_mentioning(str(run_dir)) == []
