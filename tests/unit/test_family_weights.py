@@ -17,7 +17,8 @@ from llamarl_core.transport.ddma_plan import build_plan, dst_block, fsdp_rows, s
 from llamarl_core.transport.tensor_parallel import shard_model_
 from llamarl_core.transport.tp_layout import shard_state, take
 
-pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+pytestmark = [pytest.mark.filterwarnings("ignore:torch.distributed is disabled"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 QWEN2 = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=64,
                   family="qwen2", qkv_bias=True)
@@ -26,13 +27,6 @@ QWEN3 = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, f
 FAMILY_ARGS = {"qwen2": QWEN2, "qwen3": QWEN3}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and a second one only spins on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _model(args: ModelArgs) -> Llama:

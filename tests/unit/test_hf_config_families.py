@@ -14,13 +14,7 @@ transformers = pytest.importorskip("transformers")
 from hf_tiny import save_tiny, tiny_config  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and a second one only spins on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _config(family: str, **changes) -> dict:

@@ -23,13 +23,7 @@ PROMPTS = [[257, 49, 50, 43, 51, 52, 61], [257, 104], [257, 97, 32, 108, 111, 11
 TOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and a second one only spins on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
