@@ -1,12 +1,15 @@
 """How the trainer loop gets step v's rows, one class per mode (handed to `TrainerExecutor`).
 
     RewardFeed (async, k >= 1): receive this rank's rows of every generator replica that feeds
-        it, from that replica's reward rank; a chunk older than v - k is dropped and counted.
+        it, from that replica's reward rank, as complete prompt groups (executors/intake.py):
+        step v takes, of each source replica, the first groups (its share) whose oldest token
+        is within k versions of v, in arrival order; a group too stale is dropped, counted
+        (`trainer/stale_dropped_groups`) and its chunk generated again (`ControlPlane.request_redo`).
     OwnChunks  (sync, k = 0):   generate this rank's own chunk with the weights it trains, have
         the reward role score it, train on it. Always on-policy.
 
-Dynamic sampling (executors/resample.py) takes more chunks within one step: `collect_more`
-consumes one further chunk of every source replica and counts it as a dropped chunk, so the
+Dynamic sampling (executors/resample.py) takes more rows within one step: `collect_more`
+takes one further share of every source replica and counts it as a dropped chunk, so the
 generator's credit rule (chunk n is trained at step n - dropped) still holds; `agree` is how
 the trainer ranks decide together without entering a collective.
 
@@ -17,34 +20,69 @@ Restarts (executors/rejoin.py): while a feed waits it calls the trainer's `on_wa
 returns the roles restarted since (after handling what the trainer itself must do, such as
 sending the current weights to new generators); a broken link goes to `on_broken(error)`,
 which waits for the controller's verdict. A restarted reward role means new links here.
+
+A feed sees no run config and no worker context: its own `FeedConfig` and the runtime
+objects of `FeedRuntime`, both built by executors/pipeline.py.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
-from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
-from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.context import Stopped
+from llamarl_core.executors.intake import GroupIntake
+from llamarl_core.executors.ports import Collected, ControlStore
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
-from llamarl_core.executors import rejoin
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, AsyncReceiver, AsyncSender,
                                              LinkBroken)
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 
-Collected = tuple[Rollout, torch.Tensor, float]  # (rows, staleness per row, seconds waited)
+DROPPED_GROUPS_KEY = "trainer/stale_dropped_groups"  # store counter and metric: stale groups dropped, all ranks
+
+
+@dataclass(frozen=True)
+class FeedConfig:
+    prompts_per_step: int     # algorithm.prompts_per_step (all trainer ranks together)
+    group_size: int           # algorithm.group_size
+    max_offpolicy_steps: int  # algorithm.max_offpolicy_steps (k)
+    replicas: int             # generator replicas (the sync actor's ranks in sync mode)
+    quantization: str = "none"  # resources.generator.quantization (OwnChunks' engine)
+
+
+@dataclass
+class FeedRuntime:
+    """What a feed uses of the running worker (the pipeline binds these to its context)."""
+
+    control: ControlStore
+    timeline: object                                   # transport/timeline.Timeline: .span(...)
+    should_stop: Callable[[], bool]
+    links: Callable[[], object]                        # a new transport/links.Links
+    endpoint: Callable[[str, int], object]             # role, rank → its Endpoint now
+    my_endpoint: Callable[[], object]
+    reward_rank_for: Callable[[int], int]              # replica → the reward rank scoring it
+    await_verdict: Callable[[BaseException], set[str]]  # after a broken link: restarted roles
 
 
 def counts_drops_of(rank: int, replicas: int, trainers: int, prompts: int, group_size: int) -> set[int]:
     """Replicas whose dropped chunks this trainer rank counts: the first rank each one feeds.
 
-    Every rank a replica feeds drops the same chunk (same version, same rule), so exactly one
-    of them adds it to `dropped/<replica>`, which the generator's credit rule reads.
+    Every rank a replica feeds takes the same extra chunk (same rounds), so exactly one of them
+    adds it to `dropped/<replica>`, which the generator's credit rule reads.
     """
     return {i for i in range(replicas)
             if chunk_slices_for_trainers(i, replicas, trainers, prompts, group_size)[0][0] == rank}
+
+
+def merge_positions(views: list[dict], dropped: Callable[[int], int]) -> dict:
+    """Every trainer rank's `position()` → the checkpoint's data fields: where each replica
+    resumes (the first chunk some rank has not consumed), its dropped count, and each rank's
+    groups trained beyond that (skipped when they come again)."""
+    replicas = sorted({int(i) for v in views for i in v["next_chunk"]})
+    next_chunk = {i: min(v["next_chunk"][i] for v in views if i in v["next_chunk"]) for i in replicas}
+    return {"next_chunk": next_chunk, "dropped": {i: dropped(i) for i in replicas},
+            "trained_ahead": [v["trained_ahead"] for v in views]}
 
 
 def no_restarts() -> set[str]:
@@ -54,15 +92,15 @@ def no_restarts() -> set[str]:
 class _Waits:
     """What both feeds share: waiting on a receiver while restarts are handled."""
 
-    ctx: WorkerContext
+    rt: FeedRuntime
     on_wait: Callable[[], set[str]] = staticmethod(no_restarts)
 
     def on_broken(self, error: BaseException) -> set[str]:
         """A broken link: wait for the controller's verdict (the trainer sets its own)."""
-        return rejoin.await_verdict(self.ctx, rejoin.watch(self.ctx, []), error)
+        return self.rt.await_verdict(error)
 
     def start(self) -> None:
-        self.links = rejoin.links(self.ctx)
+        self.links = self.rt.links()
         self._open()
 
     def _get(self, inbox: Callable[[], AsyncReceiver], reopen: Callable[[], None]) -> Rollout | None:
@@ -71,7 +109,7 @@ class _Waits:
         restarted: set[str] = set()
 
         def stop() -> bool:
-            if self.ctx.should_stop():
+            if self.rt.should_stop():
                 raise Stopped()
             restarted.update(self.on_wait())
             return bool(restarted)
@@ -84,120 +122,138 @@ class _Waits:
             reopen()
         return got
 
+    def _until_all(self, key: str) -> None:
+        """Until every trainer rank added itself to `key`, serving restarts meanwhile."""
+        control = self.rt.control
+        control.store.add(key, 1)
+        while control.get_int(key) < self.world:
+            if self.rt.should_stop():
+                raise Stopped()
+            if "reward" in self.on_wait():
+                self._open()
+            time.sleep(0.005)
+
     def agree(self, key: str, value) -> list:
         """Every trainer rank's `value` (JSON) for `key`, in rank order. Through the store, like
         `wait_for_peers`: a rank waiting here still serves restarts, which an all-gather would
         not let it do while a peer waits for rows from a restarted generator."""
         if self.world == 1:
             return [value]
-        control = self.ctx.control
-        control.set_json(f"{key}/{self.rank}", value)
-        control.store.add(f"{key}/n", 1)
-        while control.get_int(f"{key}/n") < self.world:
-            if self.ctx.should_stop():
-                raise Stopped()
-            if "reward" in self.on_wait():
-                self._open()
-            time.sleep(0.005)
-        return [control.get_json(f"{key}/{r}") for r in range(self.world)]
-
-
-class RewardFeed(_Waits):
-    def __init__(self, ctx: WorkerContext, rank: int, world: int):
-        a = ctx.cfg.algorithm
-        self.ctx, self.rank, self.world, self.replicas = ctx, rank, world, ctx.generator_replicas
-        self.sources = replicas_for_trainer(rank, self.replicas, world, a.prompts_per_step)
-        self.counted = counts_drops_of(rank, self.replicas, world, a.prompts_per_step, a.group_size)
-        self.inboxes: dict[int, AsyncReceiver] = {}
-        self.next_chunk: dict[int, int] = {}  # replica → its next chunk to train (data position)
-        # Streaming generators (executors/stream.py) can complete chunk n+1 before chunk n:
-        # such a chunk waits here until its turn (replica → chunk → rows).
-        self.ahead: dict[int, dict[int, Rollout]] | None = {} if streaming_active(ctx.cfg) else None
-
-    def _open(self) -> None:
-        self.links.drop("reward")
-        me = rejoin.my_endpoint(self.ctx)
-        self.inboxes = {i: AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(i)),
-                                                        me, sending=False), TAG_TO_TRAINER_BASE + i)
-                        for i in self.sources}
-
-    def collect(self, step: int, version: int) -> Collected:
-        chunks, t0 = [], time.time()
-        with self.ctx.timeline.span("wait", step=step):
-            for i in self.sources:
-                chunks.append(self._next_fresh(i, version))
-        return concat(chunks), staleness_per_row(chunks, version), time.time() - t0
-
-    def collect_more(self, step: int, version: int) -> Collected:
-        """One more chunk of every source replica within step `step`; each counts as dropped."""
-        rows, staleness, waited_s = self.collect(step, version)
-        for i in self.sources:
-            if i in self.counted:
-                self.ctx.control.add_dropped(i)
-        return rows, staleness, waited_s
-
-    def _next_fresh(self, i: int, version: int):
-        """Replica i's next chunk within k versions of `version`; older ones are dropped and counted."""
-        ctx, k = self.ctx, self.ctx.cfg.algorithm.max_offpolicy_steps
-        while True:
-            want = self.next_chunk.get(i, 0)
-            r = self.ahead.setdefault(i, {}).pop(want, None) if self.ahead is not None else None
-            if r is None:
-                r = self._get(lambda: self.inboxes[i], self._open)
-            if r is None or r.chunk < want:
-                continue  # a restart cut the wait short, or a chunk consumed before it came again
-            if self.ahead is not None and r.chunk > want:
-                self.ahead[i][r.chunk] = r  # streamed ahead of chunk `want`: its turn comes
-                continue
-            self.next_chunk[i] = r.chunk + 1  # consumed: trained now, or dropped
-            ctx.control.set_expected(i, self.rank, r.chunk + 1)
-            if r.policy_version >= version - k:
-                return r
-            if i in self.counted:
-                ctx.control.add_dropped(i)
+        self.rt.control.set_json(f"{key}/{self.rank}", value)
+        self._until_all(f"{key}/n")
+        return [self.rt.control.get_json(f"{key}/{r}") for r in range(self.world)]
 
     def wait_for_peers(self, step: int) -> None:
         """Every trainer rank has its rows of `step` before any enters the step's collectives:
         a rank stuck in an all-reduce could not join the weight sync that new generators
         need before they can produce the rows its peer still waits for."""
-        if self.world == 1:
-            return
-        key = f"collected/{step}"
-        self.ctx.control.store.add(key, 1)
-        while self.ctx.control.get_int(key) < self.world:
-            if self.ctx.should_stop():
-                raise Stopped()
-            if "reward" in self.on_wait():
-                self._open()
-            time.sleep(0.005)
+        if self.world > 1 and self.needs_peers:
+            self._until_all(f"collected/{step}")
 
     def close(self) -> None:
         pass
 
 
+class RewardFeed(_Waits):
+    needs_peers = True
+
+    def __init__(self, cfg: FeedConfig, rt: FeedRuntime, rank: int, world: int):
+        self.cfg, self.rt, self.rank, self.world, self.replicas = cfg, rt, rank, world, cfg.replicas
+        self.sources = replicas_for_trainer(rank, self.replicas, world, cfg.prompts_per_step)
+        self.counted = counts_drops_of(rank, self.replicas, world, cfg.prompts_per_step, cfg.group_size)
+        slices = {i: next((lo, hi) for j, lo, hi in chunk_slices_for_trainers(
+            i, self.replicas, world, cfg.prompts_per_step, cfg.group_size) if j == rank) for i in self.sources}
+        g = cfg.group_size
+        self.intake = GroupIntake({i: (hi - lo) // g for i, (lo, hi) in slices.items()}, g,
+                                  cfg.max_offpolicy_steps, on_drop=self._dropped,
+                                  on_consumed=lambda i, n: rt.control.set_expected(i, rank, n),
+                                  first_groups={i: lo // g for i, (lo, _) in slices.items()})
+        self.inboxes: dict[int, AsyncReceiver] = {}
+
+    @property
+    def next_chunk(self) -> dict[int, int]:
+        """replica → the first chunk of it this rank has not consumed (its data position)."""
+        return self.intake.next_chunk
+
+    @property
+    def metrics(self) -> dict:
+        return {DROPPED_GROUPS_KEY: self.rt.control.get_int(DROPPED_GROUPS_KEY)}
+
+    def position(self) -> dict:
+        return self.intake.position()
+
+    def restore(self, state: dict) -> None:
+        """From a checkpoint's state (merge_positions): this rank's groups trained ahead too."""
+        ahead = state.get("trained_ahead") or []
+        mine = ahead[self.rank] if len(ahead) == self.world else {}
+        self.intake.restore({"next_chunk": state["next_chunk"], "trained_ahead": mine})
+
+    def _dropped(self, replica: int, chunk: int, groups: int) -> None:
+        """`groups` groups of `chunk` went stale here: counted, and the chunk generated again."""
+        self.rt.control.store.add(DROPPED_GROUPS_KEY, groups)
+        self.rt.control.request_redo(replica, chunk)
+
+    def _open(self) -> None:
+        self.links.drop("reward")
+        me = self.rt.my_endpoint()
+        self.inboxes = {i: AsyncReceiver(self.links.get(self.rt.endpoint("reward", self.rt.reward_rank_for(i)),
+                                                        me, sending=False), TAG_TO_TRAINER_BASE + i)
+                        for i in self.sources}
+
+    def collect(self, step: int, version: int) -> Collected:
+        groups, t0 = [], time.time()
+        with self.rt.timeline.span("wait", step=step):
+            for i in self.sources:
+                groups.extend(self._fresh_groups(i, version))
+        return concat(groups), staleness_per_row(groups, version), time.time() - t0
+
+    def collect_more(self, step: int, version: int) -> Collected:
+        """One more share of every source replica within step `step`; each counts as dropped."""
+        rows, staleness, waited_s = self.collect(step, version)
+        for i in self.sources:
+            if i in self.counted:
+                self.rt.control.add_dropped(i)
+        return rows, staleness, waited_s
+
+    def _fresh_groups(self, i: int, version: int) -> list[Rollout]:
+        """Replica i's share of groups within k versions of `version` (intake.py decides)."""
+        while (groups := self.intake.take(i, version)) is None:
+            got = self._get(lambda: self.inboxes[i], self._open)
+            if got is not None:
+                self.intake.add(got)
+        return groups
+
+
 class OwnChunks(_Waits):
-    def __init__(self, ctx: WorkerContext, chunk_cfg: ChunkConfig, rank: int, world: int, model, tokenizer,
-                 prompts):
-        self.ctx, self.rank, self.world, self.replicas = ctx, rank, world, world
-        self.chunks = ChunkGenerator(chunk_cfg, model, tokenizer, prompts, rank, world,
-                                     ctx.cfg.resources.generator.quantization)
+    needs_peers = False  # no generator role to restart: nothing to wait for
+
+    def __init__(self, cfg: FeedConfig, rt: FeedRuntime, chunk_cfg: ChunkConfig, rank: int, world: int,
+                 model, tokenizer, prompts):
+        self.cfg, self.rt, self.rank, self.world, self.replicas = cfg, rt, rank, world, world
+        self.chunks = ChunkGenerator(chunk_cfg, model, tokenizer, prompts, rank, world, cfg.quantization)
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
         self.next_chunk: dict[int, int] = {}  # this rank's next chunk (= step without resampling)
 
+    def position(self) -> dict:
+        return {"next_chunk": dict(self.next_chunk), "trained_ahead": {}}
+
+    def restore(self, state: dict) -> None:
+        self.next_chunk = {int(i): c for i, c in state["next_chunk"].items()}
+
     def _open(self) -> None:
         """Links to and from this rank's reward rank, in the epochs of now."""
         self.links.drop("reward")
-        me = rejoin.my_endpoint(self.ctx)
-        reward = rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(self.rank))
+        me = self.rt.my_endpoint()
+        reward = self.rt.endpoint("reward", self.rt.reward_rank_for(self.rank))
         self.outbox = AsyncSender("actor-sender")
         self.to_reward = self.links.get(me, reward, sending=True)
         self.inbox = AsyncReceiver(self.links.get(reward, me, sending=False), TAG_TO_TRAINER_BASE + self.rank)
 
     def collect(self, step: int, version: int) -> Collected:
-        ctx, t0 = self.ctx, time.time()
+        rt, t0 = self.rt, time.time()
         chunk = self.next_chunk.get(self.rank, step)
-        with ctx.timeline.span("generate", step=step, version=version):
+        with rt.timeline.span("generate", step=step, version=version):
             rollout = self.chunks.generate(chunk, version)
         scored, send = None, True
         while scored is None:  # sent again when the reward role was restarted meanwhile
@@ -210,25 +266,19 @@ class OwnChunks(_Waits):
                         self._open()
                     continue
             inbox = self.inbox
-            with ctx.timeline.span("wait", step=step):
+            with rt.timeline.span("wait", step=step):
                 scored = self._get(lambda: self.inbox, self._open)
             send = self.inbox is not inbox  # new links: the new reward rank never saw it
         self.next_chunk[self.rank] = chunk + 1
-        ctx.control.set_stats("generator", self.rank,
-                              {**self.chunks.stats(since=ctx.timeline.t_start), **ctx.timeline.totals()})
+        rt.control.set_stats("generator", self.rank,
+                             {**self.chunks.stats(since=rt.timeline.t_start), **rt.timeline.totals()})
         return scored, staleness_per_row([scored], version), time.time() - t0
 
     def collect_more(self, step: int, version: int) -> Collected:
         """One more chunk, generated now with the weights being trained; counted as dropped."""
         collected = self.collect(step, version)
-        self.ctx.control.add_dropped(self.rank)
+        self.rt.control.add_dropped(self.rank)
         return collected
 
     def weights_changed(self) -> None:
         self.chunks.engine.refresh_weights()  # the engine shares the trained module
-
-    def wait_for_peers(self, step: int) -> None:
-        pass  # no generator role to restart: nothing to wait for
-
-    def close(self) -> None:
-        pass

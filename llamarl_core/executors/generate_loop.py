@@ -73,9 +73,11 @@ class GenerateLoop:
         return (self.held >= 0 and taken
                 and chunk - self.control.dropped(self.replica) <= self.held + self.k)
 
-    def wait_until_ready(self, taken: Callable[[], bool], chunk: int) -> None:
-        """Until `may_generate`, or new weights arrive, or the run ends."""
-        while not self.should_stop() and not self.receiver.ready():
+    def wait_until_ready(self, taken: Callable[[], bool], chunk: int,
+                         interrupt: Callable[[], bool] = lambda: False) -> None:
+        """Until `may_generate`, or new weights arrive, or `interrupt()` (a chunk asked again),
+        or the run ends."""
+        while not self.should_stop() and not self.receiver.ready() and not interrupt():
             if self.may_generate(taken(), chunk):
                 return
             time.sleep(POLL_S)

@@ -100,13 +100,13 @@ class GeneratorExecutor:
         self.links, self.watch = rejoin.links(ctx), rejoin.watch(ctx, ["reward"])
         sender, link = self._connect()
         # > 0 on resume or after a restart: the first chunk the trainer has not consumed
-        chunk = rejoin.start_chunk(ctx, self.rank.replica)
+        chunk = self._start_chunk()
         t0 = time.time()
         while not ctx.should_stop():
             try:
                 if self.watch.poll():  # the reward role was restarted: what it held is lost
                     sender, link = self._connect()
-                    chunk = rejoin.start_chunk(ctx, self.rank.replica)
+                    chunk = self._start_chunk()
                     continue
                 if self.receiver.ready():
                     self.steps.announce("sync")
@@ -116,9 +116,19 @@ class GeneratorExecutor:
                 # sender.idle() is still asked, as it raises LinkBroken once a send failed (a
                 # reward restart must end the wait, or the generator waits for weights forever)
                 taken = (lambda: sender.idle() or True) if self.streaming else sender.idle
+                redo = self._redo()  # a chunk whose groups went stale at the trainer: generated again first
+                if redo is not None and self.held >= 0:
+                    if not taken():
+                        time.sleep(POLL_S)
+                        continue
+                    self.steps.announce("generate", chunk=redo, version=self.held)
+                    self.loop.generate(redo, on_group=lambda part: self._send(sender, part, link))
+                    self.redo_seen += 1
+                    continue
                 if not self.loop.may_generate(taken(), chunk):
                     with ctx.timeline.span("wait"):
-                        self.loop.wait_until_ready(taken, chunk)
+                        self.loop.wait_until_ready(taken, chunk,
+                                                   interrupt=lambda: self.held >= 0 and self._redo() is not None)
                     continue
                 if self.stream is not None:
                     chunk = self._stream(sender, link, chunk, t0)
@@ -128,13 +138,13 @@ class GeneratorExecutor:
             except LinkBroken as e:  # the reward rank died: wait for the controller's verdict
                 rejoin.await_verdict(ctx, self.watch, e)
                 sender, link = self._connect()
-                chunk = rejoin.start_chunk(ctx, self.rank.replica)
+                chunk = self._start_chunk()
                 continue
             except StreamCut:  # the stream saw the reward role restarted, or the run end
                 if self.cut_by_restart:
                     self.cut_by_restart = False
                     sender, link = self._connect()
-                    chunk = rejoin.start_chunk(ctx, self.rank.replica)
+                    chunk = self._start_chunk()
                 continue
             self.quant_kl.measure(rollout, self.held)
             chunk += 1
@@ -152,7 +162,8 @@ class GeneratorExecutor:
                     self.cut_by_restart = True
                     raise StreamCut()
                 sender.idle()  # raises LinkBroken once a send failed
-                start = n - self.ctx.control.dropped(self.rank.replica) <= self.held + self.loop.k
+                start = (n - self.ctx.control.dropped(self.rank.replica) <= self.held + self.loop.k
+                         and self._redo() is None)  # a chunk asked again goes first, once this run drains
             except (StreamCut, LinkBroken):
                 self.rank.agree(True)  # TP followers cut their stream at the same turn
                 raise
@@ -166,6 +177,19 @@ class GeneratorExecutor:
                                   between_steps=self.loop.swap_if_published,
                                   on_chunk=lambda n: self._chunk_done(t0))
         return nxt
+
+    def _start_chunk(self) -> int:
+        """Where this replica (re)starts: the first chunk the trainer has not consumed. Chunks
+        asked again before now are at or above it, so those requests are done with."""
+        self.redo_seen = self.ctx.control.redo_requests(self.rank.replica)
+        return rejoin.start_chunk(self.ctx, self.rank.replica)
+
+    def _redo(self) -> int | None:
+        """The next chunk a trainer rank asked again (it dropped groups of it as too stale)."""
+        control, replica = self.ctx.control, self.rank.replica
+        if control.redo_requests(replica) <= self.redo_seen:
+            return None
+        return control.redo_chunk(replica, self.redo_seen)
 
     def _chunk_done(self, t0: float | None = None) -> None:
         """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the

@@ -13,13 +13,13 @@ another; SWAP is where weights change, STALENESS where it is bounded.
     weights/published = 0 ──────▶ [W3] waits for it, opens links  each turn, the first that holds:
   feed.start(): opens links                                       ├ a version fully arrived?
   for step v = 0, 1, …:                                           │   adopt it: SWAP (slot flip)
-   [W4] this rank's rows of step  ◀─ rows(lo, hi) ─ each group is ◀── a prompt group, as it ends
-        v, from every replica        scored as it comes; a whole  ├ [W1] previous chunk taken by
-        feeding t; a chunk older     chunk's rows are routed to   │      the reward rank?
-        than v − k is dropped        the trainer ranks unchanged  ├ [W2] n − dropped_i ≤ held + k?
-        (STALENESS, trainer side),                                │      STALENESS (generator side)
-        dropped/i += 1 ─────────────────────────────────────────▶ │   no: wait for [W1], [W2] or
-                                                                  │   a new version
+   [W4] this rank's share of each ◀─ rows(lo, hi) ─ each group is ◀── a prompt group, as it ends
+        replica feeding t: the       scored as it comes; a whole  ├ [W1] previous chunk taken by
+        first complete groups        chunk's rows are routed to   │      the reward rank?
+        with oldest token ≥ v − k    the trainer ranks unchanged  ├ [W2] n − dropped_i ≤ held + k?
+        (STALENESS, trainer side);                                │      STALENESS (generator side)
+        older: dropped, counted, chunk asked again data/redo/i ─▶ │   no: wait for [W1], [W2] or
+                                                                  │   a new version (a chunk asked again goes first)
    [W5] every trainer rank has                                    └ yes: chunk n with held u, each
         its rows (collected/v)                                      prompt group sent as it ends;
    learner.rl_step: AIPO                                            every 8 decode steps a version
@@ -32,10 +32,10 @@ another; SWAP is where weights change, STALENESS where it is bounded.
    [W0] held ≥ 0                    ← v0 (vN on resume) fully arrived  generate_loop.may_generate
    [W1] the sender is idle          ← the reward rank received the     generate_loop.may_generate
                                       previous groups
-   [W2] chunk − dropped_i ≤ held+k  ← a newer version adopted, or a    generate_loop.may_generate
-                                      chunk of i dropped by the trainer
+   [W2] chunk − dropped_i ≤ held+k  ← a newer version adopted, or an   generate_loop.may_generate
+                                      extra chunk of i taken (resample)
    [W3] published version ≥ 0       ← trainer rank 0 published v0      reward.RewardExecutor.run
-   [W4] the next chunk of replica i ← its reward rank sent the rows    feeds.RewardFeed._next_fresh
+   [W4] share_i fresh groups of i   ← its reward rank sent the rows    feeds.RewardFeed._fresh_groups
    [W5] collected/<v> = T           ← the slowest trainer rank's rows  feeds.RewardFeed.wait_for_peers
    [W6] each generator left the     ← its SWAP (at a decode-step       transport/ddma.py DdmaSender.send
         slot v+1 goes into            boundary): adopted/<n-1>/<g>;
@@ -45,8 +45,9 @@ another; SWAP is where weights change, STALENESS where it is bounded.
 
   The credit rule behind STALENESS: replica i's chunk n is trained at step n − dropped_i, so
   starting it only when held ≥ (n − dropped_i) − k [W2] keeps every row within k versions of
-  the policy that trains on it; a chunk that still arrives older than v − k [W4] is dropped
-  and counted, which moves the generator's window on.
+  the policy that trains on it; a group that still arrives older than v − k [W4] is dropped,
+  counted and its chunk generated again (executors/intake.py), so its prompt is trained once,
+  later; only chunks taken beyond a step's share (dynamic sampling) move dropped_i on.
 
 Sync mode (k = 0): one `actor` role replaces generator and trainer. Its feed (`OwnChunks`)
 generates this rank's chunk with the weights it trains, sends it to the reward rank and waits
@@ -89,13 +90,13 @@ def build_role(ctx: WorkerContext):
         from llamarl_core.executors.trainer import TrainerExecutor
         if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
             return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
-                                   make_feed=lambda t: RewardFeed(ctx, t.rank, t.world),
+                                   make_feed=lambda t: RewardFeed(feed_config(ctx), feed_runtime(ctx), t.rank, t.world),
                                    make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
         # k = 0: the same trainer loop; the colocated actor ranks generate their own rows with
         # the weights they train
         return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
-                               make_feed=lambda t: OwnChunks(ctx, chunk_config(ctx.cfg), t.rank, t.world, t.raw,
-                                                             t.tokenizer, t.train_prompts),
+                               make_feed=lambda t: OwnChunks(feed_config(ctx), feed_runtime(ctx), chunk_config(ctx.cfg),
+                                                             t.rank, t.world, t.raw, t.tokenizer, t.train_prompts),
                                make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
 
@@ -104,6 +105,22 @@ def build_role(ctx: WorkerContext):
 def chunk_config(cfg: LlamaRLConfig) -> ChunkConfig:
     return ChunkConfig(cfg.generation, cfg.resources.generator.max_batch_size, cfg.algorithm.prompts_per_step,
                        cfg.algorithm.group_size, cfg.run.seed)
+
+
+def feed_config(ctx: WorkerContext):
+    from llamarl_core.executors.feeds import FeedConfig
+    a = ctx.cfg.algorithm
+    return FeedConfig(a.prompts_per_step, a.group_size, a.max_offpolicy_steps, ctx.generator_replicas,
+                      ctx.cfg.resources.generator.quantization)
+
+
+def feed_runtime(ctx: WorkerContext):
+    """The worker's objects a trainer feed uses: store, timeline, links and restart verdicts."""
+    from llamarl_core.executors import rejoin
+    from llamarl_core.executors.feeds import FeedRuntime
+    return FeedRuntime(ctx.control, ctx.timeline, ctx.should_stop, lambda: rejoin.links(ctx),
+                       lambda role, rank: rejoin.endpoint(ctx, role, rank), lambda: rejoin.my_endpoint(ctx),
+                       ctx.reward_rank_for, lambda e: rejoin.await_verdict(ctx, rejoin.watch(ctx, []), e))
 
 
 def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from llamarl_core.executors import checkpoints, rejoin
 from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.feeds import merge_positions
 from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
@@ -217,11 +218,10 @@ class TrainerExecutor:
 
     def save_checkpoint(self, step: int) -> None:
         """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
-        views = self._gather(self.feed.next_chunk)
-        next_chunk = {i: max(v.get(i, 0) for v in views) for v in views for i in v}
+        # the data position: next_chunk, dropped, trained_ahead (feeds.merge_positions)
+        position = merge_positions(self._gather(self.feed.position()), self.ctx.control.dropped)
         state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
-                 "next_chunk": next_chunk, "dropped": {i: c - step for i, c in next_chunk.items()},
-                 "accuracy_by_version": self.accuracy}
+                 **position, "accuracy_by_version": self.accuracy}
         path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")
         with self.ctx.timeline.span("checkpoint", step=step):
             if self.rank == 0:  # config.json + tokenizer beside the shards: the step is a model too
@@ -235,7 +235,7 @@ class TrainerExecutor:
         state = checkpoints.load(path, self.model, self.learner.optimizer, self.group, self.rank)
         self.version, self.learner.steps_done = state["policy_version"], state["lr_steps"]
         self.accuracy = {int(v): a for v, a in state["accuracy_by_version"].items()}
-        self.feed.next_chunk = {int(i): c for i, c in state["next_chunk"].items()}
+        self.feed.restore(state)  # its data position
         warmstarted = os.path.join(os.path.dirname(os.path.abspath(path)), WARMSTART_CHECKPOINT)
         if self.ref is not None and os.path.isdir(warmstarted):  # that run's RL started from its warm start
             load_sharded(self.ref, warmstarted)
@@ -277,7 +277,7 @@ class TrainerExecutor:
         line = {"step": step + 1, "policy_version": self.version,
                 "reward/mean": metrics.pop("reward_mean"),
                 **{f"trainer/{k}": v for k, v in metrics.items()},
-                **getattr(self.sampler, "metrics", {}),
+                **getattr(self.feed, "metrics", {}), **getattr(self.sampler, "metrics", {}),
                 "trainer/batch_min_policy_version": batch.policy_version,
                 "generator/dropped_chunks": self._dropped_total(),
                 **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},

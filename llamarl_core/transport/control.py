@@ -26,6 +26,9 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
                               and followed by the others ({"do": "sync" | ...})
     membership/<role>, membership/epoch  restarts of a role group; their sum (the run's epoch)
     data/expect/<replica>/<j> the next chunk of a replica that trainer rank j will consume
+    data/redo/<replica>/n, data/redo/<replica>/<m>  chunks of a replica to generate again (a
+                              trainer rank dropped groups of them as too stale): count, m-th chunk
+    trainer/stale_dropped_groups  stale prompt groups the trainer ranks dropped (int)
     xfer/<epoch>/..., links/... DDMA endpoints per generator epoch; rollout links (links.py)
 """
 from __future__ import annotations
@@ -189,6 +192,20 @@ class ControlPlane:
 
     def expected(self, replica: int, trainer_rank: int) -> int | None:
         raw = self.get_str(f"data/expect/{replica}/{trainer_rank}")
+        return int(raw) if raw else None
+
+    def request_redo(self, replica: int, chunk: int) -> None:
+        """Ask replica `replica` to generate chunk `chunk` again (groups of it went stale)."""
+        m = int(self.store.add(f"data/redo/{replica}/pending", 1)) - 1
+        self.store.set(f"data/redo/{replica}/{m}", str(chunk))
+        self.store.add(f"data/redo/{replica}/n", 1)  # counted once the chunk number is there
+
+    def redo_requests(self, replica: int) -> int:
+        return self.get_int(f"data/redo/{replica}/n")
+
+    def redo_chunk(self, replica: int, m: int) -> int | None:
+        """The m-th chunk asked again; None while its writer has not set it yet."""
+        raw = self.get_str(f"data/redo/{replica}/{m}")
         return int(raw) if raw else None
 
     # ---- liveness -----------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Streaming mode (generation.streaming=true, executors/stream.py) keeps exactly-once
 accounting: a generator SIGKILLed mid-run is restarted (its in-flight chunks, which may span
 two steps, are generated again), then the trainer is SIGKILLed and the run resumed from its
-step-5 checkpoint; across both, every step trains once and no prompt is trained twice or lost."""
+step-5 checkpoint; across both, every step trains once and no prompt is trained twice or lost:
+the prompts trained are exactly those of the first 14 chunks, whatever went stale (a group
+dropped as too stale is generated again, executors/intake.py)."""
 import json
 import os
 import signal
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import time
 
+from llamarl_core.executors.setup import chunk_prompt_indices
 from test_restarts import pids_in_log
 from test_resume import trained, worker_pid
 from test_runtime import FAST, metrics, processes_mentioning, train
@@ -48,8 +51,10 @@ def test_a_streaming_run_through_a_generator_restart_and_a_resume_trains_each_pr
     # 64 examples, 4 prompts a step: 14 steps stay inside one epoch, so no id may repeat
     ids = [i for x in lines for i in x["example_ids"]]
     assert len(ids) == 14 * 4 and len(set(ids)) == len(ids)
+    assert sorted(ids) == sorted(i for n in range(14) for i in chunk_prompt_indices(64, n, 4, 0))  # none lost
     spans = [json.loads(x) for x in (run_dir / "timeline" / "generator_0.jsonl").read_text().splitlines()]
     assert any(s.get("streaming") for s in spans if s["state"] == "generate")
     m = metrics(run_dir)
     assert all(0.0 <= x["pipeline/both_idle_frac"] <= 1.0 for x in m if "pipeline/both_idle_frac" in x)
     assert any("pipeline/both_idle_frac" in x for x in m)
+    assert all("trainer/stale_dropped_groups" in x for x in m)  # stale groups dropped (and generated again)

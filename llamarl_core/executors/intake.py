@@ -1,0 +1,116 @@
+"""Which complete prompt groups step v trains (issue 26 item 2): pure bookkeeping, no I/O.
+
+    rows from the reward role (a chunk's slice for this rank, or single groups)
+      └─ split into groups, each keyed (replica, chunk, slot): slot = its place in this rank's
+         slice of the chunk. A key already trained is skipped; a key already buffered is
+         replaced in place by the newer (fresher) copy; else appended (arrival order).
+    step v, per source replica i: the first share_i buffered groups whose oldest token was
+      sampled under a version >= v - k, in arrival order; every buffered group older than
+      that is dropped — counted, and its chunk handed back (`on_drop`) to be generated again.
+    chunk n of replica i is consumed once every slot of this rank's slice of it was trained:
+      `on_consumed(i, n + 1)` (data/expect: where a restarted generator starts).
+
+Why a share per source replica, not the first groups of any replica: the generator's credit rule
+(chunk n is trained at step n - dropped_i, executors/generate_loop.py) assumes each step takes
+one chunk's worth of replica i. Taking more of a fast replica would leave a slow one's window
+behind the trainer and let it stall (its gate shut, the trainer waiting for its groups). With
+one source replica per trainer rank (G = 1, or G = T) both rules are the same.
+
+Exactly once: a group is trained at most once (its key is remembered until its chunk is
+consumed; keys below `next_chunk` are never taken again). A dropped group is not consumed, so
+its chunk stays at or above `next_chunk`: it is generated again (by `on_drop`'s redo, or by a
+restarted or resumed generator starting at the first chunk not consumed) and trained later.
+The buffer is bounded by the credit rule: a replica runs at most k + 1 chunks ahead of the step.
+A row's oldest token is its first (versions only move forward), so checking each group's
+`policy_versions.min()` bounds every token.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Optional
+
+from llamarl_core.wire.rollout import Rollout
+
+
+class GroupIntake:
+    def __init__(self, shares: dict[int, int], group_size: int, max_offpolicy_steps: int,
+                 on_drop: Callable[[int, int, int], None] = lambda replica, chunk, groups: None,
+                 on_consumed: Callable[[int, int], None] = lambda replica, next_chunk: None,
+                 first_groups: Optional[dict[int, int]] = None):
+        """`shares`: replica → groups of each of its chunks this rank trains (its slice);
+        `on_drop(replica, chunk, groups)`: that many groups of the chunk went stale here;
+        `first_groups`: replica → the chunk's group index of the slice's first group (for
+        rollouts sent one group at a time, which carry their group index)."""
+        self.shares, self.group_size, self.k = dict(shares), group_size, max_offpolicy_steps
+        self.on_drop, self.on_consumed = on_drop, on_consumed
+        self.first_groups = first_groups or {i: 0 for i in shares}
+        self.next_chunk: dict[int, int] = {i: 0 for i in shares}
+        self.trained: dict[int, dict[int, set[int]]] = {i: {} for i in shares}  # chunks >= next_chunk
+        self.buffer: dict[int, OrderedDict] = {i: OrderedDict() for i in shares}  # (chunk, slot) → rows
+        self.dropped_groups = 0
+
+    # ---- arrivals -----------------------------------------------------------------------
+    def add(self, rollout: Rollout) -> int:
+        """Buffer `rollout`'s groups (skipping any already trained); returns how many were new."""
+        i, n, g = rollout.replica, rollout.chunk, self.group_size
+        base = rollout.group - self.first_groups[i] if rollout.chunk_groups else 0
+        new = 0
+        for t in range(rollout.num_rows // g):
+            key = (n, base + t)
+            if self._trained(i, key):
+                continue
+            new += key not in self.buffer[i]
+            self.buffer[i][key] = rollout.rows(t * g, (t + 1) * g)  # a newer copy keeps its place
+        return new
+
+    def _trained(self, replica: int, key: tuple[int, int]) -> bool:
+        chunk, slot = key
+        return chunk < self.next_chunk[replica] or slot in self.trained[replica].get(chunk, ())
+
+    # ---- a step -------------------------------------------------------------------------
+    def take(self, replica: int, version: int, n: Optional[int] = None) -> Optional[list[Rollout]]:
+        """The first `n` (default: the replica's share) fresh groups of `replica` for a step at
+        `version`, marked trained; None while fewer are buffered. Stale ones are dropped first."""
+        n = self.shares[replica] if n is None else n
+        buf, oldest = self.buffer[replica], version - self.k
+        stale = [key for key, rows in buf.items() if rows.policy_version < oldest]
+        for key in stale:
+            del buf[key]
+        self.dropped_groups += len(stale)
+        for chunk in sorted({c for c, _ in stale}):
+            self.on_drop(replica, chunk, sum(c == chunk for c, _ in stale))
+        if len(buf) < n:
+            return None
+        keys = list(buf)[:n]
+        taken = [buf.pop(key) for key in keys]
+        for chunk, slot in keys:
+            self.trained[replica].setdefault(chunk, set()).add(slot)
+        self._advance(replica)
+        return taken
+
+    def _advance(self, replica: int) -> None:
+        done, share, moved = self.trained[replica], self.shares[replica], False
+        while len(done.get(self.next_chunk[replica], ())) >= share:
+            del done[self.next_chunk[replica]]
+            self.next_chunk[replica] += 1
+            moved = True
+        if moved:
+            self.on_consumed(replica, self.next_chunk[replica])
+
+    # ---- checkpoints --------------------------------------------------------------------
+    def position(self) -> dict:
+        """This rank's data position as JSON: the first chunk not consumed per replica and the
+        slots trained beyond it. What is only buffered is not in it: it is generated again."""
+        return {"next_chunk": dict(self.next_chunk),
+                "trained_ahead": {i: {c: sorted(s) for c, s in chunks.items() if s}
+                                  for i, chunks in self.trained.items()}}
+
+    def restore(self, position: dict) -> None:
+        for i, c in position.get("next_chunk", {}).items():
+            if int(i) in self.next_chunk:
+                self.next_chunk[int(i)] = int(c)
+        for i, chunks in position.get("trained_ahead", {}).items():
+            if int(i) in self.trained:
+                self.trained[int(i)] = {int(c): set(s) for c, s in chunks.items()}
+        for i in self.buffer:
+            self.buffer[i].clear()

@@ -1,0 +1,125 @@
+"""A streaming generator (the real ChunkStream, weights swapped in flight) feeding the trainer's
+RewardFeed through in-process fakes (no processes, no store): every token a step trains is
+within k versions of it, a group that arrives too stale is dropped, counted and its chunk
+generated again, and every prompt is trained exactly once."""
+import contextlib
+from types import SimpleNamespace
+
+import torch
+
+from llamarl_core.config.load import load_config
+from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.feeds import DROPPED_GROUPS_KEY, FeedConfig, FeedRuntime, RewardFeed
+from llamarl_core.executors.pipeline import chunk_config
+from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
+from llamarl_core.executors.stream import ChunkStream
+from llamarl_core.generation import SamplingParams
+from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+
+ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,
+                 max_seq_len=64, rope_theta=10000.0)
+TOK = ByteTokenizer()
+PROMPTS = [TOK.encode(f"q{i}=", add_bos=True) for i in range(12)]
+STOPS = tuple(range(0, 256, 6))  # a long tail under the cap
+K, STEPS = 1, 6                  # 6 chunks of 2 prompts: the 12 prompts once
+
+
+class Store:
+    def __init__(self):
+        self.counts = {}
+
+    def add(self, key, n):
+        self.counts[key] = self.counts.get(key, 0) + n
+        return self.counts[key]
+
+
+class Control:
+    def __init__(self):
+        self.store, self.expected, self.redo, self.dropped = Store(), {}, [], {}
+
+    def set_expected(self, replica, rank, chunk):
+        self.expected[(replica, rank)] = chunk
+
+    def request_redo(self, replica, chunk):
+        self.redo.append((replica, chunk))
+
+    def get_int(self, key):
+        return self.store.counts.get(key, 0)
+
+    def add_dropped(self, replica, n=1):
+        self.dropped[replica] = self.dropped.get(replica, 0) + n
+
+
+class Inbox:
+    """The reward rank's rows in arrival order; once they run out, the chunks the feed asked
+    again are generated (as the generator's redo does: one chunk with the weights held)."""
+
+    def __init__(self, arrivals, control, regenerate):
+        self.arrivals, self.control, self.regenerate, self.served = list(arrivals), control, regenerate, 0
+
+    def get(self, should_stop):
+        if not self.arrivals and self.served < len(self.control.redo):
+            self.served += 1
+            self.arrivals.append(self.regenerate(self.control.redo[self.served - 1][1]))
+        return self.arrivals.pop(0)
+
+
+def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_once():
+    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2",
+                                   "generation.max_new_tokens=16", "generation.max_prompt_tokens=8",
+                                   "resources.generator.max_batch_size=4"])
+    torch.manual_seed(0)
+    chunks = ChunkGenerator(chunk_config(cfg), Llama(ARGS).eval().requires_grad_(False), TOK,
+                            PromptSet(examples=[None] * len(PROMPTS), prompt_ids=PROMPTS), replica=0,
+                            num_replicas=1)
+    chunks.params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_token_ids=STOPS)
+    stream = ChunkStream(chunks)
+    token_versions = {}
+    # the version held: one behind the newest chunk opened (chunk n opens under n - 1, as the
+    # credit rule allows with k = 1); rows still running take it in flight, between decode steps
+    held = lambda: max(0, stream.next_chunk - 1)  # noqa: E731
+
+    original = chunks.engine.stream
+
+    def spying(prompts, *args, on_finish, **kwargs):  # every token's version, by row
+        def finished(done):
+            prompt = stream.rows[done.index][0].prompt_ids[stream.rows[done.index][1]] if not prompts \
+                else prompts[done.index]
+            key = (tuple(prompt), tuple(done.token_ids.tolist()), int(done.policy_versions[0]))
+            token_versions.setdefault(key, []).append(done.token_versions.clone())
+            on_finish(done)
+        return original(prompts, *args, on_finish=finished, **kwargs)
+    chunks.engine.stream = spying
+
+    groups = []
+    stream.run(0, may_start=lambda n: n < STEPS, held=held, on_group=groups.append, between_steps=held)
+    assert len(groups) == 2 * STEPS
+    late = groups.pop(0)          # the first group to end reaches the trainer only at step 2:
+    groups.insert(4, late)        # too stale by then (its version < 2 - k)
+
+    control = Control()
+    rt = FeedRuntime(control, SimpleNamespace(span=lambda *a, **k: contextlib.nullcontext()), lambda: False,
+                     None, None, None, lambda i: 0, None)
+    feed = RewardFeed(FeedConfig(prompts_per_step=2, group_size=2, max_offpolicy_steps=K, replicas=1), rt, 0, 1)
+    regenerate = lambda chunk: chunks.generate(chunk, held())  # noqa: E731
+    feed.inboxes = {0: Inbox(groups, control, regenerate)}
+
+    trained = []
+    for v in range(STEPS):  # step v trains with version v (the trainer's own pace)
+        batch, staleness, _ = feed.collect(v, v)
+        assert batch.num_rows == 4 and torch.all(staleness <= K)
+        for r in range(batch.num_rows):
+            p, c = int(batch.prompt_lens[r]), int(batch.completion_lens[r])
+            key = (tuple(batch.tokens[r, :p].tolist()), tuple(batch.tokens[r, p:p + c].tolist()),
+                   int(batch.policy_versions[r]))
+            for versions in token_versions[key]:
+                assert int(versions.min()) >= v - K, (v, versions.tolist())  # per token
+        trained += batch.example_ids[::2].tolist()
+
+    assert any(int(v.max()) > int(v.min()) for vs in token_versions.values() for v in vs)  # in flight
+    assert late.policy_version < 2 - K and control.get_int(DROPPED_GROUPS_KEY) == 1
+    assert control.redo == [(0, late.chunk)]  # asked again once; generated once the arrivals ran out
+    want = [i for n in range(STEPS) for i in chunk_prompt_indices(len(PROMPTS), n, 2, cfg.run.seed)]
+    assert sorted(trained) == sorted(want) and len(set(trained)) == len(trained)  # each prompt once
+    assert int(late.example_ids[0]) in trained[-2:]  # the dropped prompt, regenerated, trained last
+    assert control.expected[(0, 0)] == STEPS and control.dropped == {}  # every chunk consumed
