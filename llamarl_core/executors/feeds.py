@@ -39,7 +39,7 @@ from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE,
                                              LinkBroken)
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 
-DROPPED_GROUPS_KEY = "trainer/stale_dropped_groups"  # store counter and metric: stale groups dropped, all ranks
+STALE_GROUPS_METRIC = "trainer/stale_dropped_groups"  # groups dropped as too stale, all ranks, whole run
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,15 @@ def counts_drops_of(rank: int, replicas: int, trainers: int, prompts: int, group
             if chunk_slices_for_trainers(i, replicas, trainers, prompts, group_size)[0][0] == rank}
 
 
-def merge_positions(views: list[dict], dropped: Callable[[int], int]) -> dict:
+def merge_positions(views: list[dict], control: ControlStore) -> dict:
     """Every trainer rank's `position()` → the checkpoint's data fields: where each replica
-    resumes (the first chunk some rank has not consumed), its dropped count, and each rank's
-    groups trained beyond that (skipped when they come again)."""
+    resumes (the first chunk some rank has not consumed), its dropped count, each rank's own
+    position (its groups trained beyond that are skipped when they come again) and the stale
+    groups dropped so far."""
     replicas = sorted({int(i) for v in views for i in v["next_chunk"]})
     next_chunk = {i: min(v["next_chunk"][i] for v in views if i in v["next_chunk"]) for i in replicas}
-    return {"next_chunk": next_chunk, "dropped": {i: dropped(i) for i in replicas},
-            "trained_ahead": [v["trained_ahead"] for v in views]}
+    return {"next_chunk": next_chunk, "dropped": {i: control.dropped(i) for i in replicas},
+            "positions": views, "stale_dropped_groups": control.stale_groups()}
 
 
 def no_restarts() -> set[str]:
@@ -177,20 +178,21 @@ class RewardFeed(_Waits):
 
     @property
     def metrics(self) -> dict:
-        return {DROPPED_GROUPS_KEY: self.rt.control.get_int(DROPPED_GROUPS_KEY)}
+        return {STALE_GROUPS_METRIC: self.rt.control.stale_groups()}
 
     def position(self) -> dict:
         return self.intake.position()
 
     def restore(self, state: dict) -> None:
-        """From a checkpoint's state (merge_positions): this rank's groups trained ahead too."""
-        ahead = state.get("trained_ahead") or []
-        mine = ahead[self.rank] if len(ahead) == self.world else {}
-        self.intake.restore({"next_chunk": state["next_chunk"], "trained_ahead": mine})
+        """From a checkpoint's state (merge_positions): this rank's own position where it was
+        saved with as many trainer ranks (else the replicas' resume points, nothing ahead)."""
+        positions = state.get("positions") or []
+        self.intake.restore(positions[self.rank] if len(positions) == self.world
+                            else {"next_chunk": state["next_chunk"]})
 
     def _dropped(self, replica: int, chunk: int, groups: int) -> None:
         """`groups` groups of `chunk` went stale here: counted, and the chunk generated again."""
-        self.rt.control.store.add(DROPPED_GROUPS_KEY, groups)
+        self.rt.control.add_stale_groups(groups)
         self.rt.control.request_redo(replica, chunk)
 
     def _open(self) -> None:

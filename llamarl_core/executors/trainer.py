@@ -218,8 +218,8 @@ class TrainerExecutor:
 
     def save_checkpoint(self, step: int) -> None:
         """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
-        # the data position: next_chunk, dropped, trained_ahead (feeds.merge_positions)
-        position = merge_positions(self._gather(self.feed.position()), self.ctx.control.dropped)
+        # the data position: next_chunk, dropped, each rank's position (feeds.merge_positions)
+        position = merge_positions(self._gather(self.feed.position()), self.ctx.control)
         state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
                  **position, "accuracy_by_version": self.accuracy}
         path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")

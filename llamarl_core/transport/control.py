@@ -200,6 +200,13 @@ class ControlPlane:
         self.store.set(f"data/redo/{replica}/{m}", str(chunk))
         self.store.add(f"data/redo/{replica}/n", 1)  # counted once the chunk number is there
 
+    def add_stale_groups(self, n: int) -> int:
+        """Prompt groups a trainer rank dropped as too stale (each is generated again)."""
+        return int(self.store.add("trainer/stale_dropped_groups", n))
+
+    def stale_groups(self) -> int:
+        return self.get_int("trainer/stale_dropped_groups")
+
     def redo_requests(self, replica: int) -> int:
         return self.get_int(f"data/redo/{replica}/n")
 

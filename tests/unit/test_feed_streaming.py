@@ -9,7 +9,7 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
-from llamarl_core.executors.feeds import DROPPED_GROUPS_KEY, FeedConfig, FeedRuntime, RewardFeed
+from llamarl_core.executors.feeds import FeedConfig, FeedRuntime, RewardFeed
 from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.executors.stream import ChunkStream
@@ -24,18 +24,9 @@ STOPS = tuple(range(0, 256, 6))  # a long tail under the cap
 K, STEPS = 1, 6                  # 6 chunks of 2 prompts: the 12 prompts once
 
 
-class Store:
-    def __init__(self):
-        self.counts = {}
-
-    def add(self, key, n):
-        self.counts[key] = self.counts.get(key, 0) + n
-        return self.counts[key]
-
-
 class Control:
     def __init__(self):
-        self.store, self.expected, self.redo, self.dropped = Store(), {}, [], {}
+        self.expected, self.redo, self.dropped, self.stale = {}, [], {}, 0
 
     def set_expected(self, replica, rank, chunk):
         self.expected[(replica, rank)] = chunk
@@ -43,8 +34,8 @@ class Control:
     def request_redo(self, replica, chunk):
         self.redo.append((replica, chunk))
 
-    def get_int(self, key):
-        return self.store.counts.get(key, 0)
+    def add_stale_groups(self, n):
+        self.stale += n
 
     def add_dropped(self, replica, n=1):
         self.dropped[replica] = self.dropped.get(replica, 0) + n
@@ -117,7 +108,7 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
         trained += batch.example_ids[::2].tolist()
 
     assert any(int(v.max()) > int(v.min()) for vs in token_versions.values() for v in vs)  # in flight
-    assert late.policy_version < 2 - K and control.get_int(DROPPED_GROUPS_KEY) == 1
+    assert late.policy_version < 2 - K and control.stale == 1
     assert control.redo == [(0, late.chunk)]  # asked again once; generated once the arrivals ran out
     want = [i for n in range(STEPS) for i in chunk_prompt_indices(len(PROMPTS), n, 2, cfg.run.seed)]
     assert sorted(trained) == sorted(want) and len(set(trained)) == len(trained)  # each prompt once

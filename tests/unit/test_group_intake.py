@@ -101,3 +101,41 @@ def test_a_resumed_feed_skips_the_groups_trained_ahead_and_takes_the_ones_only_b
         for slot in (0, 1):
             resumed.add(group(chunk, slot, version=1))
     assert ids(resumed.take(0, version=1)) == [1, 11] and resumed.next_chunk == {0: 2}
+
+
+def test_a_checkpoint_resumes_each_replica_at_the_first_chunk_any_rank_has_not_consumed():
+    from types import SimpleNamespace
+
+    from llamarl_core.executors.feeds import merge_positions
+    control = SimpleNamespace(dropped=lambda i: {0: 1, 1: 0}[i], stale_groups=lambda: 3)
+    views = [{"next_chunk": {0: 3, 1: 5}, "trained_ahead": {0: {3: [0]}}},   # rank 0
+             {"next_chunk": {0: 2, 1: 5}, "trained_ahead": {}}]              # rank 1 lags on replica 0
+    state = merge_positions(views, control)
+    # the max (as before) would skip rank 1's untrained groups of chunk 2: lost on resume
+    assert state == {"next_chunk": {0: 2, 1: 5}, "dropped": {0: 1, 1: 0}, "positions": views,
+                     "stale_dropped_groups": 3}
+
+
+def test_each_trainer_rank_resumes_at_its_own_position():
+    import json
+    from types import SimpleNamespace
+
+    from llamarl_core.executors.feeds import FeedConfig, FeedRuntime, RewardFeed, merge_positions
+    rt = FeedRuntime(SimpleNamespace(set_expected=lambda *a: None), None, lambda: False, None, None, None,
+                     lambda i: 0, None)
+    feeds = [RewardFeed(FeedConfig(4, 2, 1, 1), rt, rank, 2) for rank in range(2)]  # 2 groups each a chunk
+    for rank, feed in enumerate(feeds):
+        for slot in (0, 1):
+            feed.intake.add(group(0, slot, version=0))
+        feed.intake.take(0, version=0)
+        if rank == 0:  # rank 0 is a chunk ahead
+            for slot in (0, 1):
+                feed.intake.add(group(1, slot, version=0))
+            feed.intake.take(0, version=1)
+    control = SimpleNamespace(dropped=lambda i: 0, stale_groups=lambda: 0)
+    state = json.loads(json.dumps(merge_positions([f.position() for f in feeds], control)))
+    assert state["next_chunk"] == {"0": 1}  # the replica restarts where rank 1 is
+    resumed = [RewardFeed(FeedConfig(4, 2, 1, 1), rt, rank, 2) for rank in range(2)]
+    for feed in resumed:
+        feed.restore(state)
+    assert [f.next_chunk for f in resumed] == [{0: 2}, {0: 1}]  # rank 0 does not train chunk 1 again
