@@ -53,6 +53,10 @@ class GroupIntake:
     def add(self, rollout: Rollout) -> int:
         """Buffer `rollout`'s groups (skipping any already trained); returns how many were new."""
         i, n, g = rollout.replica, rollout.chunk, self.group_size
+        if not rollout.chunk_groups and rollout.num_rows != self.shares[i] * g:
+            raise ValueError(f"replica {i} chunk {n}: {rollout.num_rows} rows without a group index "
+                             f"(chunk_groups = 0) but this rank's slice is {self.shares[i] * g}: a part of "
+                             f"a chunk must carry its `group` and `chunk_groups` (wire/rollout.py)")
         base = rollout.group - self.first_groups[i] if rollout.chunk_groups else 0
         new = 0
         for t in range(rollout.num_rows // g):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llamarl_core.executors.setup import chunk_prompt_indices
 from test_runtime import FAST, metrics, processes_mentioning
 
 
@@ -50,7 +51,8 @@ def test_a_sigkilled_role_is_restarted_and_the_run_trains_every_example_once(tmp
     assert len(pids) == 2 and pids[0] == killed  # started once more, as a new process
     trained = [json.loads(x) for x in (run_dir / "trained_examples.jsonl").read_text().splitlines()]
     ids = [i for x in trained for i in x["example_ids"]]
-    assert len(ids) == steps * 4 and len(set(ids)) == len(ids)  # none lost, none repeated
+    assert len(ids) == steps * 4 and len(set(ids)) == len(ids)  # none repeated
+    assert sorted(ids) == sorted(i for n in range(steps) for i in chunk_prompt_indices(64, n, 4, 0))  # none lost
     if k:  # every version a generator process held hashes like the trainer's weights at send,
         # every published version reached a generator, and a new generator started from the
         # trainer's current weights (version 0 was received once: by the first process only)
