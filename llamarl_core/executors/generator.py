@@ -122,7 +122,8 @@ class GeneratorExecutor:
                         time.sleep(POLL_S)
                         continue
                     self.steps.announce("generate", chunk=redo, version=self.held)
-                    self.loop.generate(redo, on_group=lambda part: self._send(sender, part, link))
+                    rollout = self.loop.generate(redo, on_group=lambda part: self._send(sender, part, link))
+                    self.quant_kl.measure(rollout, self.held)  # as TP followers do theirs (collectives)
                     self.redo_seen += 1
                     continue
                 if not self.loop.may_generate(taken(), chunk):
