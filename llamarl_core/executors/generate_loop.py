@@ -42,6 +42,7 @@ class GenerateLoop:
         self.held = -1
         self.last_sync: dict = {}
         self.decode_turns = 0  # swap_if_published calls: the same count on every TP rank of a replica
+        self.redo_seen = 0     # chunks asked again (ControlStore.redo_requests) served or skipped
 
     def receive(self) -> None:
         """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
@@ -81,6 +82,24 @@ class GenerateLoop:
             if self.may_generate(taken(), chunk):
                 return
             time.sleep(POLL_S)
+
+    # ---- chunks asked again: a trainer rank dropped groups of them as too stale (feeds.py) ----
+    def skip_redos(self) -> None:
+        """At a (re)start: the chunks asked again so far are at or above where the replica starts
+        (the first chunk the trainer has not consumed), so they are generated anyway."""
+        self.redo_seen = self.control.redo_requests(self.replica)
+
+    def next_redo(self) -> Optional[int]:
+        """The next chunk asked again, if any (it goes before the next new chunk)."""
+        if self.control.redo_requests(self.replica) <= self.redo_seen:
+            return None
+        return self.control.redo_chunk(self.replica, self.redo_seen)
+
+    def generate_redo(self, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
+        """Chunk `next_redo()` again, with the version held now (no staleness gate: it is fresh)."""
+        rollout = self.generate(self.next_redo(), on_group=on_group)
+        self.redo_seen += 1
+        return rollout
 
     def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
         with self.span("generate", chunk=chunk, version=self.held):

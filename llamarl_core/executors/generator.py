@@ -116,20 +116,19 @@ class GeneratorExecutor:
                 # sender.idle() is still asked, as it raises LinkBroken once a send failed (a
                 # reward restart must end the wait, or the generator waits for weights forever)
                 taken = (lambda: sender.idle() or True) if self.streaming else sender.idle
-                redo = self._redo()  # a chunk whose groups went stale at the trainer: generated again first
+                redo = self.loop.next_redo()  # a chunk whose groups went stale at the trainer: first
                 if redo is not None and self.held >= 0:
                     if not taken():
                         time.sleep(POLL_S)
                         continue
                     self.steps.announce("generate", chunk=redo, version=self.held)
-                    rollout = self.loop.generate(redo, on_group=lambda part: self._send(sender, part, link))
+                    rollout = self.loop.generate_redo(on_group=lambda part: self._send(sender, part, link))
                     self.quant_kl.measure(rollout, self.held)  # as TP followers do theirs (collectives)
-                    self.redo_seen += 1
                     continue
                 if not self.loop.may_generate(taken(), chunk):
                     with ctx.timeline.span("wait"):
-                        self.loop.wait_until_ready(taken, chunk,
-                                                   interrupt=lambda: self.held >= 0 and self._redo() is not None)
+                        redo_due = lambda: self.held >= 0 and self.loop.next_redo() is not None  # noqa: E731
+                        self.loop.wait_until_ready(taken, chunk, interrupt=redo_due)
                     continue
                 if self.stream is not None:
                     chunk = self._stream(sender, link, chunk, t0)
@@ -163,8 +162,9 @@ class GeneratorExecutor:
                     self.cut_by_restart = True
                     raise StreamCut()
                 sender.idle()  # raises LinkBroken once a send failed
+                # a chunk asked again goes first, once this run drains
                 start = (n - self.ctx.control.dropped(self.rank.replica) <= self.held + self.loop.k
-                         and self._redo() is None)  # a chunk asked again goes first, once this run drains
+                         and self.loop.next_redo() is None)
             except (StreamCut, LinkBroken):
                 self.rank.agree(True)  # TP followers cut their stream at the same turn
                 raise
@@ -180,17 +180,9 @@ class GeneratorExecutor:
         return nxt
 
     def _start_chunk(self) -> int:
-        """Where this replica (re)starts: the first chunk the trainer has not consumed. Chunks
-        asked again before now are at or above it, so those requests are done with."""
-        self.redo_seen = self.ctx.control.redo_requests(self.rank.replica)
+        """Where this replica (re)starts: the first chunk the trainer has not consumed."""
+        self.loop.skip_redos()  # read first: a chunk asked again from now on is served
         return rejoin.start_chunk(self.ctx, self.rank.replica)
-
-    def _redo(self) -> int | None:
-        """The next chunk a trainer rank asked again (it dropped groups of it as too stale)."""
-        control, replica = self.ctx.control, self.rank.replica
-        if control.redo_requests(replica) <= self.redo_seen:
-            return None
-        return control.redo_chunk(replica, self.redo_seen)
 
     def _chunk_done(self, t0: float | None = None) -> None:
         """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the

@@ -10,6 +10,7 @@ import torch
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.feeds import FeedConfig, FeedRuntime, RewardFeed
+from llamarl_core.executors.generate_loop import GenerateLoop
 from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.executors.stream import ChunkStream
@@ -34,6 +35,12 @@ class Control:
     def request_redo(self, replica, chunk):
         self.redo.append((replica, chunk))
 
+    def redo_requests(self, replica):
+        return len(self.redo)
+
+    def redo_chunk(self, replica, m):
+        return self.redo[m][1]
+
     def add_stale_groups(self, n):
         self.stale += n
 
@@ -42,16 +49,15 @@ class Control:
 
 
 class Inbox:
-    """The reward rank's rows in arrival order; once they run out, the chunks the feed asked
-    again are generated (as the generator's redo does: one chunk with the weights held)."""
+    """The reward rank's groups in arrival order; once they run out, the generator's loop
+    serves the chunks the feed asked again (GenerateLoop.generate_redo), group by group."""
 
-    def __init__(self, arrivals, control, regenerate):
-        self.arrivals, self.control, self.regenerate, self.served = list(arrivals), control, regenerate, 0
+    def __init__(self, arrivals, loop):
+        self.arrivals, self.loop = list(arrivals), loop
 
     def get(self, should_stop):
-        if not self.arrivals and self.served < len(self.control.redo):
-            self.served += 1
-            self.arrivals.append(self.regenerate(self.control.redo[self.served - 1][1]))
+        if not self.arrivals and self.loop.next_redo() is not None:
+            self.loop.generate_redo(on_group=self.arrivals.append)
         return self.arrivals.pop(0)
 
 
@@ -92,8 +98,10 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
     rt = FeedRuntime(control, SimpleNamespace(span=lambda *a, **k: contextlib.nullcontext()), lambda: False,
                      None, None, None, lambda i: 0, None)
     feed = RewardFeed(FeedConfig(prompts_per_step=2, group_size=2, max_offpolicy_steps=K, replicas=1), rt, 0, 1)
-    regenerate = lambda chunk: chunks.generate(chunk, held())  # noqa: E731
-    feed.inboxes = {0: Inbox(groups, control, regenerate)}
+    loop = GenerateLoop(chunks, SimpleNamespace(ready=lambda: False), control, replica=0, global_rank=0,
+                        max_offpolicy_steps=K, should_stop=lambda: False)
+    loop.held = held()  # the version the generator holds when the redo comes
+    feed.inboxes = {0: Inbox(groups, loop)}
 
     trained = []
     for v in range(STEPS):  # step v trains with version v (the trainer's own pace)
@@ -109,7 +117,7 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
 
     assert any(int(v.max()) > int(v.min()) for vs in token_versions.values() for v in vs)  # in flight
     assert late.policy_version < 2 - K and control.stale == 1
-    assert control.redo == [(0, late.chunk)]  # asked again once; generated once the arrivals ran out
+    assert control.redo == [(0, late.chunk)] and loop.next_redo() is None  # asked once, served once
     want = [i for n in range(STEPS) for i in chunk_prompt_indices(len(PROMPTS), n, 2, cfg.run.seed)]
     assert sorted(trained) == sorted(want) and len(set(trained)) == len(trained)  # each prompt once
     assert int(late.example_ids[0]) in trained[-2:]  # the dropped prompt, regenerated, trained last

@@ -139,3 +139,22 @@ def test_each_trainer_rank_resumes_at_its_own_position():
     for feed in resumed:
         feed.restore(state)
     assert [f.next_chunk for f in resumed] == [{0: 2}, {0: 1}]  # rank 0 does not train chunk 1 again
+
+
+def test_a_generator_serves_each_chunk_asked_again_once_and_a_restarted_one_skips_the_old_asks():
+    from types import SimpleNamespace
+
+    from llamarl_core.executors.generate_loop import GenerateLoop
+    asked = []
+    control = SimpleNamespace(redo_requests=lambda i: len(asked), redo_chunk=lambda i, m: asked[m])
+    loop = GenerateLoop(None, None, control, replica=0, global_rank=0, max_offpolicy_steps=1,
+                        should_stop=lambda: False)
+    loop.generate = lambda chunk, on_group=None: chunk  # the engine run is not what this checks
+    assert loop.next_redo() is None
+    asked += [3, 5]
+    assert [loop.generate_redo(), loop.generate_redo()] == [3, 5] and loop.next_redo() is None
+    asked.append(4)
+    restarted = GenerateLoop(None, None, control, replica=0, global_rank=0, max_offpolicy_steps=1,
+                             should_stop=lambda: False)
+    restarted.skip_redos()  # it starts at the first chunk not consumed, at or below chunk 4
+    assert restarted.next_redo() is None
