@@ -13,9 +13,9 @@ the controller's verdict (`on_broken`) and does the same.
 """
 from __future__ import annotations
 
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.fp8_weights import engine_quantizes
-from llamarl_core.executors.weights import fp8_wire, generator_epoch, make_sender
+from llamarl_core.executors.weights import WeightSyncConfig, generator_epoch, make_sender
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport import checksums
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -23,9 +23,11 @@ from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 
 class WeightSync:
-    def __init__(self, ctx: WorkerContext, rank: int, model, raw):
-        self.ctx, self.rank, self.model, self.args = ctx, rank, model, raw.args
-        self.world = len(ctx.ranks("trainer"))
+    def __init__(self, rt: RoleRuntime, cfg: WeightSyncConfig, strategy: str, rank: int, model, raw):
+        """`strategy`: resources.trainer.strategy (how the checksums gather the weights)."""
+        self.rt, self.cfg, self.strategy = rt, cfg, strategy
+        self.rank, self.model, self.args = rank, model, raw.args
+        self.world = len(rt.ranks("trainer"))
         self.on_broken = None  # set by the trainer: waits for the controller's verdict
         self.abandoned: list = []  # senders of replaced epochs: never closed (their peers are gone)
         self.sender = self._build()  # every trainer rank sends its own rows
@@ -33,12 +35,12 @@ class WeightSync:
     def _build(self):
         while True:
             try:
-                return make_sender(self.ctx, unwrap(self.model), generator_epoch(self.ctx))
+                return make_sender(self.rt, self.cfg, unwrap(self.model), generator_epoch(self.rt))
             except MembershipChanged:
                 continue  # replaced again while joining: join the newest
 
     def _current(self) -> bool:
-        if self.sender.epoch == generator_epoch(self.ctx):
+        if self.sender.epoch == generator_epoch(self.rt):
             return True
         self.abandoned.append(self.sender)
         self.sender = self._build()
@@ -63,22 +65,22 @@ class WeightSync:
                 self.on_broken(e)
 
     def publish(self, version: int) -> dict:
-        cfg = self.ctx.cfg
-        with self.ctx.timeline.span("sync", version=version):
+        cfg, rt = self.cfg, self.rt
+        with rt.timeline.span("sync", version=version):
             stats = self._send(version)
             if self.rank == 0:
-                self.ctx.control.publish_version(version)
-        if cfg.run.weight_checksums:  # a test aid: gathers the full weights (never on the sync path)
-            state = full_state(self.model, cfg.resources.trainer.strategy)
+                rt.control.publish_version(version)
+        if cfg.checksums:  # a test aid: gathers the full weights (never on the sync path)
+            state = full_state(self.model, self.strategy)
             if self.rank == 0:
-                wire = TORCH_DTYPES[cfg.resources.generator.dtype]
+                wire = TORCH_DTYPES[cfg.generator_dtype]
                 state = {n: t.to(wire) for n, t in state.items()}
-                fp8 = engine_quantizes if fp8_wire(self.ctx) else None  # what the generators hold
-                if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
-                    checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
-                                            self.args, self.ctx.generator_tp, fp8=fp8)
+                fp8 = engine_quantizes if cfg.fp8 else None  # what the generators hold
+                if rt.generator_tp > 1:  # the slices each generator TP rank keeps
+                    checksums.record_slices(rt.run_dir, "trainer", self.rank, version, state,
+                                            self.args, rt.generator_tp, fp8=fp8)
                 else:
-                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
+                    checksums.record(rt.run_dir, "trainer", self.rank, version,
                                      checksums.fp8_state(state, fp8) if fp8 else state)
         return self._stats(stats)
 
@@ -93,8 +95,8 @@ class WeightSync:
 
 
 class InPlace:
-    def __init__(self, ctx: WorkerContext, rank: int, feed):
-        self.ctx, self.rank, self.feed = ctx, rank, feed
+    def __init__(self, rt: RoleRuntime, rank: int, feed):
+        self.rt, self.rank, self.feed = rt, rank, feed
         self.on_broken = None
 
     def rejoin(self, version: int) -> dict:
@@ -103,7 +105,7 @@ class InPlace:
     def publish(self, version: int) -> dict:
         self.feed.weights_changed()
         if self.rank == 0:
-            self.ctx.control.publish_version(version)
+            self.rt.control.publish_version(version)
         return {}
 
     def close(self) -> None:
