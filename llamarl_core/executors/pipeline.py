@@ -59,13 +59,13 @@ config: each component gets its own sections (the `*_config` functions below, or
 itself, e.g. `resources.reward`) plus the rank's `RoleRuntime` (executors/context.py: where it
 sits, the control store, the links' address, its timeline), which the worker entry builds.
 
-  component           its sections
-  GeneratorExecutor   ChunkConfig, model, data, resources.generator, WeightSyncConfig,
-                      algorithm.max_offpolicy_steps, streaming (config/streaming.py)
-  RewardExecutor      model (the tokenizer), data, resources.reward, algorithm
-  TrainerExecutor     TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
-  WeightSync          WeightSyncConfig, resources.trainer.strategy
-  RewardFeed/OwnChunks  (executors/feeds.py)
+  component            its sections (each also gets the RoleRuntime)
+  GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
+                       algorithm.max_offpolicy_steps, streaming (config/streaming.py)
+  RewardExecutor       model (the tokenizer), data, resources.reward, algorithm
+  TrainerExecutor      TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
+  WeightSync / InPlace WeightSyncConfig, resources.trainer.strategy / none
+  RewardFeed/OwnChunks for now the whole config, through `_FeedContext` (executors/feeds.py)
 """
 from __future__ import annotations
 

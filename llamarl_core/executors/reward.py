@@ -7,6 +7,10 @@
       once a chunk's groups are all scored: split rows by trainer data-parallel rank → send
       (tag = replica), in order, off-thread
 
+Each group is received straight into its rows of its chunk's packed buffer
+(wire/assembly.py), scored there in place, and the trainer ranks' rows are views of that
+buffer: the reward rank copies no rollout (no concatenation, no re-pack).
+
 The reward role holds no model; verifiers that hang or crash are killed and score 0.
 """
 from __future__ import annotations
@@ -15,16 +19,16 @@ import time
 
 import torch
 
+from llamarl_core.config.schema import AlgorithmConfig, DataConfig, ModelConfig, RewardResources
+from llamarl_core.executors import rejoin
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
-from llamarl_core.wire.rollout import assemble
-from llamarl_core.config.schema import AlgorithmConfig, DataConfig, ModelConfig, RewardResources
-from llamarl_core.executors.context import RoleRuntime, Stopped
-from llamarl_core.executors import rejoin
+from llamarl_core.wire.assembly import ChunkAssembly
 
 POLL_S = 0.05
 
@@ -58,7 +62,7 @@ class RewardExecutor:
         # the replicas this rank scores (replica i → reward rank i mod R)
         self.sources = [i for i in range(self.num_replicas) if rt.reward_rank_for(i) == rt.local_rank]
         self.scored = 0
-        self.partial: dict[tuple[int, int], list] = {}  # (replica, chunk) -> scored groups
+        self.assembly = ChunkAssembly(algorithm.group_size)  # chunks whose groups are arriving
 
     def run(self) -> None:
         rt = self.rt
@@ -93,14 +97,15 @@ class RewardExecutor:
         """One receiver per replica this rank scores, on links of the current epochs; what
         was partly received from the old ones is dropped (it will be generated again)."""
         self.links.drop(self.source_role)
-        self.partial.clear()
+        self.assembly = ChunkAssembly(self.algorithm.group_size)
         me, tp = rejoin.my_endpoint(self.rt), self.rt.generator_tp
         # Event-driven, a step deep: every group of a replica's step can land while this rank
         # scores, so no generator waits for it to take the next one.
         a, arrivals = self.algorithm, Arrivals()
         depth = 2 * -(-a.prompts_per_step // max(1, self.num_replicas))
         return [AsyncReceiver(self.links.get(rejoin.endpoint(self.rt, self.source_role, i * tp), me, sending=False),
-                              TAG_TO_REWARD, prefetch=depth, arrivals=arrivals) for i in self.sources]
+                              TAG_TO_REWARD, prefetch=depth, arrivals=arrivals, buffers=self.assembly.buffers)
+                for i in self.sources]
 
     def _take(self, rollout, outbox: AsyncSender) -> None:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
@@ -109,13 +114,9 @@ class RewardExecutor:
             # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
             rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
-        key = (rollout.replica, rollout.chunk)
-        parts = self.partial.setdefault(key, [])
-        parts.append(rollout)
-        rollout = assemble(parts, a.group_size)
+        rollout = self.assembly.add(rollout)  # views of the rows the groups were received into
         if rollout is None:
             return
-        del self.partial[key]
         me = rejoin.my_endpoint(rt)
         for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
                                                    len(self.trainer_ranks), a.prompts_per_step,
