@@ -44,24 +44,24 @@ from llamarl_core.executors import rejoin
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
 
 class GeneratorExecutor:
-    def __init__(self, rt: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
+    def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
                  resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int,
                  streaming: bool):
         """`model`: what to build (its weights all come from the trainer); `data`: the train
         prompts; `resources`: resources.generator (dtype, quantization); `streaming`: whether
         this replica streams across steps (config/streaming.py)."""
         g, self.chunk_cfg = resources, chunk_cfg
-        self.rt, self.weight_sync = rt, weight_sync
+        self.ctx, self.weight_sync = ctx, weight_sync
         # Built on the meta device and allocated only as this rank's TP slice: every weight
         # arrives from the trainer (version 0 before the first chunk), so no generator rank
         # ever reads the checkpoint or holds the full model (tp > 1).
         self.model, self.tokenizer = build_meta_model(model, dtype=g.dtype)
         self.model.requires_grad_(False)
         full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
-        self.rank = ReplicaRank.of(rt)
+        self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
-        materialize_zeros(self.model, rt.device)
-        self.steps = ReplicaSteps(rt, self.rank, POLL_S)
+        materialize_zeros(self.model, ctx.device)
+        self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
         prompts = encode_prompts(data, chunk_cfg.generation, load_split(data, "train"), self.tokenizer)
         self.chunks = ChunkGenerator(chunk_cfg, self.model, self.tokenizer, prompts, self.rank.replica,
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
@@ -73,13 +73,13 @@ class GeneratorExecutor:
             fp8_weights.release_full_precision(self.model)
             fp8_weights.bind(self.chunks.engine, self.model, self.params)
         # DDMA: this rank receives only its TP slice, straight into its staging slot.
-        self.receiver = make_receiver(rt, weight_sync, self.params, full, self.model.args)
+        self.receiver = make_receiver(ctx, weight_sync, self.params, full, self.model.args)
         self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
         # The decisions (adopt, staleness window, swap between decode steps): generate_loop.py.
-        self.loop = GenerateLoop(self.chunks, self.receiver, rt.control, replica=self.rank.replica,
-                                 global_rank=rt.global_rank,
+        self.loop = GenerateLoop(self.chunks, self.receiver, ctx.control, replica=self.rank.replica,
+                                 global_rank=ctx.global_rank,
                                  max_offpolicy_steps=max_offpolicy_steps,
-                                 should_stop=rt.should_stop, span=rt.timeline.span, agree=self.rank.agree,
+                                 should_stop=ctx.should_stop, span=ctx.timeline.span, agree=self.rank.agree,
                                  is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
         self.streaming = streaming
         self.stream = ChunkStream(self.chunks) if self.streaming else None
@@ -91,7 +91,7 @@ class GeneratorExecutor:
 
     def _record_checksums(self, version: int) -> None:
         if self.weight_sync.checksums:
-            checksums.record(self.rt.run_dir, "generator", self.rt.local_rank, version, self.params,
+            checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, version, self.params,
                              **self._slice_fields())
 
     def _slice_fields(self) -> dict:
@@ -101,13 +101,13 @@ class GeneratorExecutor:
     def run(self) -> None:
         if not self.rank.is_leader:
             self._follow()
-        rt = self.rt
-        self.links, self.watch = rejoin.links(rt), rejoin.watch(rt, ["reward"])
+        ctx = self.ctx
+        self.links, self.watch = rejoin.links(ctx), rejoin.watch(ctx, ["reward"])
         sender, link = self._connect()
         # > 0 on resume or after a restart: the first chunk the trainer has not consumed
         chunk = self._start_chunk()
         t0 = time.time()
-        while not rt.should_stop():
+        while not ctx.should_stop():
             try:
                 if self.watch.poll():  # the reward role was restarted: what it held is lost
                     sender, link = self._connect()
@@ -122,7 +122,7 @@ class GeneratorExecutor:
                 # reward restart must end the wait, or the generator waits for weights forever)
                 taken = (lambda: sender.idle() or True) if self.streaming else sender.idle
                 if not self.loop.may_generate(taken(), chunk):
-                    with rt.timeline.span("wait"):
+                    with ctx.timeline.span("wait"):
                         self.loop.wait_until_ready(taken, chunk)
                     continue
                 if self.stream is not None:
@@ -131,7 +131,7 @@ class GeneratorExecutor:
                 self.steps.announce("generate", chunk=chunk, version=self.held)
                 rollout = self.loop.generate(chunk, on_group=lambda part: self._send(sender, part, link))
             except LinkBroken as e:  # the reward rank died: wait for the controller's verdict
-                rejoin.await_verdict(rt, self.watch, e)
+                rejoin.await_verdict(ctx, self.watch, e)
                 sender, link = self._connect()
                 chunk = self._start_chunk()
                 continue
@@ -151,13 +151,13 @@ class GeneratorExecutor:
         """Streaming: chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
         def may_start(n: int) -> bool:
             try:
-                if self.rt.should_stop():
+                if self.ctx.should_stop():
                     raise StreamCut()
                 if self.watch.poll():  # the reward role was restarted: what it held is lost
                     self.cut_by_restart = True
                     raise StreamCut()
                 sender.idle()  # raises LinkBroken once a send failed
-                start = n - self.rt.control.dropped(self.rank.replica) <= self.held + self.loop.k
+                start = n - self.ctx.control.dropped(self.rank.replica) <= self.held + self.loop.k
             except (StreamCut, LinkBroken):
                 self.rank.agree(True)  # TP followers cut their stream at the same turn
                 raise
@@ -165,7 +165,7 @@ class GeneratorExecutor:
             return self.rank.agree(start)
 
         self.steps.announce("stream", chunk=chunk, version=self.held)
-        with self.rt.timeline.span("generate", chunk=chunk, version=self.held, streaming=True):
+        with self.ctx.timeline.span("generate", chunk=chunk, version=self.held, streaming=True):
             nxt = self.stream.run(chunk, may_start, lambda: self.held,
                                   on_group=lambda part: self._send(sender, part, link),
                                   between_steps=self.loop.swap_if_published,
@@ -190,14 +190,14 @@ class GeneratorExecutor:
             pass
 
     def _start_chunk(self) -> int:
-        return rejoin.start_chunk(self.rt, self.rank.replica, self.chunk_cfg.prompts_per_step,
+        return rejoin.start_chunk(self.ctx, self.rank.replica, self.chunk_cfg.prompts_per_step,
                                   self.chunk_cfg.group_size)
 
     def _connect(self) -> tuple[AsyncSender, object]:
         """A fresh sender and link to this replica's reward rank, in the epochs of now."""
         self.links.drop("reward")
-        reward = rejoin.endpoint(self.rt, "reward", self.rt.reward_rank_for(self.rank.replica))
-        return AsyncSender("rollout-sender"), self.links.get(rejoin.my_endpoint(self.rt), reward, sending=True)
+        reward = rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(self.rank.replica))
+        return AsyncSender("rollout-sender"), self.links.get(rejoin.my_endpoint(self.ctx), reward, sending=True)
 
     def _follow(self) -> None:
         """TP ranks 1..: do the leader's steps; their copy of each rollout is dropped."""
@@ -212,7 +212,7 @@ class GeneratorExecutor:
                 self._follow_stream(step)
                 continue
             if step["version"] != self.held:
-                raise RuntimeError(f"generator rank {self.rt.local_rank} holds weight version {self.held} "
+                raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
                                    f"but TP rank 0 of replica {self.rank.replica} generates with "
                                    f"{step['version']}")
             rollout = self.loop.generate(step["chunk"])
@@ -225,7 +225,7 @@ class GeneratorExecutor:
             if self.rank.agree(False):
                 raise StreamCut()
             return self.rank.agree(False)
-        with self.rt.timeline.span("generate", chunk=step["chunk"], version=self.held, streaming=True):
+        with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held, streaming=True):
             try:
                 self.stream.run(step["chunk"], may_start, lambda: self.held,
                                 between_steps=self.loop.swap_if_published, on_chunk=lambda n: self._chunk_done())
@@ -233,10 +233,10 @@ class GeneratorExecutor:
                 pass
 
     def _publish_stats(self, t0: float) -> None:
-        self.rt.control.set_stats("generator", self.rank.replica, {
+        self.ctx.control.set_stats("generator", self.rank.replica, {
             **self.chunks.stats(since=t0), **self.quant_kl.stats(), "held_version": self.held,
             "sync": self.loop.last_sync,
-            **self.rt.timeline.totals()})
+            **self.ctx.timeline.totals()})
 
     def close(self) -> None:
         self.receiver.close()

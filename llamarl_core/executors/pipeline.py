@@ -84,35 +84,35 @@ from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, 
 from llamarl_core.models import save_pretrained
 
 
-def build_role(cfg: LlamaRLConfig, plan: dict, rt: RoleRuntime):
-    """The executor of `rt.role`, wired to its feeds and publishers (each has a `run()`); a role's
+def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
+    """The executor of `ctx.role`, wired to its feeds and publishers (each has a `run()`); a role's
     modules are imported here, so a worker loads only its own role's code."""
-    role = rt.role
+    role = ctx.role
     if role == "generator":
         from llamarl_core.executors.generator import GeneratorExecutor
-        return GeneratorExecutor(rt, chunk_config(cfg), cfg.model, cfg.data, cfg.resources.generator,
+        return GeneratorExecutor(ctx, chunk_config(cfg), cfg.model, cfg.data, cfg.resources.generator,
                                  weight_sync_config(cfg, plan), cfg.algorithm.max_offpolicy_steps,
                                  streaming_active(cfg))
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
-        return RewardExecutor(rt, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm)
+        return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm)
     if role in ("trainer", "actor"):
         from llamarl_core.executors.feeds import OwnChunks, RewardFeed
         from llamarl_core.executors.publishers import InPlace, WeightSync
         from llamarl_core.executors.trainer import TrainerExecutor
-        feed_ctx = _FeedContext(rt, cfg)
+        feed_ctx = _FeedContext(ctx, cfg)
         if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
             sync = weight_sync_config(cfg, plan)
-            return TrainerExecutor(rt, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
+            return TrainerExecutor(ctx, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
                                    make_feed=lambda t: RewardFeed(feed_ctx, t.rank, t.world),
-                                   make_publisher=lambda t: WeightSync(rt, sync, cfg.resources.trainer.strategy,
+                                   make_publisher=lambda t: WeightSync(ctx, sync, cfg.resources.trainer.strategy,
                                                                        t.rank, t.model, t.raw))
         # k = 0: the same trainer loop; the colocated actor ranks generate their own rows with
         # the weights they train
-        return TrainerExecutor(rt, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
+        return TrainerExecutor(ctx, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
                                make_feed=lambda t: OwnChunks(feed_ctx, chunk_config(cfg), t.rank, t.world, t.raw,
                                                              t.tokenizer, t.train_prompts),
-                               make_publisher=lambda t: InPlace(rt, t.rank, t.feed))
+                               make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
 
 
@@ -120,11 +120,11 @@ class _FeedContext:
     """The runtime plus the whole config, for executors/feeds.py until its owner (issue 26)
     hands it its own sections; delete with that change."""
 
-    def __init__(self, rt: RoleRuntime, cfg: LlamaRLConfig):
-        self.rt, self.cfg = rt, cfg
+    def __init__(self, ctx: RoleRuntime, cfg: LlamaRLConfig):
+        self.ctx, self.cfg = ctx, cfg
 
     def __getattr__(self, name: str):
-        return getattr(self.rt, name)
+        return getattr(self.ctx, name)
 
 
 # ---- each component's own sections, from the whole config -------------------------------

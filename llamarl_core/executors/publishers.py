@@ -23,11 +23,11 @@ from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 
 class WeightSync:
-    def __init__(self, rt: RoleRuntime, cfg: WeightSyncConfig, strategy: str, rank: int, model, raw):
+    def __init__(self, ctx: RoleRuntime, cfg: WeightSyncConfig, strategy: str, rank: int, model, raw):
         """`strategy`: resources.trainer.strategy (how the checksums gather the weights)."""
-        self.rt, self.cfg, self.strategy = rt, cfg, strategy
+        self.ctx, self.cfg, self.strategy = ctx, cfg, strategy
         self.rank, self.model, self.args = rank, model, raw.args
-        self.world = len(rt.ranks("trainer"))
+        self.world = len(ctx.ranks("trainer"))
         self.on_broken = None  # set by the trainer: waits for the controller's verdict
         self.abandoned: list = []  # senders of replaced epochs: never closed (their peers are gone)
         self.sender = self._build()  # every trainer rank sends its own rows
@@ -35,12 +35,12 @@ class WeightSync:
     def _build(self):
         while True:
             try:
-                return make_sender(self.rt, self.cfg, unwrap(self.model), generator_epoch(self.rt))
+                return make_sender(self.ctx, self.cfg, unwrap(self.model), generator_epoch(self.ctx))
             except MembershipChanged:
                 continue  # replaced again while joining: join the newest
 
     def _current(self) -> bool:
-        if self.sender.epoch == generator_epoch(self.rt):
+        if self.sender.epoch == generator_epoch(self.ctx):
             return True
         self.abandoned.append(self.sender)
         self.sender = self._build()
@@ -65,22 +65,22 @@ class WeightSync:
                 self.on_broken(e)
 
     def publish(self, version: int) -> dict:
-        cfg, rt = self.cfg, self.rt
-        with rt.timeline.span("sync", version=version):
+        cfg, ctx = self.cfg, self.ctx
+        with ctx.timeline.span("sync", version=version):
             stats = self._send(version)
             if self.rank == 0:
-                rt.control.publish_version(version)
+                ctx.control.publish_version(version)
         if cfg.checksums:  # a test aid: gathers the full weights (never on the sync path)
             state = full_state(self.model, self.strategy)
             if self.rank == 0:
                 wire = TORCH_DTYPES[cfg.generator_dtype]
                 state = {n: t.to(wire) for n, t in state.items()}
                 fp8 = engine_quantizes if cfg.fp8 else None  # what the generators hold
-                if rt.generator_tp > 1:  # the slices each generator TP rank keeps
-                    checksums.record_slices(rt.run_dir, "trainer", self.rank, version, state,
-                                            self.args, rt.generator_tp, fp8=fp8)
+                if ctx.generator_tp > 1:  # the slices each generator TP rank keeps
+                    checksums.record_slices(ctx.run_dir, "trainer", self.rank, version, state,
+                                            self.args, ctx.generator_tp, fp8=fp8)
                 else:
-                    checksums.record(rt.run_dir, "trainer", self.rank, version,
+                    checksums.record(ctx.run_dir, "trainer", self.rank, version,
                                      checksums.fp8_state(state, fp8) if fp8 else state)
         return self._stats(stats)
 
@@ -95,8 +95,8 @@ class WeightSync:
 
 
 class InPlace:
-    def __init__(self, rt: RoleRuntime, rank: int, feed):
-        self.rt, self.rank, self.feed = rt, rank, feed
+    def __init__(self, ctx: RoleRuntime, rank: int, feed):
+        self.ctx, self.rank, self.feed = ctx, rank, feed
         self.on_broken = None
 
     def rejoin(self, version: int) -> dict:
@@ -105,7 +105,7 @@ class InPlace:
     def publish(self, version: int) -> dict:
         self.feed.weights_changed()
         if self.rank == 0:
-            self.rt.control.publish_version(version)
+            self.ctx.control.publish_version(version)
         return {}
 
     def close(self) -> None:

@@ -23,46 +23,46 @@ from llamarl_core.transport.membership import Watch, role_epoch
 POLL_S = 0.05
 
 
-def endpoint(rt: RoleRuntime, role: str, rank: int) -> Endpoint:
+def endpoint(ctx: RoleRuntime, role: str, rank: int) -> Endpoint:
     """`role` rank `rank` as it is now (its current membership epoch)."""
-    return Endpoint(role, rank, role_epoch(rt.control.store, role))
+    return Endpoint(role, rank, role_epoch(ctx.control.store, role))
 
 
-def my_endpoint(rt: RoleRuntime) -> Endpoint:
-    return endpoint(rt, rt.role, rt.local_rank)
+def my_endpoint(ctx: RoleRuntime) -> Endpoint:
+    return endpoint(ctx, ctx.role, ctx.local_rank)
 
 
-def links(rt: RoleRuntime) -> Links:
-    return Links(rt.address, rt.step_timeout_s)
+def links(ctx: RoleRuntime) -> Links:
+    return Links(ctx.address, ctx.step_timeout_s)
 
 
-def watch(rt: RoleRuntime, roles: list[str]) -> Watch:
-    return Watch(rt.control.store, [r for r in roles if rt.ranks(r)])
+def watch(ctx: RoleRuntime, roles: list[str]) -> Watch:
+    return Watch(ctx.control.store, [r for r in roles if ctx.ranks(r)])
 
 
-def await_verdict(rt: RoleRuntime, watched: Watch, error: BaseException) -> set[str]:
+def await_verdict(ctx: RoleRuntime, watched: Watch, error: BaseException) -> set[str]:
     """After `error` on a cross-role channel: the restarted roles once the controller restarts
     one; Stopped once it ends the run; `error` again if neither within step_timeout_s."""
-    deadline = time.monotonic() + rt.step_timeout_s
+    deadline = time.monotonic() + ctx.step_timeout_s
     while time.monotonic() < deadline:
-        if rt.should_stop():
+        if ctx.should_stop():
             raise Stopped()
         changed = watched.poll(force=True)
         if changed:
-            print(f"{rt.role} rank {rt.local_rank}: {', '.join(sorted(changed))} restarted "
+            print(f"{ctx.role} rank {ctx.local_rank}: {', '.join(sorted(changed))} restarted "
                   f"after: {error}", flush=True)
             return changed
         time.sleep(POLL_S)
     raise error
 
 
-def start_chunk(rt: RoleRuntime, replica: int, prompts_per_step: int, group_size: int) -> int:
+def start_chunk(ctx: RoleRuntime, replica: int, prompts_per_step: int, group_size: int) -> int:
     """Where generator replica `replica` (re)starts: the first chunk of it that some trainer
     rank has not consumed yet; the resumed (or initial) position before any was consumed."""
-    trainers = len(rt.ranks("trainer"))
-    ranks = [j for j, _, _ in chunk_slices_for_trainers(replica, rt.generator_replicas, trainers,
+    trainers = len(ctx.ranks("trainer"))
+    ranks = [j for j, _, _ in chunk_slices_for_trainers(replica, ctx.generator_replicas, trainers,
                                                          prompts_per_step, group_size)]
-    seen = [rt.control.expected(replica, j) for j in ranks]
+    seen = [ctx.control.expected(replica, j) for j in ranks]
     if ranks and all(s is not None for s in seen):
         return min(seen)
-    return rt.control.next_chunk(replica)
+    return ctx.control.next_chunk(replica)

@@ -34,10 +34,10 @@ class ReplicaRank:
     leader_rank: int = 0          # TP rank 0's rank in the generator role's world
 
     @classmethod
-    def of(cls, rt: RoleRuntime) -> "ReplicaRank":
-        tp = rt.generator_tp
-        replica, tp_rank = divmod(rt.local_rank, tp)
-        return cls(replica, tp_rank, tp, rt.generator_replicas, rt.groups.get("generator_tp"), replica * tp)
+    def of(cls, ctx: RoleRuntime) -> "ReplicaRank":
+        tp = ctx.generator_tp
+        replica, tp_rank = divmod(ctx.local_rank, tp)
+        return cls(replica, tp_rank, tp, ctx.generator_replicas, ctx.groups.get("generator_tp"), replica * tp)
 
     @property
     def is_leader(self) -> bool:
@@ -60,21 +60,21 @@ class ReplicaRank:
 class ReplicaSteps:
     """The leader's announced steps, numbered from 0, in the control store."""
 
-    def __init__(self, rt: RoleRuntime, rank: ReplicaRank, poll_s: float):
-        self.rt, self.rank, self.poll_s = rt, rank, poll_s
+    def __init__(self, ctx: RoleRuntime, rank: ReplicaRank, poll_s: float):
+        self.ctx, self.rank, self.poll_s = ctx, rank, poll_s
         self.n = 0
         # a restarted replica numbers its steps from 0 again, under its own epoch
-        self.key = f"{rank.replica}@{role_epoch(rt.control.store, 'generator')}"
+        self.key = f"{rank.replica}@{role_epoch(ctx.control.store, 'generator')}"
 
     def announce(self, do: str, **fields) -> None:
         if self.rank.tp > 1:
-            self.rt.control.announce_replica_step(self.key, self.n, {"do": do, **fields})
+            self.ctx.control.announce_replica_step(self.key, self.n, {"do": do, **fields})
             self.n += 1
 
     def next(self) -> dict:
         """The leader's next step. {"do": "stop"} once the run was aborted, or once it ended and
         the leader announced nothing for `controller.step_timeout_s` (a leader that died)."""
-        control, timeout_s = self.rt.control, self.rt.step_timeout_s
+        control, timeout_s = self.ctx.control, self.ctx.step_timeout_s
         ended_at = None
         while True:
             step = control.replica_step(self.key, self.n)
@@ -88,5 +88,5 @@ class ReplicaSteps:
                 ended_at = ended_at or time.monotonic()
                 if time.monotonic() - ended_at > timeout_s:
                     return {"do": "stop"}
-            self.rt.progress()  # waiting on a live leader is progress (the heartbeat reads it)
+            self.ctx.progress()  # waiting on a live leader is progress (the heartbeat reads it)
             time.sleep(self.poll_s)

@@ -40,12 +40,12 @@ def _tokenizer(model: ModelConfig):
 
 
 class RewardExecutor:
-    def __init__(self, rt: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
+    def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
                  algorithm: AlgorithmConfig):
         """`model`: whose tokenizer decodes completions; `data`: the train examples and their
         reward; `resources`: resources.reward (verifier workers, timeout); `algorithm`: the
         step's shape (prompts_per_step, group_size)."""
-        self.rt, self.algorithm = rt, algorithm
+        self.ctx, self.algorithm = ctx, algorithm
         self.tokenizer = _tokenizer(model)
         r = resources
         self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s)
@@ -55,41 +55,41 @@ class RewardExecutor:
                            else [ex.reference for ex in examples])
         self.reported: set[str] = set()  # the pool's first error / timeout, once each in this log
         # Sync mode (k = 0) has no generator or trainer role: the colocated actor ranks are both.
-        self.num_replicas = rt.generator_replicas
-        self.source_role = "generator" if rt.ranks("generator") else "actor"
-        self.trainer_role = "trainer" if rt.ranks("trainer") else "actor"
-        self.trainer_ranks = rt.ranks(self.trainer_role)
+        self.num_replicas = ctx.generator_replicas
+        self.source_role = "generator" if ctx.ranks("generator") else "actor"
+        self.trainer_role = "trainer" if ctx.ranks("trainer") else "actor"
+        self.trainer_ranks = ctx.ranks(self.trainer_role)
         # the replicas this rank scores (replica i → reward rank i mod R)
-        self.sources = [i for i in range(self.num_replicas) if rt.reward_rank_for(i) == rt.local_rank]
+        self.sources = [i for i in range(self.num_replicas) if ctx.reward_rank_for(i) == ctx.local_rank]
         self.scored = 0
         self.assembly = ChunkAssembly(algorithm.group_size)  # chunks whose groups are arriving
 
     def run(self) -> None:
-        rt = self.rt
+        ctx = self.ctx
         # No chunk exists before version 0 is published; a receive posted now would wait
         # through the trainer's warm start and first eval and could time out.
-        with rt.timeline.span("wait"):
-            while rt.control.published_version() < 0:
-                if rt.should_stop():
+        with ctx.timeline.span("wait"):
+            while ctx.control.published_version() < 0:
+                if ctx.should_stop():
                     raise Stopped()
                 time.sleep(POLL_S)
-        self.links, self.watch = rejoin.links(rt), rejoin.watch(rt, [self.source_role])
+        self.links, self.watch = rejoin.links(ctx), rejoin.watch(ctx, [self.source_role])
         inbox, outbox = self._open_inbox(), AsyncSender("reward-sender")
         while True:
             restarted: set[str] = set()
 
             def stop() -> bool:
                 restarted.update(self.watch.poll())
-                return bool(restarted) or rt.should_stop()
+                return bool(restarted) or ctx.should_stop()
             try:
-                with rt.timeline.span("wait"):
+                with ctx.timeline.span("wait"):
                     rollout = get_any(inbox, stop)
                 if rollout is None and not restarted:
                     raise Stopped()
                 if rollout is not None:
                     self._take(rollout, outbox)
             except LinkBroken as e:  # a generator (or trainer) died: the controller decides
-                restarted = rejoin.await_verdict(rt, self.watch, e)
+                restarted = rejoin.await_verdict(ctx, self.watch, e)
             if restarted:  # the generator role was restarted: its chunks are generated again
                 inbox = self._open_inbox()
 
@@ -98,33 +98,33 @@ class RewardExecutor:
         was partly received from the old ones is dropped (it will be generated again)."""
         self.links.drop(self.source_role)
         self.assembly = ChunkAssembly(self.algorithm.group_size)
-        me, tp = rejoin.my_endpoint(self.rt), self.rt.generator_tp
+        me, tp = rejoin.my_endpoint(self.ctx), self.ctx.generator_tp
         # Event-driven, a step deep: every group of a replica's step can land while this rank
         # scores, so no generator waits for it to take the next one.
         a, arrivals = self.algorithm, Arrivals()
         depth = 2 * -(-a.prompts_per_step // max(1, self.num_replicas))
-        return [AsyncReceiver(self.links.get(rejoin.endpoint(self.rt, self.source_role, i * tp), me, sending=False),
+        return [AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, self.source_role, i * tp), me, sending=False),
                               TAG_TO_REWARD, prefetch=depth, arrivals=arrivals, buffers=self.assembly.buffers)
                 for i in self.sources]
 
     def _take(self, rollout, outbox: AsyncSender) -> None:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
-        rt, a = self.rt, self.algorithm
-        with rt.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
+        ctx, a = self.ctx, self.algorithm
+        with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
             # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
             rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
         rollout = self.assembly.add(rollout)  # views of the rows the groups were received into
         if rollout is None:
             return
-        me = rejoin.my_endpoint(rt)
+        me = rejoin.my_endpoint(ctx)
         for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
                                                    len(self.trainer_ranks), a.prompts_per_step,
                                                    a.group_size):
-            link = self.links.get(me, rejoin.endpoint(rt, self.trainer_role, j), sending=True)
+            link = self.links.get(me, rejoin.endpoint(ctx, self.trainer_role, j), sending=True)
             outbox.send(rollout.rows(lo, hi), link, TAG_TO_TRAINER_BASE + rollout.replica)
-        rt.control.set_stats("reward", rt.local_rank, {
-            "scored": self.scored, "pool": dict(self.pool.stats), **rt.timeline.totals()})
+        ctx.control.set_stats("reward", ctx.local_rank, {
+            "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
 
     def score(self, rollout) -> list[float]:
         texts, refs = [], []

@@ -66,16 +66,16 @@ class TrainerConfig:
 
 
 class TrainerExecutor:
-    def __init__(self, rt: RoleRuntime, role: str, cfg: TrainerConfig, learner_cfg: LearnerConfig,
+    def __init__(self, ctx: RoleRuntime, role: str, cfg: TrainerConfig, learner_cfg: LearnerConfig,
                  heldout_cfg: HeldoutConfig, make_feed: Callable, make_publisher: Callable):
         t = cfg.trainer
-        self.rt, self.cfg, self.heldout_cfg = rt, cfg, heldout_cfg
-        self.model, self.raw, self.tokenizer = build_trainer_model(rt, cfg.model, t, cfg.run.seed)
-        self.group = rt.groups.get(role)
-        self.rank, self.world = rt.local_rank, len(rt.ranks(role))
+        self.ctx, self.cfg, self.heldout_cfg = ctx, cfg, heldout_cfg
+        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, cfg.model, t, cfg.run.seed)
+        self.group = ctx.groups.get(role)
+        self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
         # The KL reference is the policy RL starts from (refreshed after the warm start), sharded
         # like the trainer: trainer_model.py.
-        self.ref = (build_reference_model(self.model, rt.device, TORCH_DTYPES[t.dtype])
+        self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[t.dtype])
                     if cfg.algorithm.kl_coef > 0 else None)
         eos_ids = stop_ids(self.tokenizer)  # what the engine stops on: a completion ending there is not cut
         self.learner = Learner(self.model, learner_cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
@@ -86,29 +86,29 @@ class TrainerExecutor:
         self.reward_fn = get_reward(reward_name(cfg.data))
         self.version = 0
         # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
-        self.restartable = [r for r in ("generator", "reward") if rt.ranks(r)]
-        self.watch = rejoin.watch(rt, self.restartable)
+        self.restartable = [r for r in ("generator", "reward") if ctx.ranks(r)]
+        self.watch = rejoin.watch(ctx, self.restartable)
         self.feed: RolloutFeed = make_feed(self)                  # executors/ports.py
         self.publisher: WeightPublisher = make_publisher(self)
         self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
         # How a step's rows are collected: the feed itself, or rounds of it (executors/resample.py).
         self.sampler = DynamicSampling(self.feed, cfg.algorithm, cfg.generation.max_new_tokens) if cfg.algorithm.dynamic_sampling else self.feed
-        publisher_watch = rejoin.watch(rt, ["generator"])
-        self.publisher.on_broken = lambda e: rejoin.await_verdict(rt, publisher_watch, e)
-        sizes = {"generator": self.feed.replicas, "reward": len(rt.ranks("reward"))}
+        publisher_watch = rejoin.watch(ctx, ["generator"])
+        self.publisher.on_broken = lambda e: rejoin.await_verdict(ctx, publisher_watch, e)
+        sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
         first_step = checkpoints.read_state(cfg.run.resume)["step"] + 1 if cfg.run.resume else 1
-        self.log = (MetricsLog(rt.run_dir, rt.control, sizes, cfg.logging, first_step)
+        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging, first_step)
                     if self.rank == 0 else None)
-        self.examples_log = TrainedExamplesLog(rt.run_dir) if self.rank == 0 else None
+        self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
         n_samples = cfg.logging.trained_samples_per_step
-        self.samples_log = (TrainedSamplesLog(rt.run_dir, n_samples, self.tokenizer)
+        self.samples_log = (TrainedSamplesLog(ctx.run_dir, n_samples, self.tokenizer)
                             if self.rank == 0 and n_samples else None)
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
 
     # ---- phases -------------------------------------------------------------------------
     def run(self) -> None:
-        cfg, rt = self.cfg, self.rt
+        cfg, ctx = self.cfg, self.ctx
         start = self.restore() if cfg.run.resume else 0
         if not cfg.run.resume:
             self.warm_start()
@@ -120,10 +120,10 @@ class TrainerExecutor:
             self.log.rl_start = t_rl
         for step in range(start, cfg.run.max_steps):
             t0 = time.time()
-            rt.progress()
+            ctx.progress()
             done = rl_step(self.feed, self.learner, self.publisher, step, self.version,
                            lambda: step == cfg.run.max_steps - 1 or self._out_of_time(t_rl),
-                           sampler=self.sampler, span=rt.timeline.span)
+                           sampler=self.sampler, span=ctx.timeline.span)
             batch, metrics, waited_s, self.version, last = (done.batch, done.metrics, done.waited_s,
                                                             done.version, done.last)
             if done.sync is not None:
@@ -140,13 +140,13 @@ class TrainerExecutor:
         self.checkpoint("final")
         self._write_summary(time.time() - t_rl)
         if self.rank == 0:
-            rt.control.mark_done()
+            ctx.control.mark_done()
 
     def warm_start(self) -> None:
         """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
         if self.cfg.warmstart.steps == 0:
             return
-        with self.rt.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
+        with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
             warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, self.train_prompts, self.tokenizer, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"))
@@ -154,7 +154,7 @@ class TrainerExecutor:
             copy_weights(self.ref, self.model)
         self.checkpoint(WARMSTART_CHECKPOINT)
         if self.rank == 0:
-            path = os.path.join(self.rt.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
+            path = os.path.join(self.ctx.run_dir, "checkpoints", WARMSTART_CHECKPOINT)
             print(f"warm start saved to {path} (RL from it: model.checkpoint={path} warmstart.steps=0)",
                   flush=True)
 
@@ -170,7 +170,7 @@ class TrainerExecutor:
         return restarted
 
     def _on_broken(self, error: BaseException) -> set[str]:
-        restarted = rejoin.await_verdict(self.rt, self.watch, error)
+        restarted = rejoin.await_verdict(self.ctx, self.watch, error)
         if "generator" in restarted:
             self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
         return restarted
@@ -180,9 +180,9 @@ class TrainerExecutor:
             return
         if self._sharded():
             # Every rank decodes through its shards (sharded_eval.py): no rank gathers the model.
-            engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.rt.device,
+            engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
                                     TORCH_DTYPES[self.cfg.trainer.dtype])
-            with self.rt.timeline.span("eval", version=self.version):
+            with self.ctx.timeline.span("eval", version=self.version):
                 summary, samples = heldout_eval(None, self.tokenizer, self.heldout_cfg, self.eval_examples, self.reward_fn,
                                                 self._progress("eval"), engine=engine)
             if self.rank != 0:
@@ -190,21 +190,21 @@ class TrainerExecutor:
         else:
             if self.rank != 0:  # DDP replicas hold the same weights
                 return
-            with self.rt.timeline.span("eval", version=self.version):
+            with self.ctx.timeline.span("eval", version=self.version):
                 summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.heldout_cfg, self.eval_examples,
                                                 self.reward_fn, self._progress("eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
-        write_samples(self.rt.run_dir, self.version, self.version, time.time() - self.log.t_start,
+        write_samples(self.ctx.run_dir, self.version, self.version, time.time() - self.log.t_start,
                       self.accuracy[self.version], samples)
 
     def _progress(self, phase: str) -> Callable[[int, int], None]:
         """Progress of a long phase: liveness for the heartbeat, a bar for the live view."""
-        bar = StoreProgress(self.rt.control, phase)
+        bar = StoreProgress(self.ctx.control, phase)
 
         def report(done: int, total: int) -> None:
-            self.rt.progress()
+            self.ctx.progress()
             bar(done, total)
         return report
 
@@ -216,7 +216,7 @@ class TrainerExecutor:
     def checkpoint(self, name: str) -> None:
         """An HF checkpoint. Under FSDP2 the parameters are gathered one tensor at a time into the
         file being written, so no rank ever holds the full model (70B/405B)."""
-        path = os.path.join(self.rt.run_dir, "checkpoints", name)
+        path = os.path.join(self.ctx.run_dir, "checkpoints", name)
         if self._sharded():
             raw = unwrap(self.model)
             shapes = {n: tuple(p.shape) for n, p in raw.named_parameters()}
@@ -225,13 +225,13 @@ class TrainerExecutor:
                 for _ in tensors:  # take part in every gather
                     pass
                 return
-            with self.rt.timeline.span("checkpoint"):
+            with self.ctx.timeline.span("checkpoint"):
                 save_streamed(tensors, shapes, TORCH_DTYPES[self.cfg.trainer.dtype], raw.args,
                               self.tokenizer, path)
             return
         if self.rank != 0:  # DDP replicas hold the same weights
             return
-        with self.rt.timeline.span("checkpoint"):
+        with self.ctx.timeline.span("checkpoint"):
             save_pretrained(unwrap(self.model), self.tokenizer, path)
 
     def save_checkpoint(self, step: int) -> None:
@@ -241,12 +241,12 @@ class TrainerExecutor:
         state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
                  "next_chunk": next_chunk, "dropped": {i: c - step for i, c in next_chunk.items()},
                  "accuracy_by_version": self.accuracy}
-        path = os.path.join(self.rt.run_dir, "checkpoints", f"step_{step}")
-        with self.rt.timeline.span("checkpoint", step=step):
+        path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")
+        with self.ctx.timeline.span("checkpoint", step=step):
             if self.rank == 0:  # config.json + tokenizer beside the shards: the step is a model too
                 save_model_files(path, unwrap(self.model).args, self.tokenizer, torch.float32)
             checkpoints.save(path, self.model, self.learner.optimizer, self.group, self.rank, state,
-                             self.cfg.run.keep_checkpoints, self.rt.run_dir)
+                             self.cfg.run.keep_checkpoints, self.ctx.run_dir)
 
     def restore(self) -> int:
         """Load run.resume (a stable step_<N>); returns N, the next step's index."""
@@ -286,12 +286,12 @@ class TrainerExecutor:
         return bool(flag.item())
 
     def _dropped_total(self) -> int:
-        return sum(self.rt.control.dropped(i) for i in range(self.feed.replicas))
+        return sum(self.ctx.control.dropped(i) for i in range(self.feed.replicas))
 
     def _log(self, step: int, metrics: dict, batch: Rollout, waited_s: float, step_s: float) -> None:
         if self.log is None:
             return
-        rt = self.rt
+        ctx = self.ctx
         # Values as measured: rounding here once logged a learning rate of 1e-6 as 0.0.
         line = {"step": step + 1, "policy_version": self.version,
                 "reward/mean": metrics.pop("reward_mean"),
@@ -299,9 +299,9 @@ class TrainerExecutor:
                 **getattr(self.sampler, "metrics", {}),
                 "trainer/batch_min_policy_version": batch.policy_version,
                 "generator/dropped_chunks": self._dropped_total(),
-                **{f"restarts/{r}": role_epoch(rt.control.store, r) for r in self.restartable},
+                **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},
                 "trainer/step_s": step_s, "trainer/wait_s": waited_s,
-                **{f"trainer/{k}": v for k, v in rt.timeline.totals().items() if k != "by_state_s"},
+                **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
         line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, self.learner.eos_ids))
         if self.version in self.accuracy:
@@ -320,7 +320,7 @@ class TrainerExecutor:
                    "accuracy_by_version": self.accuracy,
                    "dropped_chunks": self._dropped_total(),
                    "data_skipped_lines": self.data_skipped}
-        with open(os.path.join(self.rt.run_dir, "summary.json"), "w") as f:
+        with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 
     def close(self) -> None:

@@ -31,13 +31,13 @@ def loads_sharded(model: ModelConfig, t: TrainerResources, world: int) -> bool:
     return bool(model.checkpoint) and t.strategy == "fsdp2" and world > 1
 
 
-def build_trainer_model(rt: RoleRuntime, model_cfg: ModelConfig, t: TrainerResources, seed: int):
+def build_trainer_model(ctx: RoleRuntime, model_cfg: ModelConfig, t: TrainerResources, seed: int):
     """(model as trained — maybe wrapped, raw module, tokenizer); `t`: resources.trainer,
     `seed`: run.seed (the preset's init)."""
-    group = rt.groups.get(rt.role)
-    world = len(rt.ranks(rt.role)) or 1
+    group = ctx.groups.get(ctx.role)
+    world = len(ctx.ranks(ctx.role)) or 1
     _, dp = trainer_sharding(t, world)
-    device = torch.device(rt.device)
+    device = torch.device(ctx.device)
     sharded = loads_sharded(model_cfg, t, world)
     if sharded:
         raw, _ = build_empty(model_cfg.checkpoint, device="meta")

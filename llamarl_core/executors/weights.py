@@ -46,8 +46,8 @@ class WeightSyncConfig:
     checksums: bool = False  # run.weight_checksums: record a sha256 of the weights at every sync
 
 
-def generator_epoch(rt: RoleRuntime) -> int:
-    return role_epoch(rt.control.store, "generator")
+def generator_epoch(ctx: RoleRuntime) -> int:
+    return role_epoch(ctx.control.store, "generator")
 
 
 def resolve_transport(weight_transport: str, resources: ResourcesConfig, nodes: int) -> str:
@@ -59,12 +59,12 @@ def resolve_transport(weight_transport: str, resources: ResourcesConfig, nodes: 
     return "shm" if resources.device == "cpu" and nodes == 1 else "collective"
 
 
-def plan(rt: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+def plan(ctx: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
          args) -> DdmaPlan:
     """`args`: the model's ModelArgs; generator TP slices are `models/tp_slices.tp_slice`
     (generator rank g is TP rank g % tp, executors/replica.py)."""
-    return build_plan(named_shapes, trainer_ranks=len(rt.ranks("trainer")), trainer_shards=cfg.trainer_shards,
-                      generator_ranks=len(rt.ranks("generator")), tp_size=rt.generator_tp, args=args,
+    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")), trainer_shards=cfg.trainer_shards,
+                      generator_ranks=len(ctx.ranks("generator")), tp_size=ctx.generator_tp, args=args,
                       dtype=TORCH_DTYPES[cfg.generator_dtype],
                       max_piece_bytes=piece_bytes(cfg.bucket_mb),
                       fp8=engine_quantizes if cfg.fp8 else None,
@@ -80,40 +80,40 @@ def trainer_shards(trainer: TrainerResources, world: int) -> int:
     return fsdp if trainer.strategy == "fsdp2" and fsdp > 1 else world
 
 
-def transfer_client(rt: RoleRuntime):
+def transfer_client(ctx: RoleRuntime):
     """A store client for the weight-sync endpoints alone: their receiving thread blocks in
     it, and a TCPStore client serialises its callers, so sharing the role loop's client
     would freeze that loop (and NCCL's lazy set-up would wait behind it)."""
-    return rt.address.connect()
+    return ctx.address.connect()
 
 
-def make_sender(rt: RoleRuntime, cfg: WeightSyncConfig, model: torch.nn.Module, epoch: int) -> DdmaSender:
+def make_sender(ctx: RoleRuntime, cfg: WeightSyncConfig, model: torch.nn.Module, epoch: int) -> DdmaSender:
     """On every trainer rank (full shapes: a DTensor's .shape is the global one), for the
     generators of `epoch`; MembershipChanged if they are replaced before it is built."""
     def interrupt() -> bool:
-        if rt.should_stop():  # also marks this rank's progress while it waits
+        if ctx.should_stop():  # also marks this rank's progress while it waits
             raise Stopped()
-        return generator_epoch(rt) != epoch
+        return generator_epoch(ctx) != epoch
 
-    keys = [f"xfer/{epoch}/joined/{g}" for g in range(len(rt.ranks("generator")))]
-    while not rt.control.store.check(keys):  # new generators may take long to build their model
+    keys = [f"xfer/{epoch}/joined/{g}" for g in range(len(ctx.ranks("generator")))]
+    while not ctx.control.store.check(keys):  # new generators may take long to build their model
         if interrupt():
             raise MembershipChanged(f"generator epoch {epoch} was replaced before it joined")
         time.sleep(POLL_S)
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     device = next(model.parameters()).device
-    return DdmaSender(plan(rt, cfg, shapes, model.args), rt.local_rank, transport=cfg.transport,
-                      store=transfer_client(rt), epoch=epoch, device=device, timeout_s=rt.step_timeout_s,
+    return DdmaSender(plan(ctx, cfg, shapes, model.args), ctx.local_rank, transport=cfg.transport,
+                      store=transfer_client(ctx), epoch=epoch, device=device, timeout_s=ctx.step_timeout_s,
                       interrupt=interrupt)
 
 
-def make_receiver(rt: RoleRuntime, cfg: WeightSyncConfig, params: dict[str, torch.Tensor],
+def make_receiver(ctx: RoleRuntime, cfg: WeightSyncConfig, params: dict[str, torch.Tensor],
                   full: dict[str, torch.Tensor], args) -> DdmaReceiver:
     """`params`: this rank's (TP-sliced) parameters; `full`: the unsharded shapes, as the trainer has them."""
     trainer_dtype = TORCH_DTYPES[cfg.trainer_dtype]
     shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in full.items()}
-    epoch = generator_epoch(rt)
-    rt.control.store.set(f"xfer/{epoch}/joined/{rt.local_rank}", "1")  # the trainer waits for it
-    return DdmaReceiver(plan(rt, cfg, shapes, args), rt.local_rank, params, transport=cfg.transport,
-                        store=transfer_client(rt), epoch=epoch, run_id=rt.run_id,
-                        timeout_s=rt.step_timeout_s)
+    epoch = generator_epoch(ctx)
+    ctx.control.store.set(f"xfer/{epoch}/joined/{ctx.local_rank}", "1")  # the trainer waits for it
+    return DdmaReceiver(plan(ctx, cfg, shapes, args), ctx.local_rank, params, transport=cfg.transport,
+                        store=transfer_client(ctx), epoch=epoch, run_id=ctx.run_id,
+                        timeout_s=ctx.step_timeout_s)
