@@ -172,6 +172,11 @@ class GeneratorExecutor:
                                   on_chunk=lambda n: self._chunk_done(t0))
         return nxt
 
+    def _start_chunk(self) -> int:
+        """Where this replica (re)starts: the first chunk the trainer has not consumed."""
+        return rejoin.start_chunk(self.ctx, self.rank.replica, self.chunk_cfg.prompts_per_step,
+                                  self.chunk_cfg.group_size)
+
     def _chunk_done(self, t0: float | None = None) -> None:
         """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the
         same decode step, like the chunk loop's) and, on the leader, the stats."""
@@ -188,10 +193,6 @@ class GeneratorExecutor:
             sender.send(part, link, TAG_TO_REWARD)
         except LinkBroken:
             pass
-
-    def _start_chunk(self) -> int:
-        return rejoin.start_chunk(self.ctx, self.rank.replica, self.chunk_cfg.prompts_per_step,
-                                  self.chunk_cfg.group_size)
 
     def _connect(self) -> tuple[AsyncSender, object]:
         """A fresh sender and link to this replica's reward rank, in the epochs of now."""
