@@ -1,11 +1,16 @@
-"""What a worker process knows about itself and the run, handed to its role's executor."""
+"""What a rank knows about itself and its peers at run time, besides config: handed to its
+role's components with their own config sections (executors/pipeline.py).
+
+Built by the worker entry (runtime/worker.py) from the plan; no component reads the plan or
+the whole config, only this and the sections the pipeline hands it.
+"""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.transport.control import ControlPlane
+from llamarl_core.transport.links import StoreAddress
 from llamarl_core.transport.timeline import Timeline
 
 
@@ -14,18 +19,19 @@ class Stopped(Exception):
 
 
 @dataclass
-class WorkerContext:
-    cfg: LlamaRLConfig
-    plan: dict
-    run_dir: str
+class RoleRuntime:
     role: str
     local_rank: int
     global_rank: int
     role_ranks: dict[str, list[int]]          # role → its global ranks
     control: ControlPlane
     timeline: Timeline
+    address: StoreAddress | None = None        # the controller's store: links and weight-sync endpoints
+    step_timeout_s: float = 600.0              # controller.step_timeout_s: the longest any wait on a peer
+    generator_tp: int = 1                      # TP ranks per generator replica (the plan's; 1 for the sync actor)
     # the role's name → its world (runtime/worker.build_groups); "generator_tp" → this rank's replica
     groups: dict = field(default_factory=dict)
+    run_dir: str = ""
     run_id: str = ""
     device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
     last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread
@@ -40,16 +46,6 @@ class WorkerContext:
 
     def ranks(self, role: str) -> list[int]:
         return self.role_ranks.get(role, [])
-
-    @property
-    def is_sync(self) -> bool:
-        return self.cfg.algorithm.max_offpolicy_steps == 0
-
-    @property
-    def generator_tp(self) -> int:
-        """Tensor-parallel ranks per generator replica (the plan's; 1 for the sync actor)."""
-        role = next((r for r in self.plan.get("roles", []) if r["name"] == "generator"), None)
-        return role["parallelism"]["tp"] if role else 1
 
     @property
     def generator_replicas(self) -> int:

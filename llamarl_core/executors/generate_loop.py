@@ -97,8 +97,14 @@ class GenerateLoop:
 
     def generate_redo(self, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
         """Chunk `next_redo()` again, with the version held now (no staleness gate: it is fresh)."""
-        rollout = self.generate(self.next_redo(), on_group=on_group)
+        chunk = self.next_redo()
+        rollout = self.generate(chunk, on_group=on_group)
         self.redo_seen += 1
+        # asks for the same chunk made meanwhile (other trainer ranks' stale groups of it) are
+        # answered by this copy, a whole chunk; sending a second one at once could land in the
+        # reward rank's buffer of the first before it was scored (wire/assembly.py)
+        while self.next_redo() == chunk:
+            self.redo_seen += 1
         return rollout
 
     def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:

@@ -29,54 +29,59 @@ from __future__ import annotations
 
 import time
 
-from llamarl_core.config.streaming import streaming_active
+from llamarl_core.config.schema import DataConfig, GeneratorResources, ModelConfig
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.stream import ChunkStream, StreamCut
 from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 from llamarl_core.transport import checksums
-from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors import fp8_weights
-from llamarl_core.executors.weights import fp8_wire, make_receiver
+from llamarl_core.executors.weights import WeightSyncConfig, make_receiver
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
 
 class GeneratorExecutor:
-    def __init__(self, ctx: WorkerContext, chunk_cfg: ChunkConfig):
-        cfg, g = ctx.cfg, ctx.cfg.resources.generator
-        self.ctx = ctx
+    def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
+                 resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int,
+                 streaming: bool):
+        """`model`: what to build (its weights all come from the trainer); `data`: the train
+        prompts; `resources`: resources.generator (dtype, quantization); `streaming`: whether
+        this replica streams across steps (config/streaming.py)."""
+        g, self.chunk_cfg = resources, chunk_cfg
+        self.ctx, self.weight_sync = ctx, weight_sync
         # Built on the meta device and allocated only as this rank's TP slice: every weight
         # arrives from the trainer (version 0 before the first chunk), so no generator rank
         # ever reads the checkpoint or holds the full model (tp > 1).
-        self.model, self.tokenizer = build_meta_model(cfg.model, dtype=g.dtype)
+        self.model, self.tokenizer = build_meta_model(model, dtype=g.dtype)
         self.model.requires_grad_(False)
         full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
         token_sync = self.rank.shard(self.model)
         materialize_zeros(self.model, ctx.device)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
-        prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), self.tokenizer)
+        prompts = encode_prompts(data, chunk_cfg.generation, load_split(data, "train"), self.tokenizer)
         self.chunks = ChunkGenerator(chunk_cfg, self.model, self.tokenizer, prompts, self.rank.replica,
                                      self.rank.num_replicas, g.quantization, token_sync=token_sync)
         # Read after the engine adopted its storage (fused projections): what this rank holds.
         self.params = dict(self.model.named_parameters())
-        self.fp8_wire = fp8_wire(ctx)
+        self.fp8_wire = weight_sync.fp8
         if self.fp8_wire:  # the engine's linears arrive quantized (fp8 + scales): receive those
             self.params = fp8_weights.wire_params(self.params)
             fp8_weights.release_full_precision(self.model)
             fp8_weights.bind(self.chunks.engine, self.model, self.params)
         # DDMA: this rank receives only its TP slice, straight into its staging slot.
-        self.receiver = make_receiver(ctx, self.params, full, self.model.args)
+        self.receiver = make_receiver(ctx, weight_sync, self.params, full, self.model.args)
         self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
         # The decisions (adopt, staleness window, swap between decode steps): generate_loop.py.
         self.loop = GenerateLoop(self.chunks, self.receiver, ctx.control, replica=self.rank.replica,
                                  global_rank=ctx.global_rank,
-                                 max_offpolicy_steps=cfg.algorithm.max_offpolicy_steps,
+                                 max_offpolicy_steps=max_offpolicy_steps,
                                  should_stop=ctx.should_stop, span=ctx.timeline.span, agree=self.rank.agree,
                                  is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
-        self.streaming = streaming_active(cfg)
+        self.streaming = streaming
         self.stream = ChunkStream(self.chunks) if self.streaming else None
         self.cut_by_restart = False
 
@@ -85,7 +90,7 @@ class GeneratorExecutor:
         return self.loop.held
 
     def _record_checksums(self, version: int) -> None:
-        if self.ctx.cfg.run.weight_checksums:
+        if self.weight_sync.checksums:
             checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, version, self.params,
                              **self._slice_fields())
 
@@ -182,7 +187,8 @@ class GeneratorExecutor:
     def _start_chunk(self) -> int:
         """Where this replica (re)starts: the first chunk the trainer has not consumed."""
         self.loop.skip_redos()  # read first: a chunk asked again from now on is served
-        return rejoin.start_chunk(self.ctx, self.rank.replica)
+        return rejoin.start_chunk(self.ctx, self.rank.replica, self.chunk_cfg.prompts_per_step,
+                                  self.chunk_cfg.group_size)
 
     def _chunk_done(self, t0: float | None = None) -> None:
         """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the

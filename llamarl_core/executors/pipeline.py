@@ -56,8 +56,18 @@ for it scored [W4]; its publisher (`InPlace`) only refreshes the engine (the mod
 Roles talk only through the Protocols of executors/ports.py: a trainer reads a `RolloutFeed` and
 writes a `WeightPublisher`; a generator reads a `WeightReceiver`; all share a `ControlStore`.
 This module and the worker entry (runtime/worker.py) are the only code that sees the whole
-config: each component gets its own sections (`chunk_config`, `heldout_config`,
-`learner_config` below).
+config: each component gets its own sections (the `*_config` functions below, or a section
+itself, e.g. `resources.reward`) plus the rank's `RoleRuntime` (executors/context.py: where it
+sits, the control store, the links' address, its timeline), which the worker entry builds.
+
+  component            its sections (each also gets the RoleRuntime)
+  GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
+                       algorithm.max_offpolicy_steps, streaming (config/streaming.py)
+  RewardExecutor       model (the tokenizer), data, resources.reward, algorithm
+  TrainerExecutor      TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
+  WeightSync / InPlace WeightSyncConfig, resources.trainer.strategy / none
+  RewardFeed/OwnChunks FeedConfig (algorithm's batch shape and k, replicas, generator quantization)
+                       and a FeedRuntime (the RoleRuntime's store, links and restart verdicts)
 """
 from __future__ import annotations
 
@@ -65,37 +75,44 @@ import os
 import time
 
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkConfig
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.heldout import HeldoutConfig
 from llamarl_core.executors.learner import LearnerConfig
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
 from llamarl_core.executors.warmstart import warmstart_steps
+from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, trainer_shards
 from llamarl_core.models import save_pretrained
 
 
-def build_role(ctx: WorkerContext):
+def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
     """The executor of `ctx.role`, wired to its feeds and publishers (each has a `run()`); a role's
     modules are imported here, so a worker loads only its own role's code."""
     role = ctx.role
     if role == "generator":
         from llamarl_core.executors.generator import GeneratorExecutor
-        return GeneratorExecutor(ctx, chunk_config(ctx.cfg))
+        return GeneratorExecutor(ctx, chunk_config(cfg), cfg.model, cfg.data, cfg.resources.generator,
+                                 weight_sync_config(cfg, plan), cfg.algorithm.max_offpolicy_steps,
+                                 streaming_active(cfg))
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
-        return RewardExecutor(ctx)
+        return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm)
     if role in ("trainer", "actor"):
         from llamarl_core.executors.feeds import OwnChunks, RewardFeed
         from llamarl_core.executors.publishers import InPlace, WeightSync
         from llamarl_core.executors.trainer import TrainerExecutor
         if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
-            return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
-                                   make_feed=lambda t: RewardFeed(feed_config(ctx), feed_runtime(ctx), t.rank, t.world),
-                                   make_publisher=lambda t: WeightSync(ctx, t.rank, t.model, t.raw))
+            sync = weight_sync_config(cfg, plan)
+            return TrainerExecutor(ctx, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
+                                   make_feed=lambda t: RewardFeed(feed_config(cfg, ctx), feed_runtime(ctx),
+                                                                  t.rank, t.world),
+                                   make_publisher=lambda t: WeightSync(ctx, sync, cfg.resources.trainer.strategy,
+                                                                       t.rank, t.model, t.raw))
         # k = 0: the same trainer loop; the colocated actor ranks generate their own rows with
         # the weights they train
-        return TrainerExecutor(ctx, role, learner_config(ctx.cfg), heldout_config(ctx.cfg),
-                               make_feed=lambda t: OwnChunks(feed_config(ctx), feed_runtime(ctx), chunk_config(ctx.cfg),
+        return TrainerExecutor(ctx, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
+                               make_feed=lambda t: OwnChunks(feed_config(cfg, ctx), feed_runtime(ctx), chunk_config(cfg),
                                                              t.rank, t.world, t.raw, t.tokenizer, t.train_prompts),
                                make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
@@ -107,14 +124,14 @@ def chunk_config(cfg: LlamaRLConfig) -> ChunkConfig:
                        cfg.algorithm.group_size, cfg.run.seed)
 
 
-def feed_config(ctx: WorkerContext):
-    from llamarl_core.executors.feeds import FeedConfig
-    a = ctx.cfg.algorithm
+def feed_config(cfg: LlamaRLConfig, ctx: RoleRuntime):
+    from llamarl_core.executors.feeds import FeedConfig  # the trainer's modules: trainer ranks only
+    a = cfg.algorithm
     return FeedConfig(a.prompts_per_step, a.group_size, a.max_offpolicy_steps, ctx.generator_replicas,
-                      ctx.cfg.resources.generator.quantization)
+                      cfg.resources.generator.quantization)
 
 
-def feed_runtime(ctx: WorkerContext):
+def feed_runtime(ctx: RoleRuntime):
     """The worker's objects a trainer feed uses: store, timeline, links and restart verdicts."""
     from llamarl_core.executors import rejoin
     from llamarl_core.executors.feeds import FeedRuntime
@@ -131,6 +148,24 @@ def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
     return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
                          cfg.run.max_steps)
+
+
+def trainer_config(cfg: LlamaRLConfig):
+    from llamarl_core.executors.trainer import TrainerConfig  # the trainer's modules: trainer ranks only
+    return TrainerConfig(cfg.recipe, cfg.model, cfg.resources.trainer, cfg.algorithm, cfg.warmstart,
+                         cfg.generation, cfg.data, cfg.run, cfg.logging)
+
+
+def weight_sync_config(cfg: LlamaRLConfig, plan: dict) -> WeightSyncConfig:
+    """Both ends' weight-sync settings; `plan`: the launch plan (its trainer ranks and nodes)."""
+    r = cfg.resources
+    trainer = next((x for x in plan.get("roles", []) if x["name"] == "trainer"), None)
+    world = trainer["ranks"][1] - trainer["ranks"][0] + 1 if trainer else 1
+    return WeightSyncConfig(transport=resolve_transport(cfg.controller.weight_transport, r, plan.get("nodes", 1)),
+                            generator_dtype=r.generator.dtype, trainer_dtype=r.trainer.dtype,
+                            fp8=r.generator.quantization == "fp8", bucket_mb=cfg.controller.weight_bucket_mb,
+                            num_slots=r.generator.weight_slots, trainer_shards=trainer_shards(r.trainer, world),
+                            checksums=cfg.run.weight_checksums)
 
 
 def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:

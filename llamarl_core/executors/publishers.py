@@ -13,9 +13,9 @@ the controller's verdict (`on_broken`) and does the same.
 """
 from __future__ import annotations
 
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.fp8_weights import engine_quantizes
-from llamarl_core.executors.weights import fp8_wire, generator_epoch, make_sender
+from llamarl_core.executors.weights import WeightSyncConfig, generator_epoch, make_sender
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport import checksums
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -23,8 +23,10 @@ from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 
 class WeightSync:
-    def __init__(self, ctx: WorkerContext, rank: int, model, raw):
-        self.ctx, self.rank, self.model, self.args = ctx, rank, model, raw.args
+    def __init__(self, ctx: RoleRuntime, cfg: WeightSyncConfig, strategy: str, rank: int, model, raw):
+        """`strategy`: resources.trainer.strategy (how the checksums gather the weights)."""
+        self.ctx, self.cfg, self.strategy = ctx, cfg, strategy
+        self.rank, self.model, self.args = rank, model, raw.args
         self.world = len(ctx.ranks("trainer"))
         self.on_broken = None  # set by the trainer: waits for the controller's verdict
         self.abandoned: list = []  # senders of replaced epochs: never closed (their peers are gone)
@@ -33,7 +35,7 @@ class WeightSync:
     def _build(self):
         while True:
             try:
-                return make_sender(self.ctx, unwrap(self.model), generator_epoch(self.ctx))
+                return make_sender(self.ctx, self.cfg, unwrap(self.model), generator_epoch(self.ctx))
             except MembershipChanged:
                 continue  # replaced again while joining: join the newest
 
@@ -63,22 +65,22 @@ class WeightSync:
                 self.on_broken(e)
 
     def publish(self, version: int) -> dict:
-        cfg = self.ctx.cfg
-        with self.ctx.timeline.span("sync", version=version):
+        cfg, ctx = self.cfg, self.ctx
+        with ctx.timeline.span("sync", version=version):
             stats = self._send(version)
             if self.rank == 0:
-                self.ctx.control.publish_version(version)
-        if cfg.run.weight_checksums:  # a test aid: gathers the full weights (never on the sync path)
-            state = full_state(self.model, cfg.resources.trainer.strategy)
+                ctx.control.publish_version(version)
+        if cfg.checksums:  # a test aid: gathers the full weights (never on the sync path)
+            state = full_state(self.model, self.strategy)
             if self.rank == 0:
-                wire = TORCH_DTYPES[cfg.resources.generator.dtype]
+                wire = TORCH_DTYPES[cfg.generator_dtype]
                 state = {n: t.to(wire) for n, t in state.items()}
-                fp8 = engine_quantizes if fp8_wire(self.ctx) else None  # what the generators hold
-                if self.ctx.generator_tp > 1:  # the slices each generator TP rank keeps
-                    checksums.record_slices(self.ctx.run_dir, "trainer", self.rank, version, state,
-                                            self.args, self.ctx.generator_tp, fp8=fp8)
+                fp8 = engine_quantizes if cfg.fp8 else None  # what the generators hold
+                if ctx.generator_tp > 1:  # the slices each generator TP rank keeps
+                    checksums.record_slices(ctx.run_dir, "trainer", self.rank, version, state,
+                                            self.args, ctx.generator_tp, fp8=fp8)
                 else:
-                    checksums.record(self.ctx.run_dir, "trainer", self.rank, version,
+                    checksums.record(ctx.run_dir, "trainer", self.rank, version,
                                      checksums.fp8_state(state, fp8) if fp8 else state)
         return self._stats(stats)
 
@@ -93,7 +95,7 @@ class WeightSync:
 
 
 class InPlace:
-    def __init__(self, ctx: WorkerContext, rank: int, feed):
+    def __init__(self, ctx: RoleRuntime, rank: int, feed):
         self.ctx, self.rank, self.feed = ctx, rank, feed
         self.on_broken = None
 

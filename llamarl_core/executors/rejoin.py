@@ -15,37 +15,35 @@ from __future__ import annotations
 
 import time
 
-from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
-from llamarl_core.transport.links import Endpoint, Links, StoreAddress
+from llamarl_core.transport.links import Endpoint, Links
 from llamarl_core.transport.membership import Watch, role_epoch
 
 POLL_S = 0.05
 
 
-def endpoint(ctx: WorkerContext, role: str, rank: int) -> Endpoint:
+def endpoint(ctx: RoleRuntime, role: str, rank: int) -> Endpoint:
     """`role` rank `rank` as it is now (its current membership epoch)."""
     return Endpoint(role, rank, role_epoch(ctx.control.store, role))
 
 
-def my_endpoint(ctx: WorkerContext) -> Endpoint:
+def my_endpoint(ctx: RoleRuntime) -> Endpoint:
     return endpoint(ctx, ctx.role, ctx.local_rank)
 
 
-def links(ctx: WorkerContext) -> Links:
-    c = ctx.plan["controller"]
-    timeout_s = ctx.cfg.controller.step_timeout_s
-    return Links(StoreAddress(c["host"], c["port"], ctx.run_id, ctx.cfg.controller.startup_timeout_s), timeout_s)
+def links(ctx: RoleRuntime) -> Links:
+    return Links(ctx.address, ctx.step_timeout_s)
 
 
-def watch(ctx: WorkerContext, roles: list[str]) -> Watch:
+def watch(ctx: RoleRuntime, roles: list[str]) -> Watch:
     return Watch(ctx.control.store, [r for r in roles if ctx.ranks(r)])
 
 
-def await_verdict(ctx: WorkerContext, watched: Watch, error: BaseException) -> set[str]:
+def await_verdict(ctx: RoleRuntime, watched: Watch, error: BaseException) -> set[str]:
     """After `error` on a cross-role channel: the restarted roles once the controller restarts
     one; Stopped once it ends the run; `error` again if neither within step_timeout_s."""
-    deadline = time.monotonic() + ctx.cfg.controller.step_timeout_s
+    deadline = time.monotonic() + ctx.step_timeout_s
     while time.monotonic() < deadline:
         if ctx.should_stop():
             raise Stopped()
@@ -58,13 +56,12 @@ def await_verdict(ctx: WorkerContext, watched: Watch, error: BaseException) -> s
     raise error
 
 
-def start_chunk(ctx: WorkerContext, replica: int) -> int:
+def start_chunk(ctx: RoleRuntime, replica: int, prompts_per_step: int, group_size: int) -> int:
     """Where generator replica `replica` (re)starts: the first chunk of it that some trainer
     rank has not consumed yet; the resumed (or initial) position before any was consumed."""
-    a = ctx.cfg.algorithm
     trainers = len(ctx.ranks("trainer"))
     ranks = [j for j, _, _ in chunk_slices_for_trainers(replica, ctx.generator_replicas, trainers,
-                                                         a.prompts_per_step, a.group_size)]
+                                                         prompts_per_step, group_size)]
     seen = [ctx.control.expected(replica, j) for j in ranks]
     if ranks and all(s is not None for s in seen):
         return min(seen)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.tensor_parallel import broadcast_flag, make_token_sync, shard_model_
 
@@ -34,7 +34,7 @@ class ReplicaRank:
     leader_rank: int = 0          # TP rank 0's rank in the generator role's world
 
     @classmethod
-    def of(cls, ctx: WorkerContext) -> "ReplicaRank":
+    def of(cls, ctx: RoleRuntime) -> "ReplicaRank":
         tp = ctx.generator_tp
         replica, tp_rank = divmod(ctx.local_rank, tp)
         return cls(replica, tp_rank, tp, ctx.generator_replicas, ctx.groups.get("generator_tp"), replica * tp)
@@ -60,7 +60,7 @@ class ReplicaRank:
 class ReplicaSteps:
     """The leader's announced steps, numbered from 0, in the control store."""
 
-    def __init__(self, ctx: WorkerContext, rank: ReplicaRank, poll_s: float):
+    def __init__(self, ctx: RoleRuntime, rank: ReplicaRank, poll_s: float):
         self.ctx, self.rank, self.poll_s = ctx, rank, poll_s
         self.n = 0
         # a restarted replica numbers its steps from 0 again, under its own epoch
@@ -74,7 +74,7 @@ class ReplicaSteps:
     def next(self) -> dict:
         """The leader's next step. {"do": "stop"} once the run was aborted, or once it ended and
         the leader announced nothing for `controller.step_timeout_s` (a leader that died)."""
-        control, timeout_s = self.ctx.control, self.ctx.cfg.controller.step_timeout_s
+        control, timeout_s = self.ctx.control, self.ctx.step_timeout_s
         ended_at = None
         while True:
             step = control.replica_step(self.key, self.n)

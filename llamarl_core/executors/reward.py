@@ -7,6 +7,10 @@
       once a chunk's groups are all scored: split rows by trainer data-parallel rank → send
       (tag = replica), in order, off-thread
 
+Each group is received straight into its rows of its chunk's packed buffer
+(wire/assembly.py), scored there in place, and the trainer ranks' rows are views of that
+buffer: the reward rank copies no rollout (no concatenation, no re-pack).
+
 The reward role holds no model; verifiers that hang or crash are killed and score 0.
 """
 from __future__ import annotations
@@ -15,34 +19,38 @@ import time
 
 import torch
 
+from llamarl_core.config.schema import AlgorithmConfig, DataConfig, ModelConfig, RewardResources
+from llamarl_core.executors import rejoin
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
-from llamarl_core.wire.rollout import assemble
-from llamarl_core.executors.context import Stopped, WorkerContext
-from llamarl_core.executors import rejoin
+from llamarl_core.wire.assembly import ChunkAssembly
 
 POLL_S = 0.05
 
 
-def _tokenizer(cfg):
-    if cfg.model.checkpoint:
-        return load_tokenizer(cfg.model.checkpoint)
+def _tokenizer(model: ModelConfig):
+    if model.checkpoint:
+        return load_tokenizer(model.checkpoint)
     return ByteTokenizer()
 
 
 class RewardExecutor:
-    def __init__(self, ctx: WorkerContext):
-        cfg = ctx.cfg
-        self.ctx = ctx
-        self.tokenizer = _tokenizer(cfg)
-        r = cfg.resources.reward
-        self.pool = RewardPool(reward_name(cfg.data), num_workers=r.workers, timeout_s=r.timeout_s)
+    def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
+                 algorithm: AlgorithmConfig):
+        """`model`: whose tokenizer decodes completions; `data`: the train examples and their
+        reward; `resources`: resources.reward (verifier workers, timeout); `algorithm`: the
+        step's shape (prompts_per_step, group_size)."""
+        self.ctx, self.algorithm = ctx, algorithm
+        self.tokenizer = _tokenizer(model)
+        r = resources
+        self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s)
         # What a verifier compares against: the reference, or for a custom reward the whole row.
-        examples = load_split(cfg.data, "train")
+        examples = load_split(data, "train")
         self.references = ([ex.as_dict() for ex in examples] if self.pool.spec.custom
                            else [ex.reference for ex in examples])
         self.reported: set[str] = set()  # the pool's first error / timeout, once each in this log
@@ -54,7 +62,7 @@ class RewardExecutor:
         # the replicas this rank scores (replica i → reward rank i mod R)
         self.sources = [i for i in range(self.num_replicas) if ctx.reward_rank_for(i) == ctx.local_rank]
         self.scored = 0
-        self.partial: dict[tuple[int, int], list] = {}  # (replica, chunk) -> scored groups
+        self.assembly = ChunkAssembly(algorithm.group_size)  # chunks whose groups are arriving
 
     def run(self) -> None:
         ctx = self.ctx
@@ -89,29 +97,26 @@ class RewardExecutor:
         """One receiver per replica this rank scores, on links of the current epochs; what
         was partly received from the old ones is dropped (it will be generated again)."""
         self.links.drop(self.source_role)
-        self.partial.clear()
+        self.assembly = ChunkAssembly(self.algorithm.group_size)
         me, tp = rejoin.my_endpoint(self.ctx), self.ctx.generator_tp
         # Event-driven, a step deep: every group of a replica's step can land while this rank
         # scores, so no generator waits for it to take the next one.
-        a, arrivals = self.ctx.cfg.algorithm, Arrivals()
+        a, arrivals = self.algorithm, Arrivals()
         depth = 2 * -(-a.prompts_per_step // max(1, self.num_replicas))
         return [AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, self.source_role, i * tp), me, sending=False),
-                              TAG_TO_REWARD, prefetch=depth, arrivals=arrivals) for i in self.sources]
+                              TAG_TO_REWARD, prefetch=depth, arrivals=arrivals, buffers=self.assembly.buffers)
+                for i in self.sources]
 
     def _take(self, rollout, outbox: AsyncSender) -> None:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
-        ctx, a = self.ctx, self.ctx.cfg.algorithm
+        ctx, a = self.ctx, self.algorithm
         with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
             # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
             rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
-        key = (rollout.replica, rollout.chunk)
-        parts = self.partial.setdefault(key, [])
-        parts.append(rollout)
-        rollout = assemble(parts, a.group_size)
+        rollout = self.assembly.add(rollout)  # views of the rows the groups were received into
         if rollout is None:
             return
-        del self.partial[key]
         me = rejoin.my_endpoint(ctx)
         for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
                                                    len(self.trainer_ranks), a.prompts_per_step,

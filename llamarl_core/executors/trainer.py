@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from llamarl_core.executors import checkpoints, rejoin
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
+                                        RunConfig, TrainerResources, WarmStartConfig)
+from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.feeds import merge_positions
 from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
@@ -47,12 +50,28 @@ from llamarl_core.transport.sharded_load import load_sharded
 from llamarl_core.wire.rollout import Rollout
 
 
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The sections the trainer loop reads (built by executors/pipeline.py: `trainer_config`);
+    the learner and the held-out eval get their own (`LearnerConfig`, `HeldoutConfig`)."""
+
+    recipe: str                 # the recipe's name, for summary.json
+    model: ModelConfig          # what to build (preset or checkpoint)
+    trainer: TrainerResources   # resources.trainer: dtype, sharding, micro-batches
+    algorithm: AlgorithmConfig  # k, group size, KL reference, dynamic sampling
+    warmstart: WarmStartConfig
+    generation: GenerationConfig  # prompt encoding, the length cap the rollout stats read
+    data: DataConfig            # train prompts, held-out examples, the reward
+    run: RunConfig              # steps, eval/checkpoint cadence, resume, seed
+    logging: LoggingConfig
+
+
 class TrainerExecutor:
-    def __init__(self, ctx: WorkerContext, role: str, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
-                 make_feed: Callable, make_publisher: Callable):
-        cfg, t = ctx.cfg, ctx.cfg.resources.trainer
+    def __init__(self, ctx: RoleRuntime, role: str, cfg: TrainerConfig, learner_cfg: LearnerConfig,
+                 heldout_cfg: HeldoutConfig, make_feed: Callable, make_publisher: Callable):
+        t = cfg.trainer
         self.ctx, self.cfg, self.heldout_cfg = ctx, cfg, heldout_cfg
-        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, role)
+        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, cfg.model, t, cfg.run.seed)
         self.group = ctx.groups.get(role)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
         # The KL reference is the policy RL starts from (refreshed after the warm start), sharded
@@ -163,7 +182,7 @@ class TrainerExecutor:
         if self._sharded():
             # Every rank decodes through its shards (sharded_eval.py): no rank gathers the model.
             engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
-                                    TORCH_DTYPES[self.cfg.resources.trainer.dtype])
+                                    TORCH_DTYPES[self.cfg.trainer.dtype])
             with self.ctx.timeline.span("eval", version=self.version):
                 summary, samples = heldout_eval(None, self.tokenizer, self.heldout_cfg, self.eval_examples, self.reward_fn,
                                                 self._progress("eval"), engine=engine)
@@ -208,7 +227,7 @@ class TrainerExecutor:
                     pass
                 return
             with self.ctx.timeline.span("checkpoint"):
-                save_streamed(tensors, shapes, TORCH_DTYPES[self.cfg.resources.trainer.dtype], raw.args,
+                save_streamed(tensors, shapes, TORCH_DTYPES[self.cfg.trainer.dtype], raw.args,
                               self.tokenizer, path)
             return
         if self.rank != 0:  # DDP replicas hold the same weights
@@ -294,7 +313,7 @@ class TrainerExecutor:
         if self.rank != 0:
             return
         versions = sorted(self.accuracy)
-        summary = {"recipe": self.cfg.recipe, "mode": "sync" if self.ctx.is_sync else "async",
+        summary = {"recipe": self.cfg.recipe, "mode": "sync" if self.cfg.algorithm.max_offpolicy_steps == 0 else "async",
                    "steps": self.version, "rl_wall_s": round(rl_wall_s, 2),
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,

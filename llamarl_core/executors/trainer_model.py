@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.config.layout import trainer_sharding
-from llamarl_core.executors.context import WorkerContext
+from llamarl_core.config.schema import ModelConfig, TrainerResources
+from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.setup import build_model
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models import build_empty, load_tokenizer
@@ -26,30 +27,29 @@ from llamarl_core.transport.sharded_load import load_sharded, materialize
 MASTER_DTYPE = "float32"
 
 
-def loads_sharded(ctx: WorkerContext, world: int) -> bool:
-    t = ctx.cfg.resources.trainer
-    return bool(ctx.cfg.model.checkpoint) and t.strategy == "fsdp2" and world > 1
+def loads_sharded(model: ModelConfig, t: TrainerResources, world: int) -> bool:
+    return bool(model.checkpoint) and t.strategy == "fsdp2" and world > 1
 
 
-def build_trainer_model(ctx: WorkerContext, role: str):
-    """(model as trained — maybe wrapped, raw module, tokenizer)."""
-    cfg, t = ctx.cfg, ctx.cfg.resources.trainer
-    group = ctx.groups.get(role)
-    world = len(ctx.ranks(role)) or 1
+def build_trainer_model(ctx: RoleRuntime, model_cfg: ModelConfig, t: TrainerResources, seed: int):
+    """(model as trained — maybe wrapped, raw module, tokenizer); `t`: resources.trainer,
+    `seed`: run.seed (the preset's init)."""
+    group = ctx.groups.get(ctx.role)
+    world = len(ctx.ranks(ctx.role)) or 1
     _, dp = trainer_sharding(t, world)
     device = torch.device(ctx.device)
-    sharded = loads_sharded(ctx, world)
+    sharded = loads_sharded(model_cfg, t, world)
     if sharded:
-        raw, _ = build_empty(cfg.model.checkpoint, device="meta")
-        tokenizer = load_tokenizer(cfg.model.checkpoint, required=False)
+        raw, _ = build_empty(model_cfg.checkpoint, device="meta")
+        tokenizer = load_tokenizer(model_cfg.checkpoint, required=False)
     else:
-        raw, tokenizer = build_model(cfg.model, dtype=MASTER_DTYPE, device=str(device), seed=cfg.run.seed)
+        raw, tokenizer = build_model(model_cfg, dtype=MASTER_DTYPE, device=str(device), seed=seed)
     model = wrap_data_parallel(raw, group, t.strategy, device.type, dp=dp,
                                compute_dtype=TORCH_DTYPES[t.dtype],
                                activation_checkpointing=t.activation_checkpointing)
     if sharded:
         materialize(raw, device)
-        load_sharded(raw, cfg.model.checkpoint)
+        load_sharded(raw, model_cfg.checkpoint)
     return model, raw, tokenizer
 
 

@@ -1,6 +1,6 @@
 """Wire the DDMA weight sync (transport/ddma.py) to a run: transport, plan, ranks, dtypes.
 
-Both ends build the same plan from the config alone: the trainer's parameter names and
+Both ends build the same plan from a `WeightSyncConfig` alone: the trainer's parameter names and
 shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard; under HSDP the
 shard of its replica, `trainer_shards`), G generator
 ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
@@ -14,74 +14,80 @@ the trainer sends its current weights before anything is generated (executors/re
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from llamarl_core.config.layout import trainer_sharding
-from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.config.schema import ResourcesConfig, TrainerResources
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
-from llamarl_core.transport.control import connect_run
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan, piece_bytes
 from llamarl_core.transport.membership import MembershipChanged, role_epoch
 
 POLL_S = 0.01
 
 
-def generator_epoch(ctx: WorkerContext) -> int:
+@dataclass(frozen=True)
+class WeightSyncConfig:
+    """What both ends of the weight sync read (built by executors/pipeline.py:
+    `weight_sync_config`), so trainer and generator ranks build the same plan."""
+
+    transport: str        # collective | shm | cuda_ipc (controller.weight_transport, `auto` resolved)
+    generator_dtype: str  # resources.generator.dtype: what the generators hold (conversion on the way)
+    trainer_dtype: str    # resources.trainer.dtype: what the trainer sends
+    fp8: bool             # resources.generator.quantization == fp8: quantized linears travel as fp8
+    bucket_mb: float      # controller.weight_bucket_mb
+    num_slots: int        # resources.generator.weight_slots
+    trainer_shards: int   # ranks one copy of the trainer's weights is split over (`trainer_shards`)
+    checksums: bool = False  # run.weight_checksums: record a sha256 of the weights at every sync
+
+
+def generator_epoch(ctx: RoleRuntime) -> int:
     return role_epoch(ctx.control.store, "generator")
 
 
-def transport(ctx: WorkerContext) -> str:
-    t = ctx.cfg.controller.weight_transport
-    if t != "auto":
-        return t
-    if ctx.cfg.resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
+def resolve_transport(weight_transport: str, resources: ResourcesConfig, nodes: int) -> str:
+    """controller.weight_transport, with `auto` resolved for the planned layout."""
+    if weight_transport != "auto":
+        return weight_transport
+    if resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
         return "cuda_ipc"
-    return "shm" if ctx.cfg.resources.device == "cpu" and ctx.plan.get("nodes", 1) == 1 else "collective"
+    return "shm" if resources.device == "cpu" and nodes == 1 else "collective"
 
 
-def generator_tp(ctx: WorkerContext) -> int:
-    """TP ranks per generator replica; generator rank g is TP rank g % tp (executors/replica.py)."""
-    return ctx.generator_tp
-
-
-def plan(ctx: WorkerContext, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], args) -> DdmaPlan:
-    """`args`: the model's ModelArgs; generator TP slices are `models/tp_slices.tp_slice`."""
-    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")), trainer_shards=trainer_shards(ctx),
-                      generator_ranks=len(ctx.ranks("generator")), tp_size=generator_tp(ctx), args=args,
-                      dtype=TORCH_DTYPES[ctx.cfg.resources.generator.dtype],
-                      max_piece_bytes=piece_bytes(ctx.cfg.controller.weight_bucket_mb),
-                      fp8=engine_quantizes if fp8_wire(ctx) else None,
-                      num_slots=ctx.cfg.resources.generator.weight_slots,
+def plan(ctx: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+         args) -> DdmaPlan:
+    """`args`: the model's ModelArgs; generator TP slices are `models/tp_slices.tp_slice`
+    (generator rank g is TP rank g % tp, executors/replica.py)."""
+    return build_plan(named_shapes, trainer_ranks=len(ctx.ranks("trainer")), trainer_shards=cfg.trainer_shards,
+                      generator_ranks=len(ctx.ranks("generator")), tp_size=ctx.generator_tp, args=args,
+                      dtype=TORCH_DTYPES[cfg.generator_dtype],
+                      max_piece_bytes=piece_bytes(cfg.bucket_mb),
+                      fp8=engine_quantizes if cfg.fp8 else None,
+                      num_slots=cfg.num_slots,
                       groups=fused_param_groups(named_shapes))  # the engine computes from the slot
 
 
-def trainer_shards(ctx: WorkerContext) -> int:
+def trainer_shards(trainer: TrainerResources, world: int) -> int:
     """Ranks one copy of the trainer's weights is split over, as `parallel.wrap_data_parallel`
     builds it: the FSDP group under fsdp2 (HSDP: T/fsdp replicas of it), else every rank (DDP
     replicas each send 1/T of the rows, `parallel.local_shards`)."""
-    t, world = ctx.cfg.resources.trainer, len(ctx.ranks("trainer"))
-    fsdp, _ = trainer_sharding(t, world)
-    return fsdp if t.strategy == "fsdp2" and fsdp > 1 else world
+    fsdp, _ = trainer_sharding(trainer, world)
+    return fsdp if trainer.strategy == "fsdp2" and fsdp > 1 else world
 
 
-def transfer_client(ctx: WorkerContext):
+def transfer_client(ctx: RoleRuntime):
     """A store client for the weight-sync endpoints alone: their receiving thread blocks in
     it, and a TCPStore client serialises its callers, so sharing the role loop's client
     would freeze that loop (and NCCL's lazy set-up would wait behind it)."""
-    c = ctx.plan["controller"]
-    return connect_run(c["host"], c["port"], ctx.run_id, ctx.cfg.controller.startup_timeout_s)
+    return ctx.address.connect()
 
 
-def fp8_wire(ctx: WorkerContext) -> bool:
-    """An fp8 generator gets fp8 weights and per-row scales on the wire (executors/fp8_weights.py)."""
-    return ctx.cfg.resources.generator.quantization == "fp8"
-
-
-def make_sender(ctx: WorkerContext, model: torch.nn.Module, epoch: int) -> DdmaSender:
+def make_sender(ctx: RoleRuntime, cfg: WeightSyncConfig, model: torch.nn.Module, epoch: int) -> DdmaSender:
     """On every trainer rank (full shapes: a DTensor's .shape is the global one), for the
     generators of `epoch`; MembershipChanged if they are replaced before it is built."""
     def interrupt() -> bool:
@@ -96,18 +102,18 @@ def make_sender(ctx: WorkerContext, model: torch.nn.Module, epoch: int) -> DdmaS
         time.sleep(POLL_S)
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     device = next(model.parameters()).device
-    return DdmaSender(plan(ctx, shapes, model.args), ctx.local_rank, transport=transport(ctx), store=transfer_client(ctx),
-                      epoch=epoch, device=device, timeout_s=ctx.cfg.controller.step_timeout_s,
+    return DdmaSender(plan(ctx, cfg, shapes, model.args), ctx.local_rank, transport=cfg.transport,
+                      store=transfer_client(ctx), epoch=epoch, device=device, timeout_s=ctx.step_timeout_s,
                       interrupt=interrupt)
 
 
-def make_receiver(ctx: WorkerContext, params: dict[str, torch.Tensor], full: dict[str, torch.Tensor],
-                  args) -> DdmaReceiver:
+def make_receiver(ctx: RoleRuntime, cfg: WeightSyncConfig, params: dict[str, torch.Tensor],
+                  full: dict[str, torch.Tensor], args) -> DdmaReceiver:
     """`params`: this rank's (TP-sliced) parameters; `full`: the unsharded shapes, as the trainer has them."""
-    trainer_dtype = TORCH_DTYPES[ctx.cfg.resources.trainer.dtype]
+    trainer_dtype = TORCH_DTYPES[cfg.trainer_dtype]
     shapes = {n: (tuple(p.shape), trainer_dtype) for n, p in full.items()}
     epoch = generator_epoch(ctx)
     ctx.control.store.set(f"xfer/{epoch}/joined/{ctx.local_rank}", "1")  # the trainer waits for it
-    return DdmaReceiver(plan(ctx, shapes, args), ctx.local_rank, params, transport=transport(ctx),
+    return DdmaReceiver(plan(ctx, cfg, shapes, args), ctx.local_rank, params, transport=cfg.transport,
                         store=transfer_client(ctx), epoch=epoch, run_id=ctx.run_id,
-                        timeout_s=ctx.cfg.controller.step_timeout_s)
+                        timeout_s=ctx.step_timeout_s)

@@ -35,11 +35,12 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.executors.context import Stopped, WorkerContext
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.pipeline import build_role
 from llamarl_core.runtime.restarts import may_restart
 from llamarl_core.runtime.devices import backend, rank_device
 from llamarl_core.transport.control import ControlPlane, ControllerUnreachable, RunMismatch, connect_run
+from llamarl_core.transport.links import StoreAddress
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.tensor_parallel import new_replica_groups
 from llamarl_core.transport.timeline import Timeline
@@ -102,6 +103,12 @@ def role_ranks(plan: dict) -> dict[str, list[int]]:
     return {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]}
 
 
+def generator_tp(plan: dict) -> int:
+    """Tensor-parallel ranks per generator replica (the plan's; 1 for the sync actor)."""
+    role = next((r for r in plan.get("roles", []) if r["name"] == "generator"), None)
+    return role["parallelism"]["tp"] if role else 1
+
+
 def build_groups(plan: dict, role: str) -> dict:
     """This role's groups, within its own world (every rank of the role in the same order)."""
     groups = {role: dist.group.WORLD}
@@ -143,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         epoch = role_epoch(control.store, role)
         dist.init_process_group(backend(cfg), store=dist.PrefixStore(f"pg/{role}/{epoch}", control.store), rank=rank,
                                 world_size=len(role_ranks(plan)[role]), timeout=timedelta(seconds=c.step_timeout_s))
-        ctx = WorkerContext(cfg, plan, run_dir, role, rank, global_rank,
-                            role_ranks(plan),
-                            control, timeline, build_groups(plan, role), plan.get("run_id", ""), device=device)
-        executor = build_role(ctx)  # executors/pipeline.py: the roles and their links
+        ctx = RoleRuntime(role, rank, global_rank, role_ranks(plan), control, timeline,
+                          address=StoreAddress(host, port, plan.get("run_id", ""), c.startup_timeout_s),
+                          step_timeout_s=c.step_timeout_s, generator_tp=generator_tp(plan),
+                          groups=build_groups(plan, role), run_dir=run_dir, run_id=plan.get("run_id", ""),
+                          device=device)
+        executor = build_role(cfg, plan, ctx)  # executors/pipeline.py: the roles and their links
         heartbeat.progress_s = lambda: ctx.last_progress_s
         ctx.progress()
         executor.run()

@@ -34,6 +34,7 @@ from llamarl_core.wire.rollout import HEADER_LEN, Rollout
 
 TAG_TO_REWARD = 1              # generator → reward (the header names the replica)
 TAG_TO_TRAINER_BASE = 1000     # reward → trainer, + replica index
+Buffers = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # header → (ints, floats) to receive into
 
 
 class LinkBroken(RuntimeError):
@@ -78,10 +79,11 @@ class AsyncSender:
             raise LinkBroken(f"sending a rollout failed: {self.error}") from self.error
 
 
-def recv_rollout_blocking(link: Link, tag: int) -> Rollout:
+def recv_rollout_blocking(link: Link, tag: int, buffers: Buffers = Rollout.empty_buffers) -> Rollout:
+    """One rollout, received into `buffers(header)` (wire/assembly.py: a chunk's rows)."""
     header = torch.zeros(HEADER_LEN, dtype=torch.int64)
     link.recv(header, tag)
-    ints, floats = Rollout.empty_buffers(header)
+    ints, floats = buffers(header)
     for t in (ints, floats):
         link.recv(t, tag)
     return Rollout.unpack(header, ints, floats)
@@ -105,11 +107,13 @@ class Arrivals:
 
 
 class AsyncReceiver:
-    """Receives rollouts on `link` with `tag` on a background thread, up to `prefetch` ahead."""
+    """Receives rollouts on `link` with `tag` on a background thread, up to `prefetch` ahead,
+    each into `buffers(header)` (default: tensors of its own)."""
 
-    def __init__(self, link: Link, tag: int, prefetch: int = 1, arrivals: Arrivals | None = None):
+    def __init__(self, link: Link, tag: int, prefetch: int = 1, arrivals: Arrivals | None = None,
+                 buffers: Buffers = Rollout.empty_buffers):
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
-        self.link, self.tag = link, tag
+        self.link, self.tag, self.buffers = link, tag, buffers
         self.arrivals = arrivals or Arrivals()
         self.error: BaseException | None = None
         threading.Thread(target=self._loop, daemon=True, name=f"recv-{link.name}-{tag}").start()
@@ -117,7 +121,7 @@ class AsyncReceiver:
     def _loop(self) -> None:
         try:
             while True:
-                self._queue.put(recv_rollout_blocking(self.link, self.tag))
+                self._queue.put(recv_rollout_blocking(self.link, self.tag, self.buffers))
                 self.arrivals.notify()
         except BaseException as e:
             self.error = e

@@ -7,8 +7,9 @@ torch.distributed.
 
 A generator sends each prompt group as soon as its last sample ends (continuous batching):
 such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups
-in the whole chunk; 0 = this rollout is the whole chunk); the reward role reassembles the
-chunk (`assemble`). `policy_versions[r]` is the oldest policy version row r was decoded under
+in the whole chunk; 0 = this rollout is the whole chunk); the reward role receives a chunk's
+groups straight into one packed buffer (wire/assembly.py; `assemble` joins parts already in
+memory). `policy_versions[r]` is the oldest policy version row r was decoded under
 (weights may be swapped between decode steps); `policy_version` is the oldest over all rows,
 the one the trainer's staleness rule checks.
 

@@ -220,8 +220,10 @@ def _model():
 
 def _endpoints(rank, store):
     from llamarl_core.config.load import load_config
-    from llamarl_core.executors.context import WorkerContext
+    from llamarl_core.executors.context import RoleRuntime
+    from llamarl_core.executors.pipeline import weight_sync_config
     from llamarl_core.executors.weights import make_receiver, make_sender
+    from llamarl_core.transport.links import StoreAddress
     from llamarl_core.transport.control import RUN_ID_KEY, ControlPlane, run_prefix
     from llamarl_core.transport.parallel import local_shards
 
@@ -233,11 +235,13 @@ def _endpoints(rank, store):
             "roles": [{"name": "generator", "parallelism": {"tp": 1}}]}
     role_store = RecordingStore(dist.PrefixStore(run_prefix(RUN_ID), store))
     role = "trainer" if rank == 0 else "generator"
-    ctx = WorkerContext(cfg, plan, "", role, 0, rank, {"trainer": [0], "generator": [1]},
-                        ControlPlane(role_store), None, run_id=RUN_ID)
+    rt = RoleRuntime(role, 0, rank, {"trainer": [0], "generator": [1]}, ControlPlane(role_store), None,
+                     address=StoreAddress("127.0.0.1", store.port, RUN_ID, cfg.controller.startup_timeout_s),
+                     step_timeout_s=cfg.controller.step_timeout_s, run_id=RUN_ID)
+    sync = weight_sync_config(cfg, plan)
     model = _model()
     if rank == 0:
-        sender = make_sender(ctx, model, 0)
+        sender = make_sender(rt, sync, model, 0)
         warmed = sender.warmed_up
         for v in (0, 1):
             with torch.no_grad():
@@ -248,7 +252,7 @@ def _endpoints(rank, store):
         return {"foreign": role_store.foreign, "warmed_up": warmed}
     full = dict(model.named_parameters())
     params = {n: torch.zeros_like(p) for n, p in full.items()}
-    receiver = make_receiver(ctx, params, full, model.args)
+    receiver = make_receiver(rt, sync, params, full, model.args)
     warmed = receiver.warmed_up  # set by the constructor, before any send
     equal = []
     for v in (0, 1):

@@ -151,7 +151,7 @@ def test_a_generator_serves_each_chunk_asked_again_once_and_a_restarted_one_skip
                         should_stop=lambda: False)
     loop.generate = lambda chunk, on_group=None: chunk  # the engine run is not what this checks
     assert loop.next_redo() is None
-    asked += [3, 5]
+    asked += [3, 3, 5]  # two trainer ranks asked for chunk 3: one copy answers both
     assert [loop.generate_redo(), loop.generate_redo()] == [3, 5] and loop.next_redo() is None
     asked.append(4)
     restarted = GenerateLoop(None, None, control, replica=0, global_rank=0, max_offpolicy_steps=1,

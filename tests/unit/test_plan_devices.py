@@ -69,14 +69,11 @@ def test_a_weight_transport_that_cannot_work_on_the_layout_is_refused(recipe, ov
 
 
 def test_auto_weight_transport_is_cuda_ipc_on_a_shared_gpu_and_shm_on_one_cpu_host():
-    from types import SimpleNamespace
+    from llamarl_core.executors.pipeline import weight_sync_config
 
-    from llamarl_core.executors.weights import transport
+    def transport(recipe):
+        return weight_sync_config(load_config(recipe), plan_for(recipe).to_dict()).transport
 
-    def ctx(recipe):
-        cfg = load_config(recipe)
-        return SimpleNamespace(cfg=cfg, plan=plan_for(recipe).to_dict())
-
-    assert transport(ctx("gpu_1x")) == "cuda_ipc"
-    assert transport(ctx("cpu_tiny")) == "shm"
-    assert transport(ctx("8b_gsm8k_1node")) == "collective"
+    assert transport("gpu_1x") == "cuda_ipc"
+    assert transport("cpu_tiny") == "shm"
+    assert transport("8b_gsm8k_1node") == "collective"

@@ -1,7 +1,8 @@
 """docs/ARCHITECTURE.md's rollout path is the path the code takes: one chunk is driven through
 the functions the roles call (generator chunk → wire → reward assembly and routing → wire →
 trainer batch → loss) with each listed hand-off instrumented, in one process; the gloo
-send/receive between processes is a copy."""
+send/receive between processes is a copy into the tensors the receiver posts
+(`transport/channels.py: recv_rollout_blocking`, run here on a fake link)."""
 import re
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import scheduler
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+from llamarl_core.transport.channels import recv_rollout_blocking
 from llamarl_core.wire import rollout as wire
+from llamarl_core.wire.assembly import ChunkAssembly
 from llamarl_core.wire.rollout import Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +43,8 @@ class Recorder:
                    "Batch._emit": (scheduler.Batch, "_emit", False),
                    "_Groups.add": (chunks_mod._Groups, "add", False),
                    "_pack": (wire, "_pack", False), "Rollout.unpack": (Rollout, "unpack", True),
+                   "ChunkAssembly.buffers": (ChunkAssembly, "buffers", False),
+                   "ChunkAssembly.add": (ChunkAssembly, "add", False),
                    "Rollout.rows": (Rollout, "rows", False), "concat": (wire, "concat", False),
                    "completion_targets": (learner_mod, "completion_targets", False),
                    "aipo_loss": (learner_mod, "aipo_loss", False)}
@@ -50,6 +55,14 @@ class Recorder:
                 self.calls.append((self.role, _name))
                 return _original(*args, **kwargs)
             monkeypatch.setattr(owner, attr, staticmethod(spy) if static else spy)
+        # every concatenation, wherever it is called from: a copy of rows, not a hand-off
+        self.cats = {"generator": 0, "reward": 0, "trainer": 0}
+        cat = torch.cat
+
+        def counted_cat(*args, **kwargs):
+            self.cats[self.role] += 1
+            return cat(*args, **kwargs)
+        monkeypatch.setattr(torch, "cat", counted_cat)
 
     def first_calls(self) -> list[tuple[str, str]]:
         return list(dict.fromkeys(self.calls))
@@ -61,6 +74,16 @@ class Recorder:
 def _wire(header, ints, floats):
     """What the gloo link does between two processes: the receiver gets its own copy."""
     return header.clone(), ints.clone(), floats.clone()
+
+
+class FakeLink:
+    """A gloo link's receiving end: each `recv` copies the next sent tensor into the posted one."""
+
+    def __init__(self, messages):
+        self.sent = [t for message in messages for t in message]
+
+    def recv(self, tensor, tag):
+        tensor.copy_(self.sent.pop(0))
 
 
 def test_one_chunk_takes_the_documented_hops_packed_once_and_never_re_packed(monkeypatch):
@@ -79,17 +102,24 @@ def test_one_chunk_takes_the_documented_hops_packed_once_and_never_re_packed(mon
     groups = []
     whole = gen.generate(0, 0, on_group=groups.append)
     on_wire = [_wire(*part.to("cpu").pack()) for part in groups]
-    # reward rank: receive, score in place, assemble the chunk, route each trainer rank its rows
+    # reward rank: receive each group into its rows of the chunk, score it in place, route each
+    # trainer rank its rows of the whole chunk (executors/reward.py), groups arriving out of order
     rec.role = "reward"
-    parts = []
-    for packed in on_wire:
-        part = Rollout.unpack(*packed)
+    assembly, link, chunk = ChunkAssembly(a.group_size), FakeLink(on_wire[::-1]), None
+    received = set()  # the storages the receives wrote into
+
+    def into(header):
+        ints, floats = assembly.buffers(header)
+        received.update(t.untyped_storage().data_ptr() for t in (ints, floats))
+        return ints, floats
+    for _ in on_wire:
+        part = recv_rollout_blocking(link, 1, into)
         part.rewards.copy_(torch.tensor([1.0, 0.0]))  # rewards differ within the group: it trains
-        parts.append(part)
-    chunk = wire.assemble(parts, a.group_size)
+        chunk = assembly.add(part)
     trainers = 2
-    sent = [_wire(*chunk.rows(lo, hi).pack())
-            for _, lo, hi in chunk_slices_for_trainers(0, 1, trainers, a.prompts_per_step, a.group_size)]
+    routed = [chunk.rows(lo, hi) for _, lo, hi in chunk_slices_for_trainers(0, 1, trainers, a.prompts_per_step,
+                                                                            a.group_size)]
+    sent = [_wire(*r.pack()) for r in routed]
     # trainer rank 0: its rows of the step, the step
     rec.role = "trainer"
     batch = wire.concat([Rollout.unpack(*sent[0])])
@@ -98,11 +128,17 @@ def test_one_chunk_takes_the_documented_hops_packed_once_and_never_re_packed(mon
     assert rec.first_calls() == documented_hops()
     assert rec.count("generator", "_pack") == len(on_wire) == 2     # once per group, on the generator
     assert rec.count("reward", "_pack") == rec.count("trainer", "_pack") == 0  # never re-packed
+    # the reward rank forwards the rows it received, where it received them: no concatenation
+    assert rec.count("reward", "concat") == 0 and rec.cats["reward"] == 0
+    assert len(received) == 2  # both groups went into the chunk's one pair of buffers
+    assert len(routed) == 2 and all({t.untyped_storage().data_ptr() for t in r.packed} == received for r in routed)
     assert rec.count("reward", "Rollout.unpack") == 2 and rec.count("trainer", "Rollout.unpack") == 1
     # what the trainer trains on is what the generator sampled (rows of group 0) and scored
     torch.testing.assert_close(batch.tokens, whole.tokens[:2])
     torch.testing.assert_close(batch.behavior_logprobs, whole.behavior_logprobs[:2])
     assert batch.rewards.tolist() == [1.0, 0.0]
+    torch.testing.assert_close(chunk.tokens, whole.tokens)  # group order kept though they came reversed
+    assert chunk.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
 
 
 def test_a_rollout_whose_field_was_replaced_is_packed_again_not_sent_stale():
