@@ -117,10 +117,10 @@ class GeneratorExecutor:
                     self.steps.announce("sync")
                     self.loop.receive()
                     continue
-                # streaming: the previous chunk need not be taken first (its groups stream out);
-                # sender.idle() is still asked, as it raises LinkBroken once a send failed (a
-                # reward restart must end the wait, or the generator waits for weights forever)
-                taken = (lambda: sender.idle() or True) if self.streaming else sender.idle
+                # streaming: the previous chunk need not be taken first (its groups stream out),
+                # but the wait still asks the sender whether a send failed (LinkBroken: a reward
+                # restart must end the wait, or the generator waits for weights forever)
+                taken = sender.healthy if self.streaming else sender.idle
                 redo = self.loop.next_redo()  # a chunk whose groups went stale at the trainer: first
                 if redo is not None and self.held >= 0:
                     if not taken():

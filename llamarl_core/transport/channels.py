@@ -62,6 +62,11 @@ class AsyncSender:
         with self._lock:
             return self._pending == 0
 
+    def healthy(self) -> bool:
+        """True while no send has failed; LinkBroken once one has (whatever is still queued)."""
+        self._raise()
+        return True
+
     def _loop(self) -> None:
         while True:
             rollout, link, tag = self._queue.get()
