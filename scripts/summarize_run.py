@@ -38,6 +38,8 @@ def summarize(run_dir: Path) -> dict:
         "reward_mean": {"first": lines[0]["reward/mean"], "last": lines[-1]["reward/mean"]},
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
         "dropped_chunks": summary["dropped_chunks"],
+        # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
+        "stale_dropped_groups": lines[-1].get("trainer/stale_dropped_groups") if lines else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
         "machine": {"cpus": __import__("os").cpu_count(), "torch": torch.__version__,
                     "python": platform.python_version()},
