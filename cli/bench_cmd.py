@@ -37,6 +37,8 @@ def _parser():
     p.add_argument("--steps", type=int, default=None,
                    help="RL steps per run (default 8; --quality: 30)")
     p.add_argument("--seeds", type=int, default=3, help="--quality: seeds per configuration (default 3)")
+    p.add_argument("--configs", default=None, metavar="A,B",
+                   help="--quality: run only these configurations (comma-separated; default all)")
     p.add_argument("--repeats", type=int, default=None,
                    help="sync/async pairs (default 2) or weight-sync repeats (default 5)")
     p.add_argument("--target-accuracy", type=float, default=0.5,
@@ -194,14 +196,20 @@ def _quality_plots(result: dict, out: str) -> dict:
 
 
 def _quality(recipe, overrides, args, argv) -> int:
-    from llamarl_core.bench.quality import run_quality
+    from llamarl_core.bench.quality import run_quality, select_configs
     from llamarl_core.bench.report import quality_table
 
     from llamarl_core.bench.quality import DEFAULT_STEPS
     steps = DEFAULT_STEPS if args.steps is None else args.steps
     if steps < 1 or args.seeds < 1:
         raise UsageError(f"llamarl bench: --steps={steps} and --seeds={args.seeds} must be >= 1")
-    return _run_measured(lambda **kw: run_quality(recipe, overrides, seeds=args.seeds, steps=steps, **kw),
+    names = args.configs.split(",") if args.configs else None
+    try:
+        select_configs(names)
+    except ValueError as e:
+        raise UsageError(f"llamarl bench: {e}") from None
+    return _run_measured(lambda **kw: run_quality(recipe, overrides, seeds=args.seeds, steps=steps,
+                                                  configs=names, **kw),
                          quality_table, _quality_plots, args, argv)
 
 

@@ -51,6 +51,17 @@ BENCH_OVERRIDES = ("run.max_time_s=0", "run.checkpoint_every_steps=0", "algorith
 DEFAULT_STEPS = 30
 
 
+def select_configs(names: list[str] | None) -> tuple:
+    """The CONFIGS rows named (in CONFIGS order), all of them for None; an unknown name is an error."""
+    if names is None:
+        return CONFIGS
+    known = [name for name, _, _ in CONFIGS]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"--configs: unknown configuration(s) {unknown or names}; choose from {', '.join(known)}")
+    return tuple(row for row in CONFIGS if row[0] in names)
+
+
 def config_overrides(k: int, correction: str, steps: int, seed: int, checkpoint: str, run_dir: str,
                      streaming: bool = False) -> list[str]:
     return [f"model.checkpoint={checkpoint}", "warmstart.steps=0", f"run.seed={seed}",
@@ -102,9 +113,11 @@ def aggregate_config(name: str, k: int, correction: str, seeds: list[int], runs:
 
 
 def run_quality(recipe: str | None = None, overrides: list[str] | None = None, seeds: int = 3,
-                steps: int = DEFAULT_STEPS, work_dir: str | None = None, log=print, command: str | None = None) -> dict:
+                steps: int = DEFAULT_STEPS, work_dir: str | None = None, log=print, command: str | None = None,
+                configs: list[str] | None = None) -> dict:
     if seeds < 1 or steps < 1:
         raise ValueError(f"--seeds ({seeds}) and --steps ({steps}) must be >= 1")
+    chosen = select_configs(configs)
     recipe, overrides = recipe or DEFAULT_RECIPE, [*BENCH_OVERRIDES, *(overrides or [])]
     base = load_config(recipe, overrides)  # validates before anything runs
     work_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="llamarl-bench-quality-"))
@@ -121,15 +134,15 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
     a = base.algorithm
     samples_per_step = a.prompts_per_step * a.group_size
     seed_list = [base.run.seed + i for i in range(seeds)]
-    runs: dict = {name: [] for name, _, _ in CONFIGS}
+    runs: dict = {name: [] for name, _, _ in chosen}
     for seed in seed_list:
-        for name, k, correction in CONFIGS:
+        for name, k, correction in chosen:
             log(f"seed {seed}: {name}")
             run_dir = os.path.join(work_dir, f"{name}_seed{seed}")
             run_one(frozen, config_overrides(k, correction, steps, seed, warm["dir"], run_dir,
                                              streaming=name in STREAMING_CONFIGS), log)
             runs[name].append(quality_run_stats(run_dir, samples_per_step))
-    configs = [aggregate_config(name, k, c, seed_list, runs[name]) for name, k, c in CONFIGS]
+    configs = [aggregate_config(name, k, c, seed_list, runs[name]) for name, k, c in chosen]
     before = sorted({r["accuracy_before"] for c in configs for r in c["runs"]})
     return {"benchmark": "quality", "command": command or " ".join(map(shlex.quote, sys.argv)),
             "recipe": base.recipe, "overrides": overrides, "steps": steps,

@@ -78,3 +78,17 @@ def test_each_configuration_is_a_valid_run_from_the_shared_checkpoint(name, k, c
     assert cfg.model.checkpoint == "/tmp/ws" and cfg.warmstart.steps == 0 and cfg.run.seed == 5
     assert cfg.algorithm.max_offpolicy_steps == k and cfg.data.seed == 0
     assert cfg.algorithm.name == {"aipo": "aipo", "none": "pg", "ppo_clip": "ppo"}[correction]
+
+
+def test_select_configs_keeps_order_and_refuses_unknown_names():
+    from llamarl_core.bench.quality import select_configs
+    assert select_configs(None) == CONFIGS
+    assert [n for n, _, _ in select_configs(["streaming", "sync_k0"])] == ["sync_k0", "streaming"]
+    with pytest.raises(ValueError, match="async_k9"):
+        select_configs(["sync_k0", "async_k9"])
+
+
+def test_bench_cli_refuses_an_unknown_quality_config_before_running(capsys):
+    from llamarl_cli.bench_cmd import main
+    assert main(["--quality", "--configs", "sync_k0,nope"]) == 2
+    assert "nope" in capsys.readouterr().err
