@@ -20,7 +20,9 @@ from the plain config, so OUT_DIR loads and trains in transformers (and here) li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import functools
 import hashlib
 import json
 import sys
@@ -40,10 +42,10 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, dtype: str = "float3
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     where, name = str(gguf_file.parent), gguf_file.name
-    tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
-    config = AutoConfig.from_pretrained(where, gguf_file=name)
-    # config= spares a second parse of the file's metadata (slow: ~100k vocabulary strings)
-    loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, config=config, dtype=torch.float32)
+    with _parse_once():
+        tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
+        config = AutoConfig.from_pretrained(where, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, config=config, dtype=torch.float32)
     config = copy.deepcopy(config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -64,6 +66,24 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, dtype: str = "float3
         "source": str(gguf_file), "sha256": _sha256(gguf_file), "dtype": dtype,
         "note": "weights are the GGUF's dequantized values, not the original release"}, indent=2) + "\n")
     return out_dir
+
+
+@contextlib.contextmanager
+def _parse_once():
+    """transformers reads the GGUF file three times (tokenizer, config, weights: each a Python
+    parse of ~100k vocabulary strings) and rebuilds gguf's tensor-name table once per module
+    (~400 times for SmolLM2); together ~60% of the conversion. Both are pure functions of
+    their arguments and read-only after, so each is built once here. transformers imports
+    them from `gguf` when it calls them; should it stop, this only stops saving time."""
+    import gguf
+
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = functools.lru_cache(maxsize=None)(reader)
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def _sha256(path: Path) -> str:

@@ -14,13 +14,16 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
-    """Tiny models run fastest on one thread, and a second one only spins on a shared machine.
-    A module opts in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    """Every in-process test runs torch on one thread. Tiny models run fastest on one, and a
+    second only spins: one learner step of cpu_tiny took 7 s on 2 threads and 0.4 s on one
+    on the shared 2-core machine (test_choices_train). Processes a test starts set their own
+    (the plan's `threads`)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+

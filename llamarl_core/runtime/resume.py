@@ -14,8 +14,18 @@ import os
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.executors import checkpoints
 from llamarl_core.transport.control import ControlPlane
+
+LOGS = ("metrics.jsonl", "trained_examples.jsonl", "trained_samples.jsonl")
+
+
+def _checkpoints():
+    """executors/checkpoints.py, imported when a resume needs it: it imports
+    torch.distributed.checkpoint (and DTensor, sympy), seconds of CPU that the controller of
+    a fresh run would spend for nothing."""
+    from llamarl_core.executors import checkpoints
+
+    return checkpoints
 
 
 def run_dir_of(cfg: LlamaRLConfig) -> str | None:
@@ -29,7 +39,7 @@ def run_dir_of(cfg: LlamaRLConfig) -> str | None:
 
 def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
     """The stable checkpoint to load ('' when `auto` finds none)."""
-    r = cfg.run
+    r, checkpoints = cfg.run, _checkpoints()
     if r.resume == "auto":
         path = checkpoints.latest_stable(run_dir) or ""
     else:
@@ -48,6 +58,7 @@ def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
 
 
 def read_state(path: str) -> dict:
+    checkpoints = _checkpoints()
     try:
         return checkpoints.read_state(path)
     except checkpoints.UnsafeCheckpoint as e:
@@ -57,6 +68,7 @@ def read_state(path: str) -> dict:
 def verify(path: str) -> None:
     """Read (safely) every file of `path` the trainer will read: a planted one is refused here,
     in the controller, before any role starts."""
+    checkpoints = _checkpoints()
     try:
         checkpoints.verify(path)
     except checkpoints.UnsafeCheckpoint as e:
@@ -65,8 +77,11 @@ def verify(path: str) -> None:
 
 def restore_controller_state(control: ControlPlane, run_dir: str, path: str) -> None:
     """Store keys and log files as they were at the checkpoint ('' = a fresh start)."""
+    if not path and not any(os.path.exists(os.path.join(run_dir, name)) for name in LOGS):
+        return  # a fresh start in a new directory: nothing to cut, nothing to restore
+    checkpoints = _checkpoints()
     state = checkpoints.read_state(path) if path else {"step": 0, "next_chunk": {}, "dropped": {}}
-    for name in ("metrics.jsonl", "trained_examples.jsonl", "trained_samples.jsonl"):
+    for name in LOGS:
         checkpoints.truncate_jsonl(os.path.join(run_dir, name), state["step"])
     for replica, chunk in state["next_chunk"].items():
         control.set_next_chunk(int(replica), chunk)

@@ -14,7 +14,7 @@ def test_a_warm_start_longer_than_the_step_timeout_does_not_end_the_run(tmp_path
     # Before: the trainer posted its rollout receives (and the reward role its chunk
     # receive) before the warm start, and a gloo receive waits at most step_timeout_s.
     run_dir = tmp_path / "slow-start"
-    out = train(run_dir, "warmstart.steps=60", "warmstart.batch_size=64", "controller.step_timeout_s=6",
+    out = train(run_dir, "warmstart.steps=25", "warmstart.batch_size=64", "controller.step_timeout_s=6",
                 "run.max_steps=2")
     assert out.returncode == 0, out.stderr[-3000:]
     spans = [json.loads(x) for x in (run_dir / "timeline" / "trainer_0.jsonl").read_text().splitlines()]

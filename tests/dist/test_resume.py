@@ -58,16 +58,18 @@ def trained(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "trained_examples.jsonl").read_text().splitlines()]
 
 
-def test_sync_run_killed_at_step_12_and_resumed_matches_the_uninterrupted_run(tmp_path):
-    opts = [*LEARNS, "algorithm.max_offpolicy_steps=0", "run.max_steps=30"]
+def test_sync_run_killed_at_step_8_and_resumed_matches_the_uninterrupted_run(tmp_path):
+    # 12 steps, a checkpoint every 3: killed at 8, resumed from step 6; 4 checkpoints made, 2 kept.
+    every = [x for x in LEARNS if not x.startswith("run.checkpoint_every_steps=")]
+    opts = [*every, "run.checkpoint_every_steps=3", "algorithm.max_offpolicy_steps=0", "run.max_steps=12"]
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     out = train(whole, *opts)
     assert out.returncode == 0, out.stderr[-3000:]
-    kill_at_step(broken, "actor", 12, *opts)
+    kill_at_step(broken, "actor", 8, *opts)
     out = train(broken, *opts, "run.resume=auto")
     assert out.returncode == 0, out.stderr[-3000:]
     a, b = metrics(whole), metrics(broken)
-    assert [m["step"] for m in b] == list(range(1, 31))  # no gap, no duplicate
+    assert [m["step"] for m in b] == list(range(1, 13))  # no gap, no duplicate
     assert [m["reward/mean"] for m in b] == [m["reward/mean"] for m in a]
     assert any(m["reward/mean"] > 0 for m in a)  # the comparison is not between zeros
     for m, n in zip(a, b):

@@ -113,6 +113,15 @@ def test_controller_state_is_restored_and_logs_cut_back(tmp_path):
     assert len((tmp_path / "trained_examples.jsonl").read_text().splitlines()) == 5
 
 
+def test_a_fresh_start_restores_nothing_and_a_restarted_fresh_run_still_cuts_its_logs(tmp_path):
+    control = FakeControl()
+    resume.restore_controller_state(control, str(tmp_path), "")  # a new directory
+    assert control.keys == {} and list(tmp_path.iterdir()) == []
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"note": "no step"}\n')
+    resume.restore_controller_state(control, str(tmp_path), "")  # logs of a run that saved nothing
+    assert control.keys == {} and (tmp_path / "metrics.jsonl").read_text() == '{"note": "no step"}\n'
+
+
 def test_a_negative_restart_budget_is_refused_naming_the_key():
     from llamarl_core.config.schema import ControllerConfig
     assert ControllerConfig().max_restarts == 3

@@ -61,3 +61,12 @@ def test_console_script_runs_as_a_process():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["recipe"] == "cpu_tiny"
+
+
+def test_the_controller_of_a_fresh_run_does_not_import_torch_distributed_checkpoint():
+    """DCP (with DTensor and sympy) is ~2 s of CPU per `llamarl train`; only a resume needs it
+    (runtime/resume.py imports executors/checkpoints.py when it does)."""
+    code = ("import sys, llamarl_cli.train_cmd, llamarl_core.runtime.controller; "
+            "print('torch.distributed.checkpoint' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr[-2000:]
