@@ -96,6 +96,11 @@ ROWS: list[Row] = [
     Row("Default job: wall time of the whole run (warm start, RL, evals)", "default_run_cpu.json",
         {"w": "run_wall_s", "rl": "rl_wall_s", "s": "step_s.median"},
         lambda v: f"{v['w']:.0f} s (RL {v['rl']:.0f} s, median RL step {v['s']:.2f} s)"),
+    Row("Default job, same machine and hour: current main vs commit 69903e8 (whose run on a faster day was "
+        "the previous default_run_cpu.json: 0.500 → 0.815 in 150 steps, 116 s)", "default_run_vs_69903e8_cpu.json",
+        {"g": "accuracy_gain_points", "n": "rl_steps", "s": "step_s_median"},
+        lambda v: f"{v['g'][0]:+.1f} / {v['g'][1]:+.1f} points, {v['n'][0]} / {v['n'][1]} RL steps in the 200 s "
+                  f"budget, median step {v['s'][0]:.2f} / {v['s'][1]:.2f} s (main / 69903e8)"),
     Row("Default job on a 2.15× slower machine (emulated: two runs sharing the 2 cores)",
         "default_run_cpu_slow_machine.json", {"g": "accuracy_gain_points", "w": "run_wall_s", "n": "rl_steps"},
         lambda v: f"{span(v['g'], '+.1f')} points in {span(v['w'], '.0f')} s ({span(v['n'], 'd')} RL steps)",

@@ -20,11 +20,19 @@ import torch
 from llamarl_core.bench.provenance import git_commit
 
 
+# metric keys before wave 3's role/quantity renames (README changelog), so older run dirs summarize too
+OLD_KEYS = {"trainer/step_s": "step_s", "reward/mean": "reward_mean"}
+
+
+def _get(line: dict, key: str):
+    return line[key] if key in line else line[OLD_KEYS[key]]
+
+
 def summarize(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     config = (run_dir / "config.yaml").read_text()
-    step_s = [m["trainer/step_s"] for m in lines]
+    step_s = [_get(m, "trainer/step_s") for m in lines]
     return {
         "run_dir": str(run_dir), "recipe": summary["recipe"], "mode": summary["mode"],
         "accuracy_before": summary["accuracy_before"], "accuracy_after": summary["accuracy_after"],
@@ -35,7 +43,7 @@ def summarize(run_dir: Path) -> dict:
         # controller start (plan.json written) to the end of training (summary.json written)
         "run_wall_s": round((run_dir / "summary.json").stat().st_mtime - (run_dir / "plan.json").stat().st_mtime, 1),
         "step_s": {"median": statistics.median(step_s), "min": min(step_s), "max": max(step_s)},
-        "reward_mean": {"first": lines[0]["reward/mean"], "last": lines[-1]["reward/mean"]},
+        "reward_mean": {"first": _get(lines[0], "reward/mean"), "last": _get(lines[-1], "reward/mean")},
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
         "dropped_chunks": summary["dropped_chunks"],
         # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
