@@ -47,7 +47,7 @@ def test_a_changed_json_value_fails_check_with_a_diff_and_a_rewrite_fixes_it(cop
     assert rt.main(["--check", *args]) == 1
     out = capsys.readouterr().out
     assert "-| Default job (`llamarl train`" in out and "+| Default job" in out and "0.777" in out
-    assert rt.main(args) == 0 and "0.500 → 0.777" in readme.read_text()
+    assert rt.main(args) == 0 and f"{doc['accuracy_before']:.3f} → 0.777" in readme.read_text()
     assert rt.main(["--check", *args]) == 0
 
 
