@@ -28,6 +28,29 @@ def _get(line: dict, key: str):
     return line[key] if key in line else line[OLD_KEYS[key]]
 
 
+def pipeline_shares(lines: list[dict]) -> dict:
+    """Per RL step after the first: each role's busy share of the step (from the cumulative busy_s
+    and wall_s of consecutive lines), the busier role's, and both-idle share of the RL window."""
+    out: dict = {}
+    if len(lines) < 2 or "trainer/busy_s" not in lines[0]:
+        return out
+    for role in ("trainer", "generator"):
+        shares = []
+        for a, b in zip(lines[1:], lines[2:]):
+            wall = b["trainer/wall_s"] - a["trainer/wall_s"]
+            if f"{role}/busy_s" in a and wall > 0:
+                shares.append((b[f"{role}/busy_s"] - a[f"{role}/busy_s"]) / wall)
+        if shares:
+            out[f"{role}_busy_per_step"] = {"median": statistics.median(shares), "min": min(shares),
+                                            "steps_busy_95pct_frac": sum(x >= 0.95 for x in shares) / len(shares)}
+    busy = {r: out[f"{r}_busy_per_step"]["median"] for r in ("trainer", "generator") if f"{r}_busy_per_step" in out}
+    if busy:
+        out["bottleneck_role"] = max(busy, key=busy.get)
+    if "pipeline/both_idle_frac" in lines[-1]:
+        out["both_idle_frac"] = lines[-1]["pipeline/both_idle_frac"]
+    return out
+
+
 def summarize(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -46,6 +69,7 @@ def summarize(run_dir: Path) -> dict:
         "reward_mean": {"first": _get(lines[0], "reward/mean"), "last": _get(lines[-1], "reward/mean")},
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
         "dropped_chunks": summary["dropped_chunks"],
+        "pipeline": pipeline_shares(lines),
         # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
         "stale_dropped_groups": lines[-1].get("trainer/stale_dropped_groups") if lines else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
