@@ -133,7 +133,7 @@ ROWS: list[Row] = [
         {"x": "speedup", "i": "ideal_speedup", "s": "sync.step_s_median", "a": "async.step_s_median"},
         lambda v: f"{v['x']:.2f}× (sync {v['s']:.2f} s, async {v['a']:.2f} s; ideal from phase times {v['i']:.2f}×)",
         "> 1× (async faster)", lambda v: v["x"] > 1),
-    Row("Simulator's CPU twin predicts measured step times (recipe before the current one: 120-step warm start)",
+    Row("Simulator's CPU twin predicts measured step times (`cpu_tiny`; async: the streaming generator)",
         "sync_vs_async_cpu_simulated.json", {"s": "relative_error.sync", "a": "relative_error.async",
                                              "t": "tolerance"},
         lambda v: f"sync {pct(v['s'])}, async {pct(v['a'])}",
