@@ -8,9 +8,8 @@ torch.distributed.
 A generator sends each prompt group as soon as its last sample ends (continuous batching):
 such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups
 in the whole chunk; 0 = this rollout is the whole chunk); the reward role receives a chunk's
-groups straight into one packed buffer (wire/assembly.py; `assemble` joins parts already in
-memory). `policy_versions[r]` is the oldest policy version row r was decoded under
-(weights may be swapped between decode steps); `policy_version` is the oldest over all rows,
+groups straight into one packed buffer (wire/assembly.py). `policy_versions[r]` is the oldest
+policy version row r was decoded under (weights may be swapped between decode steps); `policy_version` is the oldest over all rows,
 the one the trainer's staleness rule checks.
 
 One layout on the wire: a received rollout's fields are views into its two packed tensors
@@ -163,14 +162,6 @@ def concat(rollouts: list[Rollout]) -> Rollout:
         policy_version=min(r.policy_version for r in rollouts),
         replica=rollouts[0].replica, chunk=rollouts[0].chunk,
         policy_versions=torch.cat([r.policy_versions for r in rollouts]))
-
-
-def assemble(parts: list[Rollout], group_size: int) -> Optional[Rollout]:
-    """The whole chunk once `parts` (groups of one chunk, any order) cover it, else None."""
-    whole = parts[0].chunk_groups
-    if whole and sum(p.num_rows for p in parts) < whole * group_size:
-        return None
-    return concat(sorted(parts, key=lambda p: p.group))
 
 
 def staleness_per_row(rollouts: list[Rollout], trainer_version: int) -> torch.Tensor:
