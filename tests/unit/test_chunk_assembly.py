@@ -3,6 +3,7 @@ one packed buffer; the whole chunk is that buffer (hand-made rows, receives fake
 import pytest
 import torch
 
+from fake_link import receive
 from llamarl_core.wire.assembly import ChunkAssembly
 from llamarl_core.wire.rollout import Rollout
 
@@ -15,21 +16,12 @@ def _group(replica, chunk, group, chunk_groups, size=2, length=5, completion=3, 
                    version, replica, chunk, group=group, chunk_groups=chunk_groups)
 
 
-def _receive(assembly, sent):
-    """What transport/channels.recv_rollout_blocking does, the gloo copy a `copy_`."""
-    header, ints, floats = sent.pack()
-    into_ints, into_floats = assembly.buffers(header)
-    into_ints.copy_(ints)
-    into_floats.copy_(floats)
-    return Rollout.unpack(header, into_ints, into_floats)
-
-
 def test_interleaved_chunks_of_two_replicas_each_complete_in_group_order_without_a_copy():
     assembly = ChunkAssembly(group_size=2)
     order = [(0, 5, 1), (1, 5, 0), (0, 5, 0), (1, 5, 2), (1, 5, 1)]  # (replica, chunk, group)
     done = {}
     for replica, chunk, group in order:
-        part = _receive(assembly, _group(replica, chunk, group, chunk_groups=2 if replica == 0 else 3,
+        part = receive(assembly, _group(replica, chunk, group, chunk_groups=2 if replica == 0 else 3,
                                          version=group))
         part.rewards.fill_(group + 0.5)  # scored in place, as the reward rank does
         whole = assembly.add(part)
@@ -49,12 +41,12 @@ def test_interleaved_chunks_of_two_replicas_each_complete_in_group_order_without
 
 def test_a_whole_chunk_message_is_its_own_chunk():
     assembly = ChunkAssembly(group_size=2)
-    part = _receive(assembly, _group(0, 1, 0, chunk_groups=0))
+    part = receive(assembly, _group(0, 1, 0, chunk_groups=0))
     assert assembly.add(part) is part
 
 
 def test_a_group_that_does_not_fit_its_chunk_names_replica_chunk_and_group():
     assembly = ChunkAssembly(group_size=2)
-    _receive(assembly, _group(3, 7, 0, chunk_groups=2))
+    receive(assembly, _group(3, 7, 0, chunk_groups=2))
     with pytest.raises(ValueError, match="replica 3 chunk 7 group 1"):
-        _receive(assembly, _group(3, 7, 1, chunk_groups=2, length=6))
+        receive(assembly, _group(3, 7, 1, chunk_groups=2, length=6))

@@ -9,8 +9,8 @@ from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation import prefill_once, scheduler
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+from fake_link import receive
 from llamarl_core.wire.assembly import ChunkAssembly
-from llamarl_core.wire.rollout import Rollout
 
 ARGS = ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
                  max_seq_len=96, rope_theta=10000.0)
@@ -97,11 +97,7 @@ def test_each_prompt_group_is_handed_over_the_moment_its_last_sample_ends():
     assert events.index(groups[0]) < len(events) - 1  # the first group left before the chunk ended
     assembly = ChunkAssembly(group_size=3)  # what the reward rank does with the parts it receives
     for part in parts:
-        header, ints, floats = part.pack()
-        into_ints, into_floats = assembly.buffers(header)
-        into_ints.copy_(ints)
-        into_floats.copy_(floats)
-        again = assembly.add(Rollout.unpack(header, into_ints, into_floats))
+        again = assembly.add(receive(assembly, part))
     for field in ("tokens", "completion_lens", "behavior_logprobs", "example_ids", "policy_versions"):
         assert torch.equal(getattr(again, field), getattr(whole, field)), field
     assert all(p.chunk_groups == 3 and p.policy_version == 5 for p in parts)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fake_link import FakeLink
+
 from llamarl_core.config.load import load_config
 from llamarl_core.executors import chunks as chunks_mod, learner as learner_mod
 from llamarl_core.executors.chunks import ChunkGenerator
@@ -74,16 +76,6 @@ class Recorder:
 def _wire(header, ints, floats):
     """What the gloo link does between two processes: the receiver gets its own copy."""
     return header.clone(), ints.clone(), floats.clone()
-
-
-class FakeLink:
-    """A gloo link's receiving end: each `recv` copies the next sent tensor into the posted one."""
-
-    def __init__(self, messages):
-        self.sent = [t for message in messages for t in message]
-
-    def recv(self, tensor, tag):
-        tensor.copy_(self.sent.pop(0))
 
 
 def test_one_chunk_takes_the_documented_hops_packed_once_and_never_re_packed(monkeypatch):

@@ -2,6 +2,7 @@
 import torch
 
 from llamarl_core.executors.learner import completion_targets
+from fake_link import receive
 from llamarl_core.wire.assembly import ChunkAssembly
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 from llamarl_core.executors.routing import chunk_slices_for_trainers, replicas_for_trainer
@@ -47,21 +48,12 @@ def test_concat_pads_and_staleness_counts_versions_behind():
     assert staleness_per_row([a, b], 6).tolist() == [3, 3, 1, 2]
 
 
-def receive_into(assembly, sent):
-    """What transport/channels.recv_rollout_blocking does with `assembly.buffers` (gloo's copy a copy_)."""
-    header, ints, floats = sent.pack()
-    into_ints, into_floats = assembly.buffers(header)
-    into_ints.copy_(ints)
-    into_floats.copy_(floats)
-    return Rollout.unpack(header, into_ints, into_floats)
-
-
 def test_a_chunk_is_assembled_in_group_order_once_every_group_arrived():
     parts = [make_rollout(chunk=7) for _ in range(3)]
     for g, part in zip((2, 0, 1), parts):
         part.group, part.chunk_groups, part.example_ids = g, 3, torch.tensor([g, g])
     assembly = ChunkAssembly(group_size=2)
-    received = [receive_into(assembly, part) for part in parts]
+    received = [receive(assembly, part) for part in parts]
     assert [assembly.add(part) for part in received[:2]] == [None, None]
     whole = assembly.add(received[2])
     assert whole.example_ids.tolist() == [0, 0, 1, 1, 2, 2] and whole.chunk_groups == 0
