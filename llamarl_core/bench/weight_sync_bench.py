@@ -43,6 +43,10 @@ TRANSPORTS = VARIANTS[2:]
 WARMUP = 2  # one per slot: first touches of each mapping, first connections
 
 
+def _checksum(params: dict[str, torch.Tensor]) -> float:
+    return float(sum(params[name].double().sum() for name in sorted(params)))
+
+
 def _named_views(flat: torch.Tensor) -> dict[str, torch.Tensor]:
     per = TENSOR_MIB * BYTES_PER_MIB // flat.element_size()
     return {f"layers.{i:04d}.weight": flat[s : s + per] for i, s in enumerate(range(0, flat.numel(), per))}
@@ -114,8 +118,9 @@ def _one_size(rank: int, size_mb: float, repeats: int, bucket_mb: float, store, 
         if it >= WARMUP:
             for k, v in row.items():
                 raw[k].append(v)
-    sums = {t: float(sum(p.double().sum() for p in e.params.values())) if rank else float(flat.double().sum())
-            for t, e in ends.items()}
+    # the same reduction on both sides (per tensor, in name order): a sum of the flat buffer in one
+    # go rounds differently from the sum of its pieces' sums, so equal bytes compared unequal
+    sums = {t: _checksum(e.params if rank else tensors) for t, e in ends.items()}
     checksums = [None, None]  # the generator must hold exactly the trainer's bytes, over each transport
     dist.all_gather_object(checksums, sums)
     if checksums[0] != checksums[1]:
