@@ -95,19 +95,21 @@ class GenerateLoop:
             return None
         return self.control.redo_chunk(self.replica, self.redo_seen)
 
-    def generate_redo(self, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
-        """Chunk `next_redo()` again, with the version held now (no staleness gate: it is fresh)."""
-        chunk = self.next_redo()
-        rollout = self.generate(chunk, on_group=on_group)
+    def generate_redo(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
+        """Chunk `chunk` (what `next_redo()` just returned) again, with the version held now (no
+        staleness gate: it is fresh). Its rows carry attempt = the ask's number + 1, never that
+        of another copy this process sent, so the reward rank assembles it apart from any copy
+        of the same chunk still in flight (wire/assembly.py)."""
+        rollout = self.generate(chunk, on_group=on_group, attempt=self.redo_seen + 1)
         self.redo_seen += 1
         # asks for the same chunk made meanwhile (other trainer ranks' stale groups of it) are
-        # answered by this copy, a whole chunk; sending a second one at once could land in the
-        # reward rank's buffer of the first before it was scored (wire/assembly.py)
+        # answered by this copy, a whole chunk: one generation, not one per ask
         while self.next_redo() == chunk:
             self.redo_seen += 1
         return rollout
 
-    def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
+    def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None,
+                 attempt: int = 0) -> Rollout:
         with self.span("generate", chunk=chunk, version=self.held):
             return self.chunks.generate(chunk, self.held, on_group=on_group,
-                                        between_steps=self.swap_if_published)
+                                        between_steps=self.swap_if_published, attempt=attempt)

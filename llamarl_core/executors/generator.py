@@ -127,7 +127,7 @@ class GeneratorExecutor:
                         time.sleep(POLL_S)
                         continue
                     self.steps.announce("generate", chunk=redo, version=self.held)
-                    rollout = self.loop.generate_redo(on_group=lambda part: self._send(sender, part, link))
+                    rollout = self.loop.generate_redo(redo, on_group=lambda part: self._send(sender, part, link))
                     self.quant_kl.measure(rollout, self.held)  # as TP followers do theirs (collectives)
                     continue
                 if not self.loop.may_generate(taken(), chunk):

@@ -56,8 +56,8 @@ class Inbox:
         self.arrivals, self.loop = list(arrivals), loop
 
     def get(self, should_stop):
-        if not self.arrivals and self.loop.next_redo() is not None:
-            self.loop.generate_redo(on_group=self.arrivals.append)
+        if not self.arrivals and (chunk := self.loop.next_redo()) is not None:
+            self.loop.generate_redo(chunk, on_group=self.arrivals.append)
         return self.arrivals.pop(0)
 
 

@@ -149,12 +149,22 @@ def test_a_generator_serves_each_chunk_asked_again_once_and_a_restarted_one_skip
     control = SimpleNamespace(redo_requests=lambda i: len(asked), redo_chunk=lambda i, m: asked[m])
     loop = GenerateLoop(None, None, control, replica=0, global_rank=0, max_offpolicy_steps=1,
                         should_stop=lambda: False)
-    loop.generate = lambda chunk, on_group=None: chunk  # the engine run is not what this checks
+    loop.generate = lambda chunk, on_group=None, attempt=0: (chunk, attempt)  # not the engine run
     assert loop.next_redo() is None
-    asked += [3, 3, 5]  # two trainer ranks asked for chunk 3: one copy answers both
-    assert [loop.generate_redo(), loop.generate_redo()] == [3, 5] and loop.next_redo() is None
+    asked += [3, 3, 5]  # two trainer ranks asked for chunk 3 at once: one copy answers both
+    served = []
+    while (chunk := loop.next_redo()) is not None:
+        served.append(loop.generate_redo(chunk))
+    asked.append(3)     # asked again after that copy was generated (its groups may still be in flight)
+    served.append(loop.generate_redo(loop.next_redo()))
+    # every copy its own attempt number (> 0: the chunk's first generation is attempt 0), so the
+    # reward rank assembles each apart (wire/assembly.py)
+    assert served == [(3, 1), (5, 3), (3, 4)] and loop.next_redo() is None
     asked.append(4)
     restarted = GenerateLoop(None, None, control, replica=0, global_rank=0, max_offpolicy_steps=1,
                              should_stop=lambda: False)
     restarted.skip_redos()  # it starts at the first chunk not consumed, at or below chunk 4
     assert restarted.next_redo() is None
+    restarted.generate = loop.generate
+    asked.append(6)
+    assert restarted.generate_redo(restarted.next_redo()) == (6, 6)  # above every earlier copy's
