@@ -4,7 +4,9 @@
         it, from that replica's reward rank, as complete prompt groups (executors/intake.py):
         step v takes, of each source replica, the first groups (its share) whose oldest token
         is within k versions of v, in arrival order; a group too stale is dropped, counted
-        (`trainer/stale_dropped_groups`) and its chunk generated again (`ControlPlane.request_redo`).
+        (`trainer/stale_dropped_groups`) and its chunk generated again (`ControlPlane.request_redo`);
+        a copy of a group this rank trained or holds already is dropped and counted
+        (`trainer/duplicate_dropped_groups`).
     OwnChunks  (sync, k = 0):   generate this rank's own chunk with the weights it trains, have
         the reward role score it, train on it. Always on-policy.
 
@@ -40,6 +42,8 @@ from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE,
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 
 STALE_GROUPS_METRIC = "trainer/stale_dropped_groups"  # groups dropped as too stale, all ranks, whole run
+# copies of groups already trained or buffered (a redo regenerates a whole chunk), dropped untrained
+DUPLICATE_GROUPS_METRIC = "trainer/duplicate_dropped_groups"
 
 
 @dataclass(frozen=True)
@@ -79,11 +83,12 @@ def merge_positions(views: list[dict], control: ControlStore) -> dict:
     """Every trainer rank's `position()` → the checkpoint's data fields: where each replica
     resumes (the first chunk some rank has not consumed), its dropped count, each rank's own
     position (its groups trained beyond that are skipped when they come again) and the stale
-    groups dropped so far."""
+    and duplicate groups dropped so far."""
     replicas = sorted({int(i) for v in views for i in v["next_chunk"]})
     next_chunk = {i: min(v["next_chunk"][i] for v in views if i in v["next_chunk"]) for i in replicas}
     return {"next_chunk": next_chunk, "dropped": {i: control.dropped(i) for i in replicas},
-            "positions": views, "stale_dropped_groups": control.stale_groups()}
+            "positions": views, "stale_dropped_groups": control.stale_groups(),
+            "duplicate_dropped_groups": control.duplicate_groups()}
 
 
 def no_restarts() -> set[str]:
@@ -168,7 +173,8 @@ class RewardFeed(_Waits):
         self.intake = GroupIntake({i: (hi - lo) // g for i, (lo, hi) in slices.items()}, g,
                                   cfg.max_offpolicy_steps, on_drop=self._dropped,
                                   on_consumed=lambda i, n: rt.control.set_expected(i, rank, n),
-                                  first_groups={i: lo // g for i, (lo, _) in slices.items()})
+                                  first_groups={i: lo // g for i, (lo, _) in slices.items()},
+                                  on_duplicate=lambda i, n, groups: rt.control.add_duplicate_groups(groups))
         self.inboxes: dict[int, AsyncReceiver] = {}
 
     @property
@@ -178,7 +184,8 @@ class RewardFeed(_Waits):
 
     @property
     def metrics(self) -> dict:
-        return {STALE_GROUPS_METRIC: self.rt.control.stale_groups()}
+        return {STALE_GROUPS_METRIC: self.rt.control.stale_groups(),
+                DUPLICATE_GROUPS_METRIC: self.rt.control.duplicate_groups()}
 
     def position(self) -> dict:
         return self.intake.position()

@@ -3,7 +3,8 @@
     rows from the reward role (a chunk's slice for this rank, or single groups)
       └─ split into groups, each keyed (replica, chunk, slot): slot = its place in this rank's
          slice of the chunk. A key already trained is skipped; a key already buffered is
-         replaced in place by the newer (fresher) copy; else appended (arrival order).
+         replaced in place by the newer (fresher) copy; else appended (arrival order). A
+         skipped or replaced copy is a duplicate: dropped untrained and counted (`on_duplicate`).
     step v, per source replica i: the first share_i buffered groups whose oldest token was
       sampled under a version >= v - k, in arrival order; every buffered group older than
       that is dropped — counted, and its chunk handed back (`on_drop`) to be generated again.
@@ -17,7 +18,12 @@ behind the trainer and let it stall (its gate shut, the trainer waiting for its 
 one source replica per trainer rank (G = 1, or G = T) both rules are the same.
 
 Exactly once: a group is trained at most once (its key is remembered until its chunk is
-consumed; keys below `next_chunk` are never taken again). A dropped group is not consumed, so
+consumed; keys below `next_chunk` are never taken again). Copies of a chunk come from its
+generation and from each redo (a redo regenerates the whole chunk, so its groups that were
+trained come again, and two trainer ranks, or one rank at two steps, may each ask for it): they
+reach a rank in the order they were generated (one replica → one reward rank → this rank, each
+hop in order), so the later arrival is the fresher copy, whatever its `attempt` (that number
+only keeps copies apart at the reward rank; a restarted generator's chunks are attempt 0 again). A dropped group is not consumed, so
 its chunk stays at or above `next_chunk`: it is generated again (by `on_drop`'s redo, or by a
 restarted or resumed generator starting at the first chunk not consumed) and trained later.
 The buffer is bounded by the credit rule: a replica runs at most k + 1 chunks ahead of the step.
@@ -36,35 +42,47 @@ class GroupIntake:
     def __init__(self, shares: dict[int, int], group_size: int, max_offpolicy_steps: int,
                  on_drop: Callable[[int, int, int], None] = lambda replica, chunk, groups: None,
                  on_consumed: Callable[[int, int], None] = lambda replica, next_chunk: None,
-                 first_groups: Optional[dict[int, int]] = None):
+                 first_groups: Optional[dict[int, int]] = None,
+                 on_duplicate: Callable[[int, int, int], None] = lambda replica, chunk, groups: None):
         """`shares`: replica → groups of each of its chunks this rank trains (its slice);
         `on_drop(replica, chunk, groups)`: that many groups of the chunk went stale here;
+        `on_duplicate(replica, chunk, groups)`: that many copies of groups trained or buffered
+        already arrived (dropped untrained);
         `first_groups`: replica → the chunk's group index of the slice's first group (for
         rollouts sent one group at a time, which carry their group index)."""
         self.shares, self.group_size, self.k = dict(shares), group_size, max_offpolicy_steps
-        self.on_drop, self.on_consumed = on_drop, on_consumed
+        self.on_drop, self.on_consumed, self.on_duplicate = on_drop, on_consumed, on_duplicate
         self.first_groups = first_groups or {i: 0 for i in shares}
         self.next_chunk: dict[int, int] = {i: 0 for i in shares}
         self.trained: dict[int, dict[int, set[int]]] = {i: {} for i in shares}  # chunks >= next_chunk
         self.buffer: dict[int, OrderedDict] = {i: OrderedDict() for i in shares}  # (chunk, slot) → rows
         self.dropped_groups = 0
+        self.duplicate_groups = 0
 
     # ---- arrivals -----------------------------------------------------------------------
     def add(self, rollout: Rollout) -> int:
-        """Buffer `rollout`'s groups (skipping any already trained); returns how many were new."""
+        """Buffer `rollout`'s groups (skipping any already trained, replacing any buffered);
+        returns how many were new."""
         i, n, g = rollout.replica, rollout.chunk, self.group_size
         if not rollout.chunk_groups and rollout.num_rows != self.shares[i] * g:
             raise ValueError(f"replica {i} chunk {n}: {rollout.num_rows} rows without a group index "
                              f"(chunk_groups = 0) but this rank's slice is {self.shares[i] * g}: a part of "
                              f"a chunk must carry its `group` and `chunk_groups` (wire/rollout.py)")
         base = rollout.group - self.first_groups[i] if rollout.chunk_groups else 0
-        new = 0
+        new = duplicates = 0
         for t in range(rollout.num_rows // g):
             key = (n, base + t)
-            if self._trained(i, key):
+            if self._trained(i, key):  # a late copy of a group trained already
+                duplicates += 1
                 continue
-            new += key not in self.buffer[i]
-            self.buffer[i][key] = rollout.rows(t * g, (t + 1) * g)  # a newer copy keeps its place
+            if key in self.buffer[i]:  # the newer copy replaces the older one, in its place
+                duplicates += 1
+            else:
+                new += 1
+            self.buffer[i][key] = rollout.rows(t * g, (t + 1) * g)
+        if duplicates:
+            self.duplicate_groups += duplicates
+            self.on_duplicate(i, n, duplicates)
         return new
 
     def _trained(self, replica: int, key: tuple[int, int]) -> bool:

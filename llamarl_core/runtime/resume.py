@@ -87,5 +87,7 @@ def restore_controller_state(control: ControlPlane, run_dir: str, path: str) -> 
         control.set_next_chunk(int(replica), chunk)
     for replica, n in state["dropped"].items():
         control.add_dropped(int(replica), n)
-    if state.get("stale_dropped_groups"):  # a cumulative metric: it goes on from the checkpoint's
+    if state.get("stale_dropped_groups"):  # cumulative metrics: they go on from the checkpoint's
         control.add_stale_groups(state["stale_dropped_groups"])
+    if state.get("duplicate_dropped_groups"):
+        control.add_duplicate_groups(state["duplicate_dropped_groups"])

@@ -29,6 +29,8 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
     data/redo/<replica>/n, data/redo/<replica>/<m>  chunks of a replica to generate again (a
                               trainer rank dropped groups of them as too stale): count, m-th chunk
     trainer/stale_dropped_groups  stale prompt groups the trainer ranks dropped (int)
+    trainer/duplicate_dropped_groups  copies of prompt groups already trained or buffered that
+                              reached a trainer rank (a redo regenerates a whole chunk), dropped (int)
     xfer/<epoch>/..., links/... DDMA endpoints per generator epoch; rollout links (links.py)
 """
 from __future__ import annotations
@@ -206,6 +208,13 @@ class ControlPlane:
 
     def stale_groups(self) -> int:
         return self.get_int("trainer/stale_dropped_groups")
+
+    def add_duplicate_groups(self, n: int) -> int:
+        """Copies of prompt groups a trainer rank had trained or buffered already (dropped)."""
+        return int(self.store.add("trainer/duplicate_dropped_groups", n))
+
+    def duplicate_groups(self) -> int:
+        return self.get_int("trainer/duplicate_dropped_groups")
 
     def redo_requests(self, replica: int) -> int:
         return self.get_int(f"data/redo/{replica}/n")

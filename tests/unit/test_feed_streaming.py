@@ -27,7 +27,7 @@ K, STEPS = 1, 6                  # 6 chunks of 2 prompts: the 12 prompts once
 
 class Control:
     def __init__(self):
-        self.expected, self.redo, self.dropped, self.stale = {}, [], {}, 0
+        self.expected, self.redo, self.dropped, self.stale, self.duplicates = {}, [], {}, 0, 0
 
     def set_expected(self, replica, rank, chunk):
         self.expected[(replica, rank)] = chunk
@@ -43,6 +43,9 @@ class Control:
 
     def add_stale_groups(self, n):
         self.stale += n
+
+    def add_duplicate_groups(self, n):
+        self.duplicates += n
 
     def add_dropped(self, replica, n=1):
         self.dropped[replica] = self.dropped.get(replica, 0) + n

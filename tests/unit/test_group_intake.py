@@ -70,6 +70,31 @@ def test_a_too_stale_group_is_dropped_counted_generated_again_and_trained_once()
     assert consumed == [1, 2, 3]
     feed.add(group(2, 1, version=2))                      # a third copy (a second redo) is skipped
     assert feed.take(0, version=3) is None and len(feed.buffer[0]) == 0
+    assert feed.duplicate_groups == 2                     # the straggler's place taken, the third copy
+
+
+def test_a_late_copy_of_a_group_is_dropped_and_counted_never_trained_twice():
+    """Two asks for chunk 0 answered by two copies (attempts 1, 2), the second arriving after
+    the first was trained: its groups are dropped and counted; one still only buffered is
+    replaced by the later copy, in its place."""
+    duplicates, trained = [], []
+    feed = intake(k=1, on_duplicate=lambda i, c, n: duplicates.append((i, c, n)))
+    feed.add(group(0, 0, version=0))
+    assert feed.take(0, version=2) is None                # stale: dropped (asked again)
+    feed.add(group(0, 0, version=2))                      # copy 1 of slot 0
+    feed.add(group(0, 1, version=0))                      # the original's slot 1: fresh enough at v1
+    trained += feed.take(0, version=1)
+    assert ids(trained) == [0, 1] and feed.next_chunk == {0: 1}
+    for slot in (0, 1):                                   # copy 2 of chunk 0: both slots trained
+        feed.add(group(0, slot, version=2))
+    assert duplicates == [(0, 0, 1), (0, 0, 1)] and feed.duplicate_groups == 2
+    assert feed.take(0, version=2) is None                # nothing of chunk 0 is trained again
+    feed.add(group(1, 0, version=1))
+    feed.add(group(1, 1, version=1))
+    feed.add(group(1, 0, version=2))                      # a later copy while the first is buffered
+    taken = feed.take(0, version=2)
+    assert ids(taken) == [10, 11] and taken[0].policy_version == 2  # the later copy, in the first's place
+    assert duplicates[-1] == (0, 1, 1) and feed.duplicate_groups == 3
 
 
 def test_every_group_a_step_takes_is_within_k_versions_of_it():
@@ -107,13 +132,13 @@ def test_a_checkpoint_resumes_each_replica_at_the_first_chunk_any_rank_has_not_c
     from types import SimpleNamespace
 
     from llamarl_core.executors.feeds import merge_positions
-    control = SimpleNamespace(dropped=lambda i: {0: 1, 1: 0}[i], stale_groups=lambda: 3)
+    control = SimpleNamespace(dropped=lambda i: {0: 1, 1: 0}[i], stale_groups=lambda: 3, duplicate_groups=lambda: 5)
     views = [{"next_chunk": {0: 3, 1: 5}, "trained_ahead": {0: {3: [0]}}},   # rank 0
              {"next_chunk": {0: 2, 1: 5}, "trained_ahead": {}}]              # rank 1 lags on replica 0
     state = merge_positions(views, control)
     # the max (as before) would skip rank 1's untrained groups of chunk 2: lost on resume
     assert state == {"next_chunk": {0: 2, 1: 5}, "dropped": {0: 1, 1: 0}, "positions": views,
-                     "stale_dropped_groups": 3}
+                     "stale_dropped_groups": 3, "duplicate_dropped_groups": 5}
 
 
 def test_each_trainer_rank_resumes_at_its_own_position():
@@ -132,7 +157,7 @@ def test_each_trainer_rank_resumes_at_its_own_position():
             for slot in (0, 1):
                 feed.intake.add(group(1, slot, version=0))
             feed.intake.take(0, version=1)
-    control = SimpleNamespace(dropped=lambda i: 0, stale_groups=lambda: 0)
+    control = SimpleNamespace(dropped=lambda i: 0, stale_groups=lambda: 0, duplicate_groups=lambda: 0)
     state = json.loads(json.dumps(merge_positions([f.position() for f in feeds], control)))
     assert state["next_chunk"] == {"0": 1}  # the replica restarts where rank 1 is
     resumed = [RewardFeed(FeedConfig(4, 2, 1, 1), rt, rank, 2) for rank in range(2)]
