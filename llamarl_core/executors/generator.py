@@ -42,6 +42,7 @@ from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
+from llamarl_core.executors.late_chunk import LateChunk
 
 class GeneratorExecutor:
     def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
@@ -84,6 +85,7 @@ class GeneratorExecutor:
         self.streaming = streaming
         self.stream = ChunkStream(self.chunks) if self.streaming else None
         self.cut_by_restart = False
+        self.late = LateChunk(max_offpolicy_steps)  # a test hook, off unless its env var is set
 
     @property
     def held(self) -> int:
@@ -116,6 +118,7 @@ class GeneratorExecutor:
                 if self.receiver.ready():
                     self.steps.announce("sync")
                     self.loop.receive()
+                    self._send_due(sender, link)
                     continue
                 # streaming: the previous chunk need not be taken first (its groups stream out),
                 # but the wait still asks the sender whether a send failed (LinkBroken: a reward
@@ -197,19 +200,30 @@ class GeneratorExecutor:
         if t0 is not None:
             self._publish_stats(t0)
 
-    @staticmethod
-    def _send(sender: AsyncSender, part, link) -> None:
-        """Hand a prompt group to the sender; a broken link is not raised inside the engine's
-        decode loop (the chunk ends cleanly and is generated again): `sender.idle()` raises
-        it at the loop's next turn."""
+    def _send(self, sender: AsyncSender, part, link) -> None:
+        """Hand a prompt group to the sender (unless the test hook keeps it back: late_chunk.py);
+        a broken link is not raised inside the engine's decode loop (the chunk ends cleanly and
+        is generated again): `sender.idle()` raises it at the loop's next turn."""
+        self._send_due(sender, link)
+        if self.late.hold(part):
+            return
         try:
             sender.send(part, link, TAG_TO_REWARD)
         except LinkBroken:
             pass
 
+    def _send_due(self, sender: AsyncSender, link) -> None:
+        """The groups the test hook kept back, once they are due (none in a real run)."""
+        for part in self.late.due(self.held):
+            try:
+                sender.send(part, link, TAG_TO_REWARD)
+            except LinkBroken:
+                return
+
     def _connect(self) -> tuple[AsyncSender, object]:
         """A fresh sender and link to this replica's reward rank, in the epochs of now."""
         self.links.drop("reward")
+        self.late.forget()
         reward = rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(self.rank.replica))
         return AsyncSender("rollout-sender"), self.links.get(rejoin.my_endpoint(self.ctx), reward, sending=True)
 
