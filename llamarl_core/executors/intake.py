@@ -23,9 +23,10 @@ generation and from each redo (a redo regenerates the whole chunk, so its groups
 trained come again, and two trainer ranks, or one rank at two steps, may each ask for it): they
 reach a rank in the order they were generated (one replica → one reward rank → this rank, each
 hop in order), so the later arrival is the fresher copy, whatever its `attempt` (that number
-only keeps copies apart at the reward rank; a restarted generator's chunks are attempt 0 again). A dropped group is not consumed, so
-its chunk stays at or above `next_chunk`: it is generated again (by `on_drop`'s redo, or by a
-restarted or resumed generator starting at the first chunk not consumed) and trained later.
+only keeps copies apart at the reward rank; a restarted generator's chunks are attempt 0
+again). A dropped group is not consumed, so its chunk stays at or above `next_chunk`: it is
+generated again (by `on_drop`'s redo, or by a restarted or resumed generator starting at the
+first chunk not consumed) and trained later.
 The buffer is bounded by the credit rule: a replica runs at most k + 1 chunks ahead of the step.
 A row's oldest token is its first (versions only move forward), so checking each group's
 `policy_versions.min()` bounds every token.
