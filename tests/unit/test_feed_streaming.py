@@ -56,11 +56,12 @@ class Inbox:
     serves the chunks the feed asked again (GenerateLoop.generate_redo), group by group."""
 
     def __init__(self, arrivals, loop):
-        self.arrivals, self.loop = list(arrivals), loop
+        self.arrivals, self.loop, self.redone = list(arrivals), loop, []
 
     def get(self, should_stop):
         if not self.arrivals and (chunk := self.loop.next_redo()) is not None:
             self.loop.generate_redo(chunk, on_group=self.arrivals.append)
+            self.redone += self.arrivals
         return self.arrivals.pop(0)
 
 
@@ -104,7 +105,7 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
     loop = GenerateLoop(chunks, SimpleNamespace(ready=lambda: False), control, replica=0, global_rank=0,
                         max_offpolicy_steps=K, should_stop=lambda: False)
     loop.held = held()  # the version the generator holds when the redo comes
-    feed.inboxes = {0: Inbox(groups, loop)}
+    inbox = feed.inboxes[0] = Inbox(groups, loop)
 
     trained = []
     for v in range(STEPS):  # step v trains with version v (the trainer's own pace)
@@ -121,6 +122,8 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
     assert any(int(v.max()) > int(v.min()) for vs in token_versions.values() for v in vs)  # in flight
     assert late.policy_version < 2 - K and control.stale == 1
     assert control.redo == [(0, late.chunk)] and loop.next_redo() is None  # asked once, served once
+    # the copy asked again is attempt 1 on the wire (its reward-rank buffer is not the first copy's)
+    assert {g.attempt for g in groups} == {0} and [g.attempt for g in inbox.redone] == [1, 1]
     want = [i for n in range(STEPS) for i in chunk_prompt_indices(len(PROMPTS), n, 2, cfg.run.seed)]
     assert sorted(trained) == sorted(want) and len(set(trained)) == len(trained)  # each prompt once
     assert int(late.example_ids[0]) in trained[-2:]  # the dropped prompt, regenerated, trained last
