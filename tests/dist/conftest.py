@@ -49,6 +49,21 @@ def _run_workers_fixture():
     return run_workers
 
 
+@pytest.fixture(scope="session")
+def async_run(tmp_path_factory) -> Path:
+    """One plain async `llamarl train` run that several test files read (test_runtime,
+    test_run_outputs): k = 1, two DDP trainer ranks, a held-out eval every 2 steps with 3
+    samples each, TensorBoard on; 4 steps. A run costs ~15 s of start-up on 2 cores."""
+    from test_runtime import train
+
+    run_dir = tmp_path_factory.mktemp("async") / "async_run"
+    out = train(run_dir, "algorithm.max_offpolicy_steps=1", "resources.trainer.num_devices=2",
+                "resources.trainer.strategy=ddp", "resources.cpu_cores=4", "run.eval_every_steps=2",
+                "logging.samples_per_eval=3")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return run_dir
+
+
 def run_workers(fn, world_size: int, *args, timeout_s: float = 60.0) -> list:
     """Run ``fn(rank, world_size, store, *args)`` on ``world_size`` gloo ranks; return per-rank results."""
     import torch.distributed as dist

@@ -8,7 +8,9 @@ fsdp = 2 x dp = 2, with equal slice checksums at every version, and its resumabl
 is then evaluated by `llamarl eval` (DCP shards of the 4 trainer ranks). Before the HSDP fix the
 DDMA plan read trainer rank t's rows as `fsdp_rows(rows, 4, t)` while FSDP2 holds
 `fsdp_rows(rows, 2, t % 2)`: the run ended normally with every generator slice different from
-the trainer's, version 0 included. One run per family, as small as a run gets."""
+the trainer's, version 0 included. One run per family, as small as a run gets; the llama3 and
+qwen3 runs also carry two of the loss/advantage/aggregation combinations that
+test_every_choice_trains checks are all trained somewhere."""
 import json
 import subprocess
 import sys
@@ -22,6 +24,14 @@ TINY = ["warmstart.steps=0", "run.max_steps=2", "algorithm.prompts_per_step=2", 
         "generation.max_new_tokens=4", "run.eval_every_steps=0", "run.max_time_s=0",
         "run.weight_checksums=true", "logging.tensorboard=false", "controller.startup_timeout_s=90",
         "controller.heartbeat_timeout_s=20"]
+
+
+# algorithm choices these runs carry for test_every_choice_trains (async, k = 1)
+ALGORITHMS = {"llama3": ["algorithm.name=pg", "algorithm.advantage=loo", "algorithm.aggregation=sequence_mean",
+                         "algorithm.max_offpolicy_steps=1"],
+              "qwen3": ["algorithm.name=clamp", "algorithm.advantage=mean", "algorithm.aggregation=sequence_mean",
+                        "algorithm.max_offpolicy_steps=1"],
+              "mistral": []}
 
 
 def _train(tmp_path, family: str, *overrides: str):
@@ -50,10 +60,12 @@ def _assert_every_version_arrived_intact_and_weights_moved(sums):
 
 @pytest.mark.parametrize("family", ["llama3", "qwen3", "mistral"])
 def test_each_family_trains_from_its_hugging_face_checkpoint(tmp_path, family):
-    run_dir, sums = _train(tmp_path, family)
+    run_dir, sums = _train(tmp_path, family, *ALGORITHMS[family])
     _assert_every_version_arrived_intact_and_weights_moved(sums)
     config = json.loads((run_dir / "checkpoints" / "final" / "config.json").read_text())
     assert config["model_type"] == json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"]
+    resolved = (run_dir / "config.yaml").read_text()
+    assert all(f"  {w.split('=')[0].split('.')[1]}: {w.split('=')[1]}\n" in resolved for w in ALGORITHMS[family])
 
 
 def test_qwen25_trains_with_tp2_generator_and_fsdp2_trainer_and_its_step_checkpoint_evaluates(tmp_path, capsys):

@@ -1,7 +1,9 @@
 """Resume after SIGKILL, end to end on gloo. The trainer (or the sync actor) is killed
 mid-run: the run must end naming it with no process left; `run.resume=auto` then continues
 from the newest STABLE checkpoint. Sync (k = 0) reproduces the uninterrupted run exactly;
-async trains every example id at most once and reaches the same step count."""
+async trains every example id at most once and reaches the same step count. The sync runs
+also show sync mode is on-policy (every importance ratio is one, nothing generated while the
+actors train)."""
 import json
 import os
 import signal
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from llamarl_core.bench.run_stats import overlap_s, read_timeline, rl_window
 from test_runtime import FAST, metrics, processes_mentioning, train
 
 # A short supervised warm start on 1-digit sums so rewards (and gradients) are not all zero.
@@ -58,16 +61,28 @@ def trained(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "trained_examples.jsonl").read_text().splitlines()]
 
 
-def test_sync_run_killed_at_step_8_and_resumed_matches_the_uninterrupted_run(tmp_path):
-    # 12 steps, a checkpoint every 3: killed at 8, resumed from step 6; 4 checkpoints made, 2 kept.
-    every = [x for x in LEARNS if not x.startswith("run.checkpoint_every_steps=")]
-    opts = [*every, "run.checkpoint_every_steps=3", "algorithm.max_offpolicy_steps=0", "run.max_steps=12"]
-    whole, broken = tmp_path / "whole", tmp_path / "broken"
-    out = train(whole, *opts)
+# 12 steps, a checkpoint every 3: killed at 8, resumed from step 6; 4 checkpoints made, 2 kept.
+# aipo / mean / token_mean at k = 0 spelled out: one of test_every_choice_trains' combinations.
+SYNC_OPTS = [*(x for x in LEARNS if not x.startswith("run.checkpoint_every_steps=")), "run.checkpoint_every_steps=3",
+             "algorithm.name=aipo", "algorithm.advantage=mean", "algorithm.aggregation=token_mean",
+             "algorithm.max_offpolicy_steps=0", "run.max_steps=12"]
+
+
+@pytest.fixture(scope="module")
+def sync_runs(tmp_path_factory):
+    """(uninterrupted run, the same run killed at step 8 and resumed)."""
+    tmp = tmp_path_factory.mktemp("sync")
+    whole, broken = tmp / "whole", tmp / "broken"
+    out = train(whole, *SYNC_OPTS)
     assert out.returncode == 0, out.stderr[-3000:]
-    kill_at_step(broken, "actor", 8, *opts)
-    out = train(broken, *opts, "run.resume=auto")
+    kill_at_step(broken, "actor", 8, *SYNC_OPTS)
+    out = train(broken, *SYNC_OPTS, "run.resume=auto")
     assert out.returncode == 0, out.stderr[-3000:]
+    return whole, broken
+
+
+def test_sync_run_killed_at_step_8_and_resumed_matches_the_uninterrupted_run(sync_runs):
+    whole, broken = sync_runs
     a, b = metrics(whole), metrics(broken)
     assert [m["step"] for m in b] == list(range(1, 13))  # no gap, no duplicate
     assert [m["reward/mean"] for m in b] == [m["reward/mean"] for m in a]
@@ -80,14 +95,43 @@ def test_sync_run_killed_at_step_8_and_resumed_matches_the_uninterrupted_run(tmp
     assert len(list((broken / "checkpoints").glob("step_*"))) == 2  # run.keep_checkpoints
 
 
-@pytest.mark.parametrize("trainers", [
-    [],
-    # FSDP2 over 2 trainer ranks: the checkpoint holds one DCP shard per rank.
-    ["resources.trainer.num_devices=2", "resources.trainer.strategy=fsdp2", "resources.cpu_cores=4"],
-], ids=["one_trainer", "fsdp2_two_trainers"])
-def test_async_run_killed_and_resumed_trains_no_example_twice_and_every_step_once(tmp_path, trainers):
+def test_sync_mode_is_on_policy_every_importance_ratio_is_one(sync_runs):
+    run_dir = sync_runs[0]
+    lines = metrics(run_dir)
+    assert len(lines) == 12
+    for m in lines:
+        assert m["trainer/staleness_max"] == 0
+        assert abs(m["trainer/is_ratio_max"] - 1.0) < 1e-5
+        assert abs(m["trainer/is_ratio_mean"] - 1.0) < 1e-5
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [r["name"] for r in plan["roles"]] == ["actor", "reward"]
+    # Sync means turns: nothing is generated while the actors train. A rank that finished its
+    # chunk first enters "train" and waits there (DDP) for the others, so the training phase
+    # is when every actor rank is in "train".
+    spans = read_timeline(str(run_dir))
+    t0, t1 = rl_window(spans)
+    actor_ranks = sorted({s["rank"] for s in spans if s["role"] == "actor"})
+    all_training = [(max(s["t0"] for s in step), min(s["t1"] for s in step))
+                    for step in _train_spans_by_step(spans, actor_ranks)]
+    marked = [dict(role="actor", rank=-1, state="train", t0=a, t1=b) for a, b in all_training if b > a]
+    generating = [s for s in spans if s["state"] == "generate"]
+    assert len(marked) >= 12 and overlap_s(generating + marked, "generate", "train", t0, t1) == 0.0
+
+
+def _train_spans_by_step(spans, ranks):
+    """[(rank0's k-th train span, rank1's k-th, ...)] for every step k."""
+    per_rank = [sorted((s for s in spans if s["role"] == "actor" and s["rank"] == r
+                        and s["state"] == "train"), key=lambda s: s["t0"]) for r in ranks]
+    return list(zip(*per_rank))
+
+
+def test_async_run_killed_and_resumed_trains_no_example_twice_and_every_step_once(tmp_path):
+    # FSDP2 over 2 trainer ranks: the checkpoint holds one DCP shard per rank. k = 2: the
+    # staleness bound holds for a larger k too. (One trainer rank, k = 1, killed and resumed
+    # in streaming mode: test_streaming_exactly_once.)
     run_dir = tmp_path / "async"
-    opts = [*LEARNS, *trainers, "algorithm.max_offpolicy_steps=1", "run.max_steps=14"]
+    opts = [*LEARNS, "resources.trainer.num_devices=2", "resources.trainer.strategy=fsdp2", "resources.cpu_cores=4",
+            "algorithm.max_offpolicy_steps=2", "run.max_steps=14"]
     kill_at_step(run_dir, "trainer", 7, *opts)
     out = train(run_dir, *opts, "run.resume=auto")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -95,10 +139,11 @@ def test_async_run_killed_and_resumed_trains_no_example_twice_and_every_step_onc
     lines = trained(run_dir)
     assert [x["step"] for x in lines] == list(range(1, 15))
     assert [m["step"] for m in metrics(run_dir)] == list(range(1, 15))
+    assert max(m["trainer/staleness_max"] for m in metrics(run_dir)) <= 2
     # 64 examples, 4 prompts a step: 14 steps stay inside one epoch, so no id may repeat
     # (a dropped stale chunk skips its ids; it never makes any train twice).
     ids = [i for x in lines for i in x["example_ids"]]
     assert len(ids) == 14 * 4 and len(set(ids)) == len(ids)
     assert all(x["policy_version"] == x["step"] for x in lines)
     shards = list((run_dir / "checkpoints" / "step_10" / "trainer").glob("*.distcp"))
-    assert len(shards) == (2 if trainers else 1)
+    assert len(shards) == 2

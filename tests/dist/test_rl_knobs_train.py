@@ -1,11 +1,12 @@
 """Every RL knob trains 2 steps in a real `llamarl train` run; two runs cover every value.
 
-    sync  (k = 0, 2 actor ranks, DDP)    ppo with DAPO clip-higher, dynamic sampling, overlong=filter,
+    sync  (k = 0, 2 actor ranks, DDP)    ppo (std advantage) with DAPO clip-higher, dynamic sampling, overlong=filter,
                                          cosine schedule, 2 updates x 2 mini-batches, W&B offline
     async (k = 1, 2 trainer ranks FSDP2) KL to the sharded reference, dynamic sampling across
                                          data-parallel ranks, overlong=penalty, linear schedule,
                                          decoupled AIPO over 2 updates x 2 mini-batches
-overlong=keep and lr_schedule=constant are the defaults every other run trains.
+overlong=keep and lr_schedule=constant are the defaults every other run trains. The sync run's
+ppo + std advantage is also one of test_every_choice_trains' combinations.
 
 The data: GSM8K-format prompts whose answers are 0 or 7. The untrained byte model writes random
 bytes, and a digit among them often enough makes some groups disagree while most score alike:
@@ -32,6 +33,7 @@ COMMON = ["run.max_steps=2", "data.num_eval_examples=4", "data.name=gsm8k", "dat
           "algorithm.lr_warmup_steps=0", "algorithm.updates_per_batch=2", "algorithm.mini_batches=2"]
 RUNS = {
     "sync": ["algorithm.max_offpolicy_steps=0", "algorithm.prompts_per_step=2", "algorithm.name=ppo",
+             "algorithm.advantage=std",
              "algorithm.clip_eps_low=0.2", "algorithm.clip_eps_high=0.28", "algorithm.overlong=filter",
              "algorithm.lr_schedule=cosine", "algorithm.min_lr_ratio=0.1", "logging.wandb=true",
              "logging.trained_samples_per_step=64"],

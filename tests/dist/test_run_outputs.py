@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-from test_runtime import train  # the short run every runtime test uses
-
 pytest.importorskip("tensorboard")  # optional third-party package
 pytest.importorskip("matplotlib")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -17,12 +15,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from llamarl_core.executors.tensorboard_log import tensorboard_tag  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("outputs") / "async_run"
-    out = train(run_dir, "run.eval_every_steps=2", "logging.samples_per_eval=3")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return run_dir
+@pytest.fixture
+def finished_run(async_run):
+    """conftest's async run: 4 steps, a held-out eval every 2 with 3 samples, TensorBoard on."""
+    return async_run
 
 
 def test_event_files_hold_every_scalar_of_metrics_jsonl(finished_run):
