@@ -8,8 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from llamarl_core.bench.run_stats import overlap_s, read_timeline, rl_window
 
 FAST = ["warmstart.steps=0", "run.max_steps=4", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
