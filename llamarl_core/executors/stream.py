@@ -30,7 +30,9 @@ from llamarl_core.executors.setup import chunk_prompt_indices
 from llamarl_core.generation import Finished
 from llamarl_core.wire.rollout import Rollout
 
-GATE_RETRY_TURNS = 8  # a closed gate (k reached) is asked again only every this many turns
+# A closed gate (k reached) is asked again only every this many turns (each ask is store round
+# trips), or at once when the held version changed: that is what opens it.
+GATE_RETRY_TURNS = 8
 
 
 class StreamCut(Exception):
@@ -56,17 +58,17 @@ class ChunkStream:
         c = self.chunks
         a = c.cfg  # ChunkConfig: prompts_per_step, group_size, seed
         self.next_chunk, self.open, self.rows, self.started = start, deque(), {}, 0
-        closed_turns = [0]
+        closed = [0, None]  # turns before the gate is asked again; the version it closed under
 
         def refill(free: int) -> list[list[int]]:
             out: list[list[int]] = []
             while len(out) < free:
                 if not self.open or not self.open[-1][2]:
-                    if closed_turns[0] > 0:
-                        closed_turns[0] -= 1
+                    if closed[0] > 0 and held() == closed[1]:
+                        closed[0] -= 1
                         break
                     if not may_start(self.next_chunk):
-                        closed_turns[0] = GATE_RETRY_TURNS
+                        closed[:] = [GATE_RETRY_TURNS, held()]
                         break
                     self._open_chunk(self.next_chunk, held(), on_group)
                     self.next_chunk += 1

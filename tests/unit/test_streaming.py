@@ -153,3 +153,29 @@ def test_streaming_is_on_in_async_mode_and_off_in_sync_mode():
     assert streaming_active(load_config("cpu_tiny", []))
     assert not streaming_active(load_config("cpu_tiny", ["generation.streaming=false"]))
     assert not streaming_active(load_config("cpu_tiny_sync", []))
+
+
+def test_a_closed_gate_opens_at_the_turn_the_new_version_arrives():
+    """k reached: chunk 1 may start only under version 1. The gate is asked again only every
+    few turns (store round trips), but a swapped-in version is what opens it, so chunk 1 must
+    start at the turn its version arrives: waiting out the retry count left slots idle, or
+    ended the stream with chunk 1 unstarted (it used to)."""
+    _, chunks = _chunks()
+    stream = ChunkStream(chunks)
+    held, turn, asks, bumped = [0], [0], [], []
+
+    def between_steps():
+        turn[0] += 1
+        if not bumped and any(not ok for _, _, ok in asks) and turn[0] > asks[-1][0]:
+            held[0], bumped[:] = 1, [turn[0]]  # the turn after the gate first closed
+        return held[0]
+
+    def may_start(n):
+        ok = n < 2 and n <= held[0]  # k = 0
+        asks.append((turn[0], n, ok))
+        return ok
+    nxt = stream.run(0, may_start, held=lambda: held[0], between_steps=between_steps)
+    assert bumped, "the gate never closed: chunk 0's rows did not outlast its first free slot"
+    assert nxt == 2
+    first_ask_after = next(a for a in asks if a[0] >= bumped[0])
+    assert first_ask_after == (bumped[0], 1, True), asks
