@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 
 from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.run_stats import read_timeline, rl_window
+from llamarl_core.transport.idle import busy_intervals
 
 
 # metric keys before wave 3's role/quantity renames (README changelog), so older run dirs summarize too
@@ -46,9 +48,37 @@ def pipeline_shares(lines: list[dict]) -> dict:
     busy = {r: out[f"{r}_busy_per_step"]["median"] for r in ("trainer", "generator") if f"{r}_busy_per_step" in out}
     if busy:
         out["bottleneck_role"] = max(busy, key=busy.get)
+        out["bottleneck_busy_per_step"] = out[f"{out['bottleneck_role']}_busy_per_step"]
     if "pipeline/both_idle_frac" in lines[-1]:
         out["both_idle_frac"] = lines[-1]["pipeline/both_idle_frac"]
     return out
+
+
+def timeline_steps(run_dir: Path, floor: float = 0.95) -> dict:
+    """Per RL step after the first, from the timelines (the window between two trainer `train`
+    ends; steps numbered as in metrics.jsonl): how many have the trainer, or either of trainer and
+    generator, busy >= `floor`, and each step where the trainer is not, with the generator's
+    share and the trainer's wait for its rows in it (a miss where the generator is busy is a
+    step the generator bounds; one where both idle is waste)."""
+    spans = read_timeline(str(run_dir))
+    t0, _ = rl_window(spans)
+    trains = sorted((s for s in spans if s["role"] == "trainer" and s["rank"] == 0 and s["state"] == "train"),
+                    key=lambda s: s["t1"])
+
+    def share(role: str, a: float, b: float) -> float:
+        return sum(y - x for x, y in busy_intervals(spans, {role}, a, b)) / (b - a)
+
+    rows = []
+    for prev, s in zip(trains, trains[1:]):
+        a, b = prev["t1"], s["t1"]
+        wait = sum(min(w["t1"], b) - max(w["t0"], a) for w in spans if w["role"] == "trainer" and w["rank"] == 0
+                   and w["state"] == "wait" and w["t1"] > a and w["t0"] < b)
+        rows.append({"step": s["step"] + 1, "s": b - a, "trainer": share("trainer", a, b),
+                     "generator": share("generator", a, b), "trainer_wait_s": wait})
+    pct = f"{100 * floor:.0f}pct"
+    return {"steps": len(rows), f"trainer_busy_{pct}": sum(r["trainer"] >= floor for r in rows),
+            f"trainer_or_generator_busy_{pct}": sum(max(r["trainer"], r["generator"]) >= floor for r in rows),
+            "trainer_misses": [r for r in rows if r["trainer"] < floor]}
 
 
 def summarize(run_dir: Path) -> dict:
@@ -70,6 +100,7 @@ def summarize(run_dir: Path) -> dict:
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
         "dropped_chunks": summary["dropped_chunks"],
         "pipeline": pipeline_shares(lines),
+        "pipeline_from_timelines": (timeline_steps(run_dir) if (run_dir / "timeline").is_dir() else None),
         # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
         "stale_dropped_groups": lines[-1].get("trainer/stale_dropped_groups") if lines else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
