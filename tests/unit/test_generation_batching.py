@@ -176,13 +176,13 @@ def test_a_sync_into_the_original_parameter_names_lands_in_the_engines_fused_wei
     params = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
     engine = GenerationEngine(model, TOK)
     before = engine.generate([[1, 2, 3]], params)[0].token_ids
-    fused = engine.proj["0.qkv"].w  # [in, out] on CPU: wq | wk | wv side by side
+    fused = engine.proj["0.qkv"].weight  # [out, in]: wq | wk | wv stacked
     wk = model.layers[0].attention.wk.weight
     assert wk.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()  # a view, no copy
     with torch.no_grad():
         for name, p in dict(model.named_parameters()).items():  # what the weight sync does
             p.copy_(donor.state_dict()[name])
-    assert torch.equal(fused[:, ARGS.n_heads * ARGS.head_dim:][:, :wk.shape[0]], donor.layers[0].attention.wk.weight.t())
+    assert torch.equal(fused[ARGS.n_heads * ARGS.head_dim:][:wk.shape[0]], donor.layers[0].attention.wk.weight)
     after = engine.generate([[1, 2, 3]], params)[0].token_ids
     assert after != before
     assert after == GenerationEngine(donor, TOK).generate([[1, 2, 3]], params)[0].token_ids
