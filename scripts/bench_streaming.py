@@ -8,16 +8,19 @@ step). The long tail is the generation bench's: T = 1 with stop tokens planted b
 seed, geometric lengths capped at --new-tokens (max/mean ~3). Repeats alternate which mode
 goes first (the machine is shared); medians are reported.
 
-Which model: streaming buys decode steps — it runs the same tokens in ~2.4x fewer, fuller
+Which model: streaming buys decode steps: it runs the same tokens in ~2.4x fewer, fuller
 steps (`tokens_per_decode_step_ratio`). That is worth tokens/s where a decode step costs about
-the same whatever its live rows: where reading the weights dominates the step, as on a GPU
-and for any real model. The headline `streaming_vs_chunked` is therefore measured on the first
-of --presets, tiny-20m (20M params: its step at 8 live rows still costs ~40% of one at 64),
-and tiny-2m (2.5M, the old headline) is kept as a second case: its 10 MB of weights sit in
-cache, a step's cost is ~linear in its live rows, so a drained tail costs nearly nothing on
-this CPU and streaming gains little there. Each case records, per mode, tokens/s, decode
-steps, tokens per step and the measured decode-step cost by the rows in the step
-(`decode_ms_by_rows`, both modes' steps together), so a reader sees why the ratios differ.
+the same whatever its live rows, i.e. where reading the weights dominates the step: a GPU, and
+any real model. The headline `streaming_vs_chunked` is therefore the first of --presets,
+tiny-20m (20M params), and tiny-2m (2.5M, the old headline, its 10 MB of weights in cache) is
+a second case for comparison. Each case records, per mode, tokens/s (wall and per CPU-second
+of this 1-thread process, which the shared machine's load moves less), decode steps, tokens
+and rows per step, prefill calls and their share of the time, tokens per decode-second
+(`decode_only_ratio`: the decode steps alone), and the measured decode-step cost by rows in
+the step (`decode_ms_by_rows`, `step_cost_fewest_vs_most_rows`: a step of 1-8 rows against
+one of 49-64, 1.0 on a GPU), so a reader sees why the ratios differ. A streaming slot that
+frees is refilled at once, so streaming makes one small prefill per admission (chunked: one
+per chunk); where a forward's cost is its weight reads, each costs about a decode step.
 Nothing else differs between the cases: same engine, prompts, stop tokens, settings.
 
     nice -n 19 python scripts/bench_streaming.py --out benchmarks/results/streaming_cpu.json
@@ -151,12 +154,14 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
     chunks.engine.stream = orig
     mean = sum(done) / len(done)
     med = {m: {"tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in rs),
+               "tokens_per_decode_s": statistics.median(r["tokens"] / r["decode_s"] for r in rs),
                "tokens_per_cpu_s": statistics.median(r["tokens"] / r["cpu_s"] for r in rs),
                "decode_steps": statistics.median(r["decode_steps"] for r in rs),
                "tokens_per_decode_step": statistics.median(r["tokens"] / r["decode_steps"] for r in rs),
                "rows_per_decode_step": statistics.median(r["rows_per_decode_step"] for r in rs),
                "decode_share_of_time": statistics.median(r["decode_s"] / r["seconds"] for r in rs),
                "prefill_calls": statistics.median(r["prefill_calls"] for r in rs),
+               "prefill_s": statistics.median(r["prefill_s"] for r in rs),
                "prefill_share_of_time": statistics.median(r["prefill_s"] / r["seconds"] for r in rs),
                "decode_ms_by_rows": by_rows(calls[m])}
            for m, rs in runs.items()}
@@ -173,7 +178,24 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
             "streaming_vs_chunked_cpu_time": (med["streaming"]["tokens_per_cpu_s"]
                                               / med["chunked"]["tokens_per_cpu_s"]),
             "tokens_per_decode_step_ratio": (med["streaming"]["tokens_per_decode_step"]
-                                             / med["chunked"]["tokens_per_decode_step"])}
+                                             / med["chunked"]["tokens_per_decode_step"]),
+            "decode_only_ratio": med["streaming"]["tokens_per_decode_s"] / med["chunked"]["tokens_per_decode_s"]}
+
+
+def note(cases: list[dict]) -> str:
+    """What the numbers say, from the numbers (the first case is the headline)."""
+    parts = []
+    for c in cases:
+        st, ch = c["medians"]["streaming"], c["medians"]["chunked"]
+        parts.append(f"{c['preset']}: {c['streaming_vs_chunked']:.2f}x tokens/s "
+                     f"({c['streaming_vs_chunked_cpu_time']:.2f}x per CPU-second), "
+                     f"{c['tokens_per_decode_step_ratio']:.2f}x tokens per decode step, decode steps alone "
+                     f"{c['decode_only_ratio']:.2f}x; a 1-8-row step costs {c['step_cost_fewest_vs_most_rows']:.2f} "
+                     f"of a 49-64-row one; streaming made {st['prefill_calls']:.0f} prefills "
+                     f"({100 * st['prefill_share_of_time']:.0f}% of its time) against chunked's "
+                     f"{ch['prefill_calls']:.0f} ({100 * ch['prefill_share_of_time']:.0f}%)")
+    return (f"headline streaming_vs_chunked: the {cases[0]['preset']} case (a decode step that is mostly "
+            "its weight reads, as on a GPU and for any real model); per case: " + "; ".join(parts) + ".")
 
 
 def main(argv=None) -> int:
@@ -197,12 +219,7 @@ def main(argv=None) -> int:
     head = cases[0]
     report = {
         "command": " ".join([sys.executable] + sys.argv), "commit": commit,
-        "note": (f"headline streaming_vs_chunked is the {head['preset']} case: streaming runs the same "
-                 "tokens in fewer, fuller decode steps (tokens_per_decode_step_ratio), which pays where "
-                 "a step costs about the same whatever its live rows (weights read per step dominate: "
-                 "a GPU, any real model). The other cases are for comparison; on tiny-2m a step's cost "
-                 "is ~linear in its live rows on this CPU (step_cost_fewest_vs_most_rows near 0), so "
-                 "a drained tail is nearly free and the tokens/s ratio stays small."),
+        "note": note(cases),
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads,
                     "load_at_start": LOAD_AT_START},
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
