@@ -29,9 +29,12 @@ def _record_admissions(monkeypatch) -> list[list[int]]:
     admitted = []
     original = prefill_once.prefill
 
-    def spy(model, proj, cache, ids, lengths, slots):
-        admitted.append(slots.tolist())
-        return original(model, proj, cache, ids, lengths, slots)
+    def spy(model, proj, cache, ids, lengths, slots, start=0):
+        if start:  # the rest of prompts whose shared prefix the call before prefilled in one slot
+            admitted[-1] = slots.tolist()
+        else:
+            admitted.append(slots.tolist())
+        return original(model, proj, cache, ids, lengths, slots, start=start)
     monkeypatch.setattr(prefill_once, "prefill", spy)
     return admitted
 
