@@ -1,0 +1,94 @@
+"""CPU seconds and wall time of one small `llamarl train` run, per process of the run.
+
+    nice -n 19 python scripts/bench_launch.py [--runs 2] [--out benchmarks/results/launch_cpu.json] [key=value ...]
+
+Runs the 4-step run tests/dist uses (tests/dist/test_runtime.py FAST, three roles, one rank
+each) `--runs` times and samples every process of the run's tree with psutil every 50 ms,
+keeping each pid's last user+system CPU time. Processes are named by what they run: cli, zygote,
+agent:<role> (the torchrun elastic agent), worker:<role>. The total comes from
+getrusage(RUSAGE_CHILDREN) (every descendant that was waited for), so a process too short
+for a sample still counts there; `cpu_s_sampled` is the sum of the samples. Extra key=value words are overrides for the run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "dist"))
+from test_runtime import FAST  # noqa: E402  (the runs the suite makes)
+
+
+def name_of(p: psutil.Process) -> str:
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return "?"
+    if "llamarl_core.runtime.zygote" in cmd:
+        return "zygote"
+    role = next((w.split("=", 1)[1] for w in cmd if w.startswith("role=")), "")
+    if "llamarl_core.runtime.worker" in " ".join(cmd) and not any("torchrun" in w or "distributed.run" in w
+                                                                   for w in cmd):
+        return f"worker:{role}" if role else "worker"
+    return f"agent:{role}" if role else "?"
+
+
+def one_run(overrides: list[str]) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory(prefix="llamarl-bench-launch-") as tmp:
+        cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={tmp}/run", *FAST, *overrides]
+        t0 = time.time()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        root, seen = psutil.Process(proc.pid), {}
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            for p in tree:
+                try:
+                    t = p.cpu_times()
+                    name = "cli" if p.pid == root.pid else name_of(p)
+                    known = seen.get(p.pid, ("?",))[0]
+                    seen[p.pid] = (known if name == "?" else name, t.user + t.system)  # a zombie has no cmdline
+                except psutil.Error:
+                    pass
+            time.sleep(0.05)
+        wall_s = time.time() - t0
+        err = proc.stderr.read()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed ({proc.returncode}):\n{err[-3000:]}")
+    per = {}
+    for name, cpu in seen.values():
+        per.setdefault(name, []).append(round(cpu, 2))
+    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall_s, 2), "cpu_s_total": round(total, 2),
+            "cpu_s_sampled": round(sum(cpu for _, cpu in seen.values()), 2), "processes": len(seen),
+            "cpu_s_by_process": dict(sorted(per.items()))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--out", default="")
+    args, overrides = ap.parse_known_args()
+    runs = [one_run(overrides) for _ in range(args.runs)]
+    for r in runs:
+        print(json.dumps(r))
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        result = {"command": "python " + " ".join(sys.argv), "commit": commit, "runs": runs}
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
