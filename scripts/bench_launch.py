@@ -1,13 +1,16 @@
-"""CPU seconds and wall time of one small `llamarl train` run, per process of the run.
+"""CPU seconds and wall time of one small `llamarl train` run, per process, with the torchrun
+agents exec'd (LLAMARL_ZYGOTE=0, the launcher before runtime/zygote.py) and forked from the
+zygote, back to back.
 
     nice -n 19 python scripts/bench_launch.py [--runs 2] [--out benchmarks/results/launch_cpu.json] [key=value ...]
 
-Runs the 4-step run tests/dist uses (tests/dist/test_runtime.py FAST, three roles, one rank
-each) `--runs` times and samples every process of the run's tree with psutil every 50 ms,
-keeping each pid's last user+system CPU time. Processes are named by what they run: cli, zygote,
-agent:<role> (the torchrun elastic agent), worker:<role>. The total comes from
-getrusage(RUSAGE_CHILDREN) (every descendant that was waited for), so a process too short
-for a sample still counts there; `cpu_s_sampled` is the sum of the samples. Extra key=value words are overrides for the run.
+Each run is the 4-step run tests/dist makes (tests/dist/test_runtime.py FAST: three roles, one
+rank each); the modes alternate (exec, zygote, exec, zygote, ...) so machine load hits both
+alike. Every process of the run's tree is sampled with psutil every 50 ms, keeping each pid's
+last user+system CPU time; processes are named by what they run: cli, zygote, agent:<role>
+(the torchrun elastic agent), worker:<role>. `cpu_s_total` is getrusage(RUSAGE_CHILDREN) over
+the run (every descendant that was waited for); `cpu_s_sampled` is the sum of the samples.
+Extra key=value words are overrides for the run.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,12 +44,13 @@ def name_of(p: psutil.Process) -> str:
     return f"agent:{role}" if role else "?"
 
 
-def one_run(overrides: list[str]) -> dict:
+def one_run(overrides: list[str], zygote: bool) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {**os.environ, "LLAMARL_ZYGOTE": "1" if zygote else "0"}
     with tempfile.TemporaryDirectory(prefix="llamarl-bench-launch-") as tmp:
         cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={tmp}/run", *FAST, *overrides]
         t0 = time.time()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         root, seen = psutil.Process(proc.pid), {}
         while proc.poll() is None:
             try:
@@ -75,17 +80,32 @@ def one_run(overrides: list[str]) -> dict:
             "cpu_s_by_process": dict(sorted(per.items()))}
 
 
+def summary(runs: list[dict]) -> dict:
+    mean = lambda key: round(statistics.mean(r[key] for r in runs), 2)
+    return {"wall_s_mean": mean("wall_s"), "cpu_s_total_mean": mean("cpu_s_total"), "runs": runs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2, help="runs per mode")
     ap.add_argument("--out", default="")
     args, overrides = ap.parse_known_args()
-    runs = [one_run(overrides) for _ in range(args.runs)]
-    for r in runs:
-        print(json.dumps(r))
+    load_at_start = os.getloadavg()[0]
+    runs = {False: [], True: []}
+    for _ in range(args.runs):
+        for zygote in (False, True):
+            runs[zygote].append(one_run(overrides, zygote))
+            print(("zygote " if zygote else "exec   ") + json.dumps(runs[zygote][-1]), flush=True)
+    before, after = summary(runs[False]), summary(runs[True])
+    print(f"exec'd agents: {before['cpu_s_total_mean']} CPU-s, {before['wall_s_mean']} s wall; "
+          f"zygote: {after['cpu_s_total_mean']} CPU-s, {after['wall_s_mean']} s wall")
     if args.out:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        result = {"command": "python " + " ".join(sys.argv), "commit": commit, "runs": runs}
+        result = {"command": "python " + " ".join(sys.argv), "commit": commit,
+                  "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+                              "loadavg_at_end": os.getloadavg()[0]},
+                  "before": {"launcher": "agents exec'd (LLAMARL_ZYGOTE=0)", **before},
+                  "after": {"launcher": "agents forked from the zygote", **after}}
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
 

@@ -41,14 +41,22 @@ START_TIMEOUT_S = 120.0    # the first request waits for the zygote's imports
 _ISOLATED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "CUDA")  # read as an interpreter starts
+
+
+def startup_vars(env) -> dict:
+    """The variables that shape an interpreter's start (the loader, sys.path, torch's import);
+    PYTHONUNBUFFERED is set again in each agent's streams by the zygote."""
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k != "PYTHONUNBUFFERED"}
+
+
 def eligible(argv: list[str], env: dict) -> bool:
     """Whether `argv` may be started from the zygote: `python -m <agent module> …` of this very
-    interpreter, with the same PYTHON* variables (they shape an interpreter's start)."""
+    interpreter, with this process's startup variables."""
     if os.environ.get("LLAMARL_ZYGOTE", "1") == "0" or not hasattr(os, "fork") or not os.path.isdir("/proc"):
         return False
-    python_vars = lambda e: {k: v for k, v in e.items() if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED"}
     return (len(argv) > 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] in AGENT_MODULES
-            and python_vars(env) == python_vars(os.environ))
+            and startup_vars(env) == startup_vars(os.environ))
 
 
 class Agent:
@@ -77,6 +85,7 @@ class Zygote:
     def __init__(self):
         from llamarl_core.runtime.procs import die_with_parent
 
+        self.startup = startup_vars(os.environ)
         env = {**os.environ, **_ISOLATED, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", __name__, " " * TITLE_ROOM], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
@@ -153,11 +162,14 @@ _zygote: Zygote | None = None
 
 
 def start_agent(argv: list[str], env: dict, log_path: str) -> Agent | None:
-    """Fork `argv` from this process's zygote (started on first use); None if that failed."""
+    """Fork `argv` from this process's zygote (started on first use); None if that failed or
+    the zygote started under other startup variables than `env`'s (then: exec it)."""
     global _zygote
     try:
         if _zygote is None or not _zygote.alive():
             _zygote = Zygote()
+        if startup_vars(env) != _zygote.startup:
+            return None
         return _zygote.start(argv, env, log_path)
     except OSError as e:
         print(f"llamarl: starting {argv[2]} from the zygote failed ({e}); exec'ing it instead",
