@@ -110,6 +110,7 @@ class Zygote:
         return self.proc.poll() is None
 
     def start(self, argv: list[str], env: dict, log_path: str) -> Agent:
+        open(log_path, "ab").close()  # the log exists when start returns, as with Popen
         req = {"argv": argv, "env": env, "log": log_path, "cwd": os.getcwd()}
         self.proc.stdin.write(json.dumps(req).encode() + b"\n")
         self.proc.stdin.flush()
