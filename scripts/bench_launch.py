@@ -9,7 +9,8 @@ rank each); the modes alternate (exec, zygote, exec, zygote, ...) so machine loa
 alike. Every process of the run's tree is sampled with psutil every 50 ms, keeping each pid's
 last user+system CPU time; processes are named by what they run: cli, zygote, agent:<role>
 (the torchrun elastic agent), worker:<role>. `cpu_s_total` is getrusage(RUSAGE_CHILDREN) over
-the run (every descendant that was waited for); `cpu_s_sampled` is the sum of the samples.
+the run (every descendant that was waited for); `cpu_s_sampled` is the sum of the samples;
+`started_at_s` is when each process was first seen, from the CLI's start.
 Extra key=value words are overrides for the run.
 """
 from __future__ import annotations
@@ -51,7 +52,7 @@ def one_run(overrides: list[str], zygote: bool) -> dict:
         cmd = [sys.executable, "-m", "llamarl_cli.main", "train", f"run.dir={tmp}/run", *FAST, *overrides]
         t0 = time.time()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        root, seen = psutil.Process(proc.pid), {}
+        root, seen, first = psutil.Process(proc.pid), {}, {}
         while proc.poll() is None:
             try:
                 tree = [root, *root.children(recursive=True)]
@@ -63,6 +64,7 @@ def one_run(overrides: list[str], zygote: bool) -> dict:
                     name = "cli" if p.pid == root.pid else name_of(p)
                     known = seen.get(p.pid, ("?",))[0]
                     seen[p.pid] = (known if name == "?" else name, t.user + t.system)  # a zombie has no cmdline
+                    first.setdefault(p.pid, time.time() - t0)
                 except psutil.Error:
                     pass
             time.sleep(0.05)
@@ -71,13 +73,14 @@ def one_run(overrides: list[str], zygote: bool) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}):\n{err[-3000:]}")
-    per = {}
-    for name, cpu in seen.values():
+    per, started = {}, {}
+    for pid, (name, cpu) in seen.items():
         per.setdefault(name, []).append(round(cpu, 2))
+        started.setdefault(name, []).append(round(first[pid], 1))
     total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall_s": round(wall_s, 2), "cpu_s_total": round(total, 2),
             "cpu_s_sampled": round(sum(cpu for _, cpu in seen.values()), 2), "processes": len(seen),
-            "cpu_s_by_process": dict(sorted(per.items()))}
+            "cpu_s_by_process": dict(sorted(per.items())), "started_at_s": dict(sorted(started.items()))}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -90,7 +93,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="runs per mode")
     ap.add_argument("--out", default="")
     args, overrides = ap.parse_known_args()
-    load_at_start = os.getloadavg()[0]
+    load_at_start = list(os.getloadavg())
     runs = {False: [], True: []}
     for _ in range(args.runs):
         for zygote in (False, True):
@@ -103,7 +106,7 @@ def main() -> None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         result = {"command": "python " + " ".join(sys.argv), "commit": commit,
                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
-                              "loadavg_at_end": os.getloadavg()[0]},
+                              "loadavg_at_end": list(os.getloadavg())},
                   "before": {"launcher": "agents exec'd (LLAMARL_ZYGOTE=0)", **before},
                   "after": {"launcher": "agents forked from the zygote", **after}}
         with open(args.out, "w") as f:
