@@ -31,12 +31,12 @@ def _free_port() -> int:
 
 def _matmul_rate(m: int, k: int, n: int, engine: bool = False, seconds: float = MATMUL_SECONDS) -> float:
     """FLOP/s of y = x @ W^T, [m, k] x [k, n]: with `engine`, through the generation engine's own
-    projection (generation/fused.py `Proj`: the kernel it picks, e.g. oneDNN); else `F.linear`,
+    projection (generation/fused.py `Proj`: the kernel cpu_gemm.py picks for the shape, MKL or oneDNN); else `F.linear`,
     what a training step's forward runs."""
     from llamarl_core.generation.fused import Proj
 
     x, w = torch.randn(m, k), torch.randn(n, k)
-    run = Proj(w.t().contiguous().t(), transposed=True) if engine else (lambda a: a @ w.T)
+    run = Proj(w) if engine else (lambda a: a @ w.T)
     with torch.inference_mode():
         for _ in range(3):
             run(x)

@@ -6,10 +6,11 @@ length is its next position. Slots are independent: a finished sequence's slot i
 prefilling the next prompt into indices 0..P-1 of that slot (what lies beyond a sequence's
 length is never attended to: the decode mask stops at each slot's own length).
 
-  * `prefill(ids [n, T], lengths [n], slots [n])`: new prompts, right-padded to T, written
-    into cache slots `slots`; plain causal attention, the trainer's own SDPA call (a real
-    token never sees padding, which only ever follows it); returns the logits at each
-    prompt's last real token.
+  * `prefill(ids [n, T], lengths [n], slots [n], start=0)`: new prompts, right-padded to T,
+    written into cache slots `slots`; plain causal attention, the trainer's own SDPA call (a
+    real token never sees padding, which only ever follows it); returns the logits at each
+    prompt's last real token. With `start`, the prompts' first `start` tokens are in those
+    slots already (a prefix they share) and `ids` are the rest.
   * `decode(tokens [B], positions [B], span)`: one token for each of slots 0..B-1, written at
     each slot's own position; attention over indices 0..span-1 with each slot masked beyond
     its position.
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.rope import apply_rope
+from . import cpu_gemm
 
 
 class SlotCache:
@@ -79,18 +81,34 @@ def _ffn(proj, i: int, h: torch.Tensor, layer) -> torch.Tensor:
 
 
 def _head(model, proj, h: torch.Tensor) -> torch.Tensor:
+    """The output head's logits in float32. A tied head (SmolLM2, Llama-3.2) is the embedding
+    matrix itself, never copied into `proj`; it still takes the faster CPU kernel
+    (cpu_gemm.py: the 49k-vocabulary head ran 33 vs 20 GFLOP/s) unless hooks wrap it."""
     h = model.norm(h)
-    out = proj["output"](h) if "output" in proj else model.output(h)
+    head = model.output
+    if "output" in proj:
+        out = proj["output"](h)
+    elif type(head) is torch.nn.Linear and not (head._forward_hooks or head._forward_pre_hooks):
+        out = cpu_gemm.linear(h, head.weight, head.bias)
+    else:
+        out = head(h)
     return out.float()
 
 
 def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Tensor,
-            slots: torch.Tensor) -> torch.Tensor:
-    """ids [n, T] right-padded, lengths [n], slots [n] -> logits [n, V] at each last real token."""
+            slots: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """ids [n, T] right-padded, lengths [n], slots [n] -> logits [n, V] at each last real token.
+
+    `start` > 0: the ids are the rest of prompts whose first `start` tokens' K/V every slot
+    holds already (a shared prefix, prefill_once.py): they take positions start.., and attend
+    to those cached keys and causally to each other."""
     n, T = ids.shape
-    cos, sin = (t[:T][None, None] for t in model.rope(ids.device))  # [1, 1, T, hd]
+    cos, sin = (t[start:start + T][None, None] for t in model.rope(ids.device))  # [1, 1, T, hd]
     h = model.tok_embeddings(ids)  # [n, T, D]
     cos, sin = cos.to(h.dtype), sin.to(h.dtype)
+    # query i (position start + i) sees keys 0..start + i
+    visible = (torch.arange(start + T, device=ids.device)[None, :]
+               <= torch.arange(start, start + T, device=ids.device)[:, None]) if start else None
     for i, layer in enumerate(model.layers):
         att = layer.attention
         H, KV, hd = _heads(att)
@@ -101,10 +119,13 @@ def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Ten
         q = apply_rope(q.transpose(1, 2), cos, sin)  # [n, H, T, hd]
         k = apply_rope(k.transpose(1, 2), cos, sin)  # [n, KV, T, hd]
         v = v.view(n, T, KV, hd).transpose(1, 2)
-        cache.k[i][slots, :, :T] = k
-        cache.v[i][slots, :, :T] = v
+        cache.k[i][slots, :, start:start + T] = k
+        cache.v[i][slots, :, start:start + T] = v
+        if start:
+            k, v = cache.k[i][slots, :, :start + T], cache.v[i][slots, :, :start + T]  # [n, KV, start+T, hd]
         # The trainer's own attention call (prefill is not per-step work): μ matches its π.
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=KV != H)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=not start and T > 1,
+                                             enable_gqa=KV != H)
         h = h + proj[f"{i}.wo"](out.transpose(1, 2).reshape(n, T, H * hd))
         h = h.add_(_ffn(proj, i, h, layer))
     last = h[torch.arange(n, device=h.device), lengths - 1]  # [n, D]

@@ -1,14 +1,12 @@
 """The engine's weights: merged QKV and gate/up projections, laid out for the fastest GEMM.
 
 Per block the engine runs 4 matmuls instead of 7: `x @ Wqkv` (wq|wk|wv stacked on the output
-axis), `x @ Wo`, `x @ W13` (gate|up) and `x @ W2`. On CPU each is stored transposed
-(`[in, out]`, contiguous) and, in float32 with at least `ONEDNN_MIN_ROWS` rows, run by
-oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the kernel inductor emits) instead of
-MKL's sgemm, which `F.linear`/`matmul` call: measured on this AMD EPYC (AVX-512), 1 thread,
-64 rows: oneDNN 195-225 GFLOP/s, MKL 80-98 (MKL does not pick its AVX-512 path on AMD),
-same float32 arithmetic (max error vs float64 6e-7 vs 5e-7). Below 16 rows MKL's GEMV is
-faster. Where the op is missing or fails its start-up check, MKL is used. On CUDA the usual
-`[out, in]` layout is kept.
+axis), `x @ Wo`, `x @ W13` (gate|up) and `x @ W2`, each stored `[out, in]` (contiguous) on
+every device. On CPU in float32 each runs by `cpu_gemm.linear`: MKL or oneDNN, whichever
+runs that shape faster on this CPU (timed once per shape; the two trade places by CPU and
+shape by up to 2x, cpu_gemm.py has the numbers). Until 2026-12 the CPU copies were stored
+`[in, out]` and always run by oneDNN, as measured on an AVX-512 EPYC; on an AVX2 one that
+ran `w1|w3` at half the speed of the better kernel.
 
 Where the fused buffers live depends on who else uses the model:
   * **adopted** (a model nobody trains: no parameter requires grad, e.g. the generator role's):
@@ -40,59 +38,29 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from . import cpu_gemm
 from .quant import QuantizedLinear
 
 
-ONEDNN_MIN_ROWS = 16
-_onednn_ok: Optional[bool] = None
-
-
-def onednn_linear_available() -> bool:
-    """Whether oneDNN's float32 linear runs here and agrees with `F.linear` (checked once)."""
-    global _onednn_ok
-    if _onednn_ok is None:
-        _onednn_ok = False
-        op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-        if op is not None and torch.backends.mkldnn.is_available():
-            try:
-                with torch.inference_mode():
-                    x = torch.randn(ONEDNN_MIN_ROWS, 32, generator=torch.Generator().manual_seed(0))
-                    w = torch.randn(48, 32, generator=torch.Generator().manual_seed(1))
-                    _onednn_ok = torch.allclose(op(x, w.t().contiguous().t(), None, "none", [], ""),
-                                                F.linear(x, w), rtol=1e-5, atol=1e-5)
-            except RuntimeError:
-                pass
-    return _onednn_ok
-
-
 class Proj:
-    """y = x @ W for one (possibly fused) projection; `weight` is [out, in] (maybe a view).
+    """y = x @ W^T (+ b) for one (possibly fused) projection; `weight` is [out, in] (maybe a view).
 
-    Forward hooks of a single-module projection still run (tensor parallelism all-reduces the
-    row-parallel wo/w2 outputs in one, transport/tensor_parallel.py)."""
+    `transposed` says only how `weight`'s storage is laid out ([in, out] when True; the
+    engine itself no longer stores it so, fp8's and the benches' callers may). Forward hooks of
+    a single-module projection still run (tensor parallelism all-reduces the row-parallel
+    wo/w2 outputs in one, transport/tensor_parallel.py)."""
 
-    def __init__(self, weight: torch.Tensor, transposed: bool, module: Optional[nn.Module] = None,
+    def __init__(self, weight: torch.Tensor, transposed: bool = False, module: Optional[nn.Module] = None,
                  bias: Optional[torch.Tensor] = None):
         self.transposed = transposed
-        self.weight = weight  # [out, in]; with `transposed`, a view of [in, out] storage
-        self.w = weight.t() if transposed else weight  # [in, out] or [out, in]
+        self.weight = weight  # [out, in]
         self.bias = bias  # [out] or None
         self.module = module
-        self.onednn = (transposed and weight.device.type == "cpu" and weight.dtype == torch.float32
-                       and onednn_linear_available())  # measured for this layout only
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.onednn and x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]:
-            y = torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
-        elif self.transposed:
-            y = torch.matmul(x, self.w)
-            y = y if self.bias is None else y.add_(self.bias)
-        else:
-            y = F.linear(x, self.w, self.bias)
-        return _hooked(self.module, x, y)
+        return _hooked(self.module, x, cpu_gemm.linear(x, self.weight, self.bias))
 
 
 def _hooked(module: Optional[nn.Module], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -182,9 +150,7 @@ class EngineWeights:
         self._aliases: list[tuple[torch.Tensor, int]] = []  # (param, data_ptr it must keep)
         self._built = False
 
-    @property
-    def _transposed(self) -> bool:
-        return self.model.tok_embeddings.weight.device.type == "cpu"
+    _transposed = False  # [out, in] storage everywhere (the class docstring says why)
 
     def adoptable(self) -> bool:
         return self.quantization == "none" and not any(p.requires_grad for p in self.model.parameters())

@@ -17,12 +17,21 @@ the freed slot it lands in is its sibling's own, and nothing is copied) and the 
 logits kept for that group while members still wait (one [V] row per straddling group; with
 groups contiguous in the queue, at most one). Only KV computed under the current policy
 version is shared: after an in-flight weight swap a later member is prefilled afresh under
-the new weights. Where no slot holds it any more it is prefilled again: correct, only slower. No prefix cache across different prompts (a system prompt shared
-by every group is still prefilled once per group): see docs/GENERATION.md.
+the new weights. Where no slot holds it any more it is prefilled again: correct, only slower.
 
-Exactness: the shared prefill is the same computation as each copy's own (rows of a prefill
-do not interact; tested bit-for-bit on CPU), and a sample's noise is keyed by the sample, not
-by its row, so tokens and μ equal G separate prefills (tested).
+Different prompts admitted together that start alike (a chat template's system turn and
+user header: 11 of the smollm2_cpu recipe's 33 tokens) share that prefix's prefill too:
+it is computed once, in the first admitted slot, its K/V copied into the others' positions
+0..L-1, and the rest of each prompt is prefilled after it (`forward.prefill(start=L)`,
+attending to the cached prefix). Only within one admission (the first fill of the slots, and
+any refill that admits several prompts at once); no prefix cache is kept across admissions.
+
+Exactness: the shared prefill of identical prompts is the same computation as each copy's
+own (rows of a prefill do not interact; tested bit-for-bit on CPU), and a sample's noise is
+keyed by the sample, not by its row, so tokens and μ equal G separate prefills (tested). A
+shared prefix of different prompts changes the summation order of the rest's attention (the
+prefix keys come from a shorter prefill), so there logits agree to float32 rounding (tested
+against separate prefills and against the full forward within 1e-5).
 """
 from __future__ import annotations
 
@@ -32,6 +41,8 @@ from collections import Counter
 import torch
 
 from .forward import prefill
+
+MIN_SHARED_PREFIX = 8  # tokens: a shorter common prefix is not worth a second prefill call
 
 
 class GroupPrefill:
@@ -81,7 +92,7 @@ class GroupPrefill:
                 origin[k] = src
             if origin[k] != d:
                 copies.append((origin[k], d, j))  # one move: every source is read before any write
-        logits = self._prefill(batch, [idx[r] for r in fresh], [slots[r] for r in fresh])
+        logits, computed = self._prefill(batch, [idx[r] for r in fresh], [slots[r] for r in fresh])
         if copies:
             device = batch.engine.device
             src = torch.tensor([c[0] for c in copies], device=device)
@@ -98,7 +109,7 @@ class GroupPrefill:
                 self.held.pop(k, None)
         st = self.stats
         st["prompt_tokens"] += sum(len(self.prompts[j]) for j in idx)
-        st["prefill_tokens"] += sum(len(self.prompts[idx[r]]) for r in fresh)
+        st["prefill_tokens"] += computed
         st["shared_tokens"] = st["prompt_tokens"] - st["prefill_tokens"]
         st["prefill_s"] += time.perf_counter() - start  # host time (on CUDA: launches only)
         return out
@@ -122,11 +133,18 @@ class GroupPrefill:
             return dest
         return next((s for s, kv in self.slot_kv.items() if kv == (k, version) and s not in dests), None)
 
-    def _prefill(self, batch, idx: list[int], slots: list[int]) -> torch.Tensor:
+    def _prefill(self, batch, idx: list[int], slots: list[int]) -> tuple[torch.Tensor, int]:
+        """Prefill distinct prompts `idx` into `slots` -> (last-token logits, tokens computed);
+        a prefix of at least `MIN_SHARED_PREFIX`
+        tokens that all of them start with (a chat template's system turn) is prefilled once,
+        in the first slot, its K/V copied into the others, and only the rest of each prompt
+        is prefilled after it."""
         engine = batch.engine
         if not idx:
-            return torch.empty(0, device=engine.device)
+            return torch.empty(0, device=engine.device), 0
+        device = engine.device
         lengths = [len(self.prompts[j]) for j in idx]
+        shared = self._shared_prefix(idx) if self.enabled and len(idx) > 1 else 0
         rows = getattr(batch, "prompt_tokens", None)
         if rows is not None:  # the prompts are tensors already (a rollout chunk's token rows)
             ids = rows[torch.tensor(idx, device=rows.device), :max(lengths)]
@@ -134,6 +152,23 @@ class GroupPrefill:
             ids = torch.full((len(idx), max(lengths)), engine.tokenizer.pad_id, dtype=torch.long)
             for r, j in enumerate(idx):
                 ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
-        device = engine.device
-        return prefill(batch.model, engine.proj, batch.cache, ids.to(device),
-                       torch.tensor(lengths, device=device), torch.tensor(slots, device=device))
+        ids, slot_ids = ids.to(device), torch.tensor(slots, device=device)
+        if shared:
+            prefill(batch.model, engine.proj, batch.cache, ids[:1, :shared],
+                    torch.tensor([shared], device=device), slot_ids[:1])
+            batch.cache.move(slot_ids[:1].expand(len(idx) - 1), slot_ids[1:], shared)
+        logits = prefill(batch.model, engine.proj, batch.cache, ids[:, shared:],
+                         torch.tensor(lengths, device=device) - shared, slot_ids, start=shared)
+        return logits, sum(lengths) - (len(idx) - 1) * shared
+
+    def _shared_prefix(self, idx: list[int]) -> int:
+        """Tokens every prompt `idx` starts with, leaving each at least one of its own (its
+        last-token logits come from the rest); 0 when under MIN_SHARED_PREFIX."""
+        first = self.prompts[idx[0]]
+        n = min(len(self.prompts[j]) for j in idx) - 1
+        for j in idx[1:]:
+            p = self.prompts[j]
+            n = next((t for t in range(n) if p[t] != first[t]), n)
+            if n < MIN_SHARED_PREFIX:
+                return 0
+        return n if n >= MIN_SHARED_PREFIX else 0

@@ -28,9 +28,9 @@ def _prefilled_rows(monkeypatch) -> list[int]:
     rows = []
     original = prefill_once.prefill
 
-    def spy(model, proj, cache, ids, lengths, slots):
+    def spy(model, proj, cache, ids, lengths, slots, start=0):
         rows.append(ids.shape[0])
-        return original(model, proj, cache, ids, lengths, slots)
+        return original(model, proj, cache, ids, lengths, slots, start=start)
     monkeypatch.setattr(prefill_once, "prefill", spy)
     return rows
 
@@ -146,3 +146,49 @@ def test_row_seeded_noise_draws_from_the_distribution_and_ignores_its_neighbours
     tok1, _ = sample_next(mixed[7:], params, [row_seed(1, 7, 2)])
     assert tok8[7] == tok1[0]
     assert len({row_seed(0, j, t) for j in range(50) for t in range(50)}) == 2500
+
+
+SYSTEM = TOK.encode("<system>Be brief.</system><user>", add_bos=True)  # 32 tokens every prompt starts with
+TASKS = [SYSTEM + TOK.encode(t) for t in ("1+2=", "30+4=", "what is 7*6?", "x")]
+
+
+@pytest.mark.parametrize("batching", ["continuous", "static"])
+def test_different_prompts_with_a_common_start_prefill_it_once_and_sample_what_separate_prefills_do(
+        batching, monkeypatch):
+    model = _model()
+    runs = {}
+    for once in (True, False):
+        rows = _prefilled_rows(monkeypatch)
+        engine = GenerationEngine(model, TOK, max_batch_size=8, batching=batching, prefill_once=once)
+        runs[once] = engine.stream(TASKS, PARAMS, seed=5), list(rows), engine.last_stats
+    (shared, shared_rows, stats), (each, each_rows, each_stats) = runs[True], runs[False]
+    assert each_rows == [len(TASKS)] and shared_rows == [1, len(TASKS)]  # the prefix, then the rests
+    assert each_stats["prefill_tokens"] == sum(map(len, TASKS))
+    assert stats["prefill_tokens"] == sum(map(len, TASKS)) - (len(TASKS) - 1) * len(SYSTEM)
+    assert stats["shared_tokens"] == (len(TASKS) - 1) * len(SYSTEM)
+    for a, b in zip(shared, each):
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+
+
+def test_a_prefix_prefilled_once_decodes_the_full_forwards_greedy_tokens():
+    torch.manual_seed(0)
+    model = Llama(ARGS).eval().requires_grad_(False)
+    model.reset_parameters(std=0.2)  # peaked distributions: no near-ties in the argmax
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
+    done = GenerationEngine(model, TOK, max_batch_size=8).generate(TASKS, params)
+    for prompt, completion in zip(TASKS, done):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + completion.token_ids]))[0, len(prompt) - 1:-1]
+        assert logits.argmax(-1).tolist() == completion.token_ids
+        torch.testing.assert_close(torch.tensor(completion.logprobs),
+                                   torch.log_softmax(logits, -1).max(-1).values, atol=1e-5, rtol=0)
+
+
+def test_the_shared_prefix_leaves_every_prompt_a_token_of_its_own_and_needs_min_shared_prefix():
+    plan = prefill_once.GroupPrefill([SYSTEM + [7], SYSTEM + [7, 9], SYSTEM[:5] + [1] * 30, SYSTEM + [8]])
+    assert plan._shared_prefix([0, 1]) == len(SYSTEM)  # prompt 0 keeps its last token
+    assert plan._shared_prefix([0, 3]) == len(SYSTEM)
+    assert plan._shared_prefix([0, 1, 3]) == len(SYSTEM)
+    assert plan._shared_prefix([0, 2]) == 0  # 5 < MIN_SHARED_PREFIX
+    assert plan._shared_prefix([1, 1]) == len(SYSTEM) + 1
