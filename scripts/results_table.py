@@ -136,6 +136,12 @@ ROWS: list[Row] = [
         {"x": "speedup", "i": "ideal_speedup", "s": "sync.step_s_median", "a": "async.step_s_median"},
         lambda v: f"{v['x']:.2f}× (sync {v['s']:.2f} s, async {v['a']:.2f} s; ideal from phase times {v['i']:.2f}×)",
         "> 1× (async faster)", lambda v: v["x"] > 1),
+    Row("Launcher: CPU of a 4-step `llamarl train` run (3 roles), torchrun agents forked from the zygote vs exec'd",
+        "launch_cpu.json", {"b": "before.cpu_s_total_mean", "a": "after.cpu_s_total_mean",
+                            "bw": "before.wall_s_mean", "aw": "after.wall_s_mean",
+                            "sb": "test_subset.before.wall_s", "sa": "test_subset.after.wall_s"},
+        lambda v: (f"{v['b']:.1f} → {v['a']:.1f} CPU-s ({pct(v['a'] / v['b'] - 1)}), wall {v['bw']:.0f} → {v['aw']:.0f} s; "
+                   f"4 tests/dist files {v['sb']:.0f} → {v['sa']:.0f} s")),
     Row("Simulator's CPU twin predicts measured step times (`cpu_tiny`; async: the streaming generator)",
         "sync_vs_async_cpu_simulated.json", {"s": "relative_error.sync", "a": "relative_error.async",
                                              "t": "tolerance"},

@@ -16,6 +16,7 @@ from llamarl_core.data import (Example, Keys, default_reward, prompt_format, ren
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.models.meta import meta_device
 
 
 def build_model(model_cfg: ModelConfig, dtype: str, device: str = "cpu", *, seed: int):
@@ -39,7 +40,7 @@ def build_meta_model(model_cfg: ModelConfig, dtype: str):
         model, _ = build_empty(model_cfg.checkpoint, device="meta")
         tokenizer = load_tokenizer(model_cfg.checkpoint, required=False)
     else:
-        with torch.device("meta"):
+        with meta_device():  # no init on meta: it would import torch._dynamo (models/meta.py)
             model, tokenizer = Llama(get_preset(model_cfg.preset)), ByteTokenizer()
     return model.to(dtype=TORCH_DTYPES[dtype]), tokenizer
 

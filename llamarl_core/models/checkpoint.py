@@ -21,6 +21,7 @@ import torch
 from .hf_config import args_from_hf_config, hf_config_from_args, read_config
 from .args import ModelArgs
 from .llama import Llama
+from .meta import meta_device
 from .step_checkpoint import is_step_checkpoint, step_tensors
 from .tokenizer import load_tokenizer
 
@@ -96,7 +97,7 @@ def build_empty(path, device: str | torch.device = "meta"):
     """(model with uninitialised weights on `device`, args) from a checkpoint's config.json."""
     path = Path(path)
     args = args_from_hf_config(read_config(path), source=str(path / "config.json"))
-    with torch.device(device):
+    with meta_device() if torch.device(device).type == "meta" else torch.device(device):
         model = Llama(args)
     return model, args
 

@@ -11,6 +11,8 @@ import subprocess
 import time
 from collections import deque
 
+from llamarl_core.runtime import zygote
+
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 try:  # resolved once here: a child between fork and exec must not dlopen
@@ -29,12 +31,19 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     return _prctl is not None and _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
-def start_role(command: str, log_path: str, env: dict) -> subprocess.Popen:
-    """Exec one torchrun command line (exactly as the plan printed it) in its own session;
-    the agent gets SIGTERM (and stops its workers) if the controller dies."""
+def start_role(command: str, log_path: str, env: dict) -> subprocess.Popen | zygote.Agent:
+    """Start one torchrun command line (exactly as the plan printed it) in its own session;
+    the agent gets SIGTERM (and stops its workers) if the controller dies. A local agent line
+    is forked from the zygote, which skips the agent's own `import torch` (runtime/zygote.py);
+    any other line, or a zygote that fails, is exec'd."""
+    argv = shlex.split(command)
+    if zygote.eligible(argv, env):
+        agent = zygote.start_agent(argv, env, log_path)
+        if agent is not None:
+            return agent
     log = open(log_path, "ab")
     try:
-        return subprocess.Popen(shlex.split(command), stdout=log, stderr=subprocess.STDOUT,
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                 preexec_fn=lambda: die_with_parent(signal.SIGTERM))
     finally:
