@@ -70,7 +70,7 @@ def install(engine, model: torch.nn.Module, received: dict[str, torch.Tensor]) -
     for key, linears in _groups(model):
         single = linears[0] if len(linears) == 1 else None
         if key == "output":  # full precision, a copy of the head the receiver just re-pointed
-            weights.proj[key] = Proj(_stacked(linears, weights._transposed), weights._transposed, single)
+            weights.proj[key] = Proj(_stacked(linears), single)
             continue
         bias = _stacked_bias(linears)
         keys = [names[id(lin.weight)] for lin in linears]

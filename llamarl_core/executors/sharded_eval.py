@@ -56,7 +56,7 @@ class _BlockByBlock:
         for name, modules in BLOCK_PROJECTIONS:
             linears = [layer.get_submodule(m) for m in modules]
             weight = torch.cat([lin.weight for lin in linears]) if len(linears) > 1 else linears[0].weight
-            self.projs[name] = Proj(weight, transposed=False, bias=_stacked_bias(linears))
+            self.projs[name] = Proj(weight, bias=_stacked_bias(linears))
 
     def release(self) -> None:
         if self.at is not None:

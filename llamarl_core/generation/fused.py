@@ -47,14 +47,11 @@ from .quant import QuantizedLinear
 class Proj:
     """y = x @ W^T (+ b) for one (possibly fused) projection; `weight` is [out, in] (maybe a view).
 
-    `transposed` says only how `weight`'s storage is laid out ([in, out] when True; the
-    engine itself no longer stores it so, fp8's and the benches' callers may). Forward hooks of
-    a single-module projection still run (tensor parallelism all-reduces the row-parallel
-    wo/w2 outputs in one, transport/tensor_parallel.py)."""
+    Forward hooks of a single-module projection still run (tensor parallelism all-reduces the
+    row-parallel wo/w2 outputs in one, transport/tensor_parallel.py)."""
 
-    def __init__(self, weight: torch.Tensor, transposed: bool = False, module: Optional[nn.Module] = None,
+    def __init__(self, weight: torch.Tensor, module: Optional[nn.Module] = None,
                  bias: Optional[torch.Tensor] = None):
-        self.transposed = transposed
         self.weight = weight  # [out, in]
         self.bias = bias  # [out] or None
         self.module = module
@@ -133,12 +130,9 @@ def _in_place(ws: list[torch.Tensor]) -> Optional[torch.Tensor]:
     return w0.detach().new_empty(0).set_(w0.untyped_storage(), w0.storage_offset(), (rows, *w0.shape[1:]))
 
 
-def _stacked(linears: list[nn.Linear], transposed: bool) -> torch.Tensor:
-    """A fresh [out, in] tensor whose storage is [in, out]-contiguous when `transposed`."""
-    weights = [lin.weight.detach() for lin in linears]
-    if transposed:
-        return torch.cat([w.t() for w in weights], dim=1).contiguous().t()
-    return torch.cat(weights, dim=0).contiguous()
+def _stacked(linears: list[nn.Linear]) -> torch.Tensor:
+    """A fresh contiguous [out, in] tensor of the linears' weights stacked on the output axis."""
+    return torch.cat([lin.weight.detach() for lin in linears], dim=0).contiguous()
 
 
 class EngineWeights:
@@ -149,8 +143,6 @@ class EngineWeights:
         self.proj: dict[str, Callable] = {}
         self._aliases: list[tuple[torch.Tensor, int]] = []  # (param, data_ptr it must keep)
         self._built = False
-
-    _transposed = False  # [out, in] storage everywhere (the class docstring says why)
 
     def adoptable(self) -> bool:
         return self.quantization == "none" and not any(p.requires_grad for p in self.model.parameters())
@@ -175,9 +167,9 @@ class EngineWeights:
             bias = _stacked_bias(linears)
             if quantized and key != "output":  # the output head stays full precision
                 self.proj[key] = _HookedQuantized(
-                    QuantizedLinear(_stacked(linears, False), self.quantization, bias), single)
+                    QuantizedLinear(_stacked(linears), self.quantization, bias), single)
             else:
-                self.proj[key] = Proj(_stacked(linears, self._transposed), self._transposed, single, bias)
+                self.proj[key] = Proj(_stacked(linears), single, bias)
         self._built = True
 
     def _adopt(self) -> None:
@@ -193,13 +185,13 @@ class EngineWeights:
                     # a bias in place is a view too; one laid out elsewhere is copied (it is tiny)
                     bias = (_in_place([lin.bias for lin in linears]) if has_bias else None)
                     bias = _stacked_bias(linears) if has_bias and bias is None else bias
-                    self.proj[key] = Proj(view, False, linears[0] if len(linears) == 1 else None, bias)
+                    self.proj[key] = Proj(view, linears[0] if len(linears) == 1 else None, bias)
                     self._aliases += [(t, t.data_ptr()) for lin in linears
                                       for t in ((lin.weight, lin.bias) if has_bias else (lin.weight,))]
                 self._built = True
                 return
             for key, linears in groups:
-                stacked = _stacked(linears, self._transposed)  # [out_total, in]
+                stacked = _stacked(linears)  # [out_total, in]
                 bias = _stacked_bias(linears)  # [out_total] or None
                 start = 0
                 for lin in linears:
@@ -210,5 +202,5 @@ class EngineWeights:
                         lin.bias.data = bias[start:start + rows]
                         self._aliases.append((lin.bias, lin.bias.data_ptr()))
                     start += rows
-                self.proj[key] = Proj(stacked, self._transposed, linears[0] if len(linears) == 1 else None, bias)
+                self.proj[key] = Proj(stacked, linears[0] if len(linears) == 1 else None, bias)
         self._built = True

@@ -13,7 +13,7 @@ same bytes on every rank) and samples the same token; `token_sync` broadcasts TP
 token anyway, because a single differing token would make the ranks' step counts differ and
 the next all-reduce hang.
 
-Weights stay plain tensors (sliced copies), not DTensors: the engine's transposed CPU snapshot
+Weights stay plain tensors (sliced copies), not DTensors: the engine's fused copies
 and its quantized copies read `module.weight` as an ordinary tensor, and decode-sized GEMMs
 gain nothing from DTensor dispatch. Which slice a rank holds is `tp_layout.tp_slice`.
 """
