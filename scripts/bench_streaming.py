@@ -23,6 +23,12 @@ frees is refilled at once, so streaming makes one small prefill per admission (c
 per chunk); where a forward's cost is its weight reads, each costs about a decode step.
 Nothing else differs between the cases: same engine, prompts, stop tokens, settings.
 
+A refill's prefill joins the decode step it is admitted at (forward.step: the admitted
+prompts' rows and the running rows share every projection GEMM, one pass over the weights).
+The third mode, `streaming_unfused`, runs each refill's prefill as a forward of its own first
+(GenerationEngine(fuse_prefill=False), the engine before that change): the JSON gives both
+ratios, `streaming_fused_vs_unfused` and `streaming_unfused_vs_chunked`, from the same run.
+
     nice -n 19 python scripts/bench_streaming.py --out benchmarks/results/streaming_cpu.json
 """
 from __future__ import annotations
@@ -71,10 +77,20 @@ class DecodeTimer:
     """Wraps the engine's decode step and prefill: (rows, seconds) of every call of each."""
 
     def __init__(self):
-        self.calls: list[tuple[int, float]] = []
-        self.prefills: list[tuple[int, float]] = []
+        self.calls: list[tuple[int, float]] = []     # decode steps: (decode rows, seconds)
+        self.prefills: list[tuple[int, float]] = []  # prefills run on their own
+        self.joined: list[int] = []                  # prefill rows of each decode step a prefill joined
         scheduler.decode = self._timed(scheduler.decode, self.calls)
         prefill_once.prefill = self._timed(prefill_once.prefill, self.prefills)
+        original = scheduler.step
+
+        def step(model, proj, cache, decode_rows=None, prefill_rows=None):  # both kinds in one forward
+            t0 = time.perf_counter()
+            out = original(model, proj, cache, decode_rows=decode_rows, prefill_rows=prefill_rows)
+            self.calls.append((int(decode_rows[0].shape[0]), time.perf_counter() - t0))
+            self.joined.append(int(prefill_rows[0].shape[0]))
+            return out
+        scheduler.step = step
 
     @staticmethod
     def _timed(original, into: list):
@@ -127,13 +143,21 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
     def streaming() -> None:
         stream.run(0, may_start=lambda n: n < args.steps, held=lambda: 0)
 
-    modes = {"chunked": chunked, "streaming": streaming}
+    def streaming_unfused() -> None:  # each refill's prefill a forward of its own (the old engine)
+        chunks.engine.fuse_prefill = False
+        try:
+            streaming()
+        finally:
+            chunks.engine.fuse_prefill = True
+
+    modes = {"chunked": chunked, "streaming": streaming, "streaming_unfused": streaming_unfused}
     chunks.generate(0, 0)  # warm-up
     runs: dict = {m: [] for m in modes}
     calls: dict = {m: [] for m in modes}
     for repeat in range(args.repeats):
         for mode in (list(modes) if repeat % 2 == 0 else list(modes)[::-1]):
             tokens0, n0, p0 = chunks.tokens_generated, len(timer.calls), len(timer.prefills)
+            j0 = len(timer.joined)
             t0, c0 = time.perf_counter(), time.process_time()
             modes[mode]()
             seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
@@ -143,6 +167,7 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
                                "decode_steps": len(mine), "decode_s": sum(s for _, s in mine),
                                "prefill_calls": len(timer.prefills) - p0,
                                "prefill_s": sum(s for _, s in timer.prefills[p0:]),
+                               "prefills_joined_to_decode": len(timer.joined) - j0,
                                "rows_per_decode_step": sum(b for b, _ in mine) / len(mine)})
     done: list[int] = []  # lengths of one chunked pass, for max/mean
     orig = chunks.engine.stream
@@ -163,9 +188,10 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
                "prefill_calls": statistics.median(r["prefill_calls"] for r in rs),
                "prefill_s": statistics.median(r["prefill_s"] for r in rs),
                "prefill_share_of_time": statistics.median(r["prefill_s"] / r["seconds"] for r in rs),
+               "prefills_joined_to_decode": statistics.median(r["prefills_joined_to_decode"] for r in rs),
                "decode_ms_by_rows": by_rows(calls[m])}
            for m, rs in runs.items()}
-    cost = by_rows(calls["chunked"] + calls["streaming"])
+    cost = by_rows(calls["chunked"] + calls["streaming_unfused"])  # plain decode steps only
     lo, hi = next(iter(cost)), list(cost)[-1]
     return {"preset": preset, "params": sum(p.numel() for p in model.parameters()),
             "stop_token_ids": stops, "mean_new_tokens": mean, "max_to_mean_new_tokens": max(done) / mean,
@@ -179,7 +205,13 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
                                               / med["chunked"]["tokens_per_cpu_s"]),
             "tokens_per_decode_step_ratio": (med["streaming"]["tokens_per_decode_step"]
                                              / med["chunked"]["tokens_per_decode_step"]),
-            "decode_only_ratio": med["streaming"]["tokens_per_decode_s"] / med["chunked"]["tokens_per_decode_s"]}
+            "decode_only_ratio": (med["streaming_unfused"]["tokens_per_decode_s"]
+                                  / med["chunked"]["tokens_per_decode_s"]),
+            # what joining each refill's prefill to the decode step buys, same run
+            "streaming_fused_vs_unfused": (med["streaming"]["tokens_per_s"]
+                                           / med["streaming_unfused"]["tokens_per_s"]),
+            "streaming_unfused_vs_chunked": (med["streaming_unfused"]["tokens_per_s"]
+                                             / med["chunked"]["tokens_per_s"])}
 
 
 def note(cases: list[dict]) -> str:
@@ -192,8 +224,11 @@ def note(cases: list[dict]) -> str:
                      f"{c['tokens_per_decode_step_ratio']:.2f}x tokens per decode step, decode steps alone "
                      f"{c['decode_only_ratio']:.2f}x; a 1-8-row step costs {c['step_cost_fewest_vs_most_rows']:.2f} "
                      f"of a 49-64-row one; streaming made {st['prefill_calls']:.0f} prefills "
-                     f"({100 * st['prefill_share_of_time']:.0f}% of its time) against chunked's "
-                     f"{ch['prefill_calls']:.0f} ({100 * ch['prefill_share_of_time']:.0f}%)")
+                     f"({100 * st['prefill_share_of_time']:.0f}% of its time) and joined "
+                     f"{st['prefills_joined_to_decode']:.0f} to decode steps, against chunked's "
+                     f"{ch['prefill_calls']:.0f} ({100 * ch['prefill_share_of_time']:.0f}%); joining them "
+                     f"is worth {c['streaming_fused_vs_unfused']:.2f}x (streaming with each refill "
+                     f"prefilled on its own: {c['streaming_unfused_vs_chunked']:.2f}x chunked)")
     return (f"headline streaming_vs_chunked: the {cases[0]['preset']} case (a decode step that is mostly "
             "its weight reads, as on a GPU and for any real model); per case: " + "; ".join(parts) + ".")
 

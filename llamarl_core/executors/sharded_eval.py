@@ -73,6 +73,7 @@ class LockstepGreedy:
 
     token_sync = None
     compact_finished_rows = True
+    fuse_prefill = True  # a refill's prefill joins the decode step (forward.step)
 
     def __init__(self, model, tokenizer, group, device: torch.device | str, compute_dtype: torch.dtype,
                  max_batch_size: int = GeneratorResources.max_batch_size):

@@ -37,7 +37,8 @@ class GenerationEngine:
                  max_seq_len: Optional[int] = None, quantization: str = GeneratorResources.quantization,
                  batching: str = GenerationConfig.batching,
                  token_sync: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                 compact_finished_rows: bool = True, prefill_once: bool = True):
+                 compact_finished_rows: bool = True, prefill_once: bool = True,
+                 fuse_prefill: bool = True):
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if max_batch_size < 1:
@@ -58,6 +59,9 @@ class GenerationEngine:
         # False prefills every copy of a repeated prompt (a group's G samples) on its own: the
         # bench's baseline and the tests' reference (prefill_once.py).
         self.prefill_once = prefill_once
+        # False runs a refill's prefill as its own forward before the decode step, instead of
+        # in the decode step's (forward.step): the streaming bench's A/B and the tests' reference.
+        self.fuse_prefill = fuse_prefill
         self.last_stats: dict = {}  # the last stream's prefill counters (GroupPrefill.stats)
         self.weights = EngineWeights(model, quantization)
         self.proj: dict = {}

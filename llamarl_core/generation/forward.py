@@ -14,6 +14,10 @@ length is never attended to: the decode mask stops at each slot's own length).
   * `decode(tokens [B], positions [B], span)`: one token for each of slots 0..B-1, written at
     each slot's own position; attention over indices 0..span-1 with each slot masked beyond
     its position.
+  * `step(decode_rows=..., prefill_rows=...)`: both in one forward, the way continuous
+    batching admits a prompt while others decode: the decode rows and the prompts' rows are
+    stacked for every projection GEMM (one pass over the weights), attention is per kind.
+    `prefill` and `decode` are `step` with one kind.
 Decode attention is written out as matmuls (`_attend`); a GQA group's query heads share one
 read of the group's K/V.
 
@@ -95,43 +99,6 @@ def _head(model, proj, h: torch.Tensor) -> torch.Tensor:
     return out.float()
 
 
-def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Tensor,
-            slots: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """ids [n, T] right-padded, lengths [n], slots [n] -> logits [n, V] at each last real token.
-
-    `start` > 0: the ids are the rest of prompts whose first `start` tokens' K/V every slot
-    holds already (a shared prefix, prefill_once.py): they take positions start.., and attend
-    to those cached keys and causally to each other."""
-    n, T = ids.shape
-    cos, sin = (t[start:start + T][None, None] for t in model.rope(ids.device))  # [1, 1, T, hd]
-    h = model.tok_embeddings(ids)  # [n, T, D]
-    cos, sin = cos.to(h.dtype), sin.to(h.dtype)
-    # query i (position start + i) sees keys 0..start + i
-    visible = (torch.arange(start + T, device=ids.device)[None, :]
-               <= torch.arange(start, start + T, device=ids.device)[:, None]) if start else None
-    for i, layer in enumerate(model.layers):
-        att = layer.attention
-        H, KV, hd = _heads(att)
-        q, k, v = proj[f"{i}.qkv"](layer.attention_norm(h)).split([H * hd, KV * hd, KV * hd], dim=-1)
-        q, k = q.view(n, T, H, hd), k.view(n, T, KV, hd)
-        if att.q_norm is not None:
-            q, k = att.q_norm(q), att.k_norm(k)
-        q = apply_rope(q.transpose(1, 2), cos, sin)  # [n, H, T, hd]
-        k = apply_rope(k.transpose(1, 2), cos, sin)  # [n, KV, T, hd]
-        v = v.view(n, T, KV, hd).transpose(1, 2)
-        cache.k[i][slots, :, start:start + T] = k
-        cache.v[i][slots, :, start:start + T] = v
-        if start:
-            k, v = cache.k[i][slots, :, :start + T], cache.v[i][slots, :, :start + T]  # [n, KV, start+T, hd]
-        # The trainer's own attention call (prefill is not per-step work): μ matches its π.
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=not start and T > 1,
-                                             enable_gqa=KV != H)
-        h = h + proj[f"{i}.wo"](out.transpose(1, 2).reshape(n, T, H * hd))
-        h = h.add_(_ffn(proj, i, h, layer))
-    last = h[torch.arange(n, device=h.device), lengths - 1]  # [n, D]
-    return _head(model, proj, last)
-
-
 def _rope_heads(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
     """RoPE on x [B, N, hd] (the query and key heads of one decode step together):
     x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1) written as (x2, x1)*(-sin, sin),
@@ -141,38 +108,124 @@ def _rope_heads(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) ->
     return torch.addcmul(x * cos, swapped, sin_signed)
 
 
+def prefill(model, proj, cache: SlotCache, ids: torch.Tensor, lengths: torch.Tensor,
+            slots: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """ids [n, T] right-padded, lengths [n], slots [n] -> logits [n, V] at each last real token.
+
+    `start` > 0: the ids are the rest of prompts whose first `start` tokens' K/V every slot
+    holds already (a shared prefix, prefill_once.py): they take positions start.., and attend
+    to those cached keys and causally to each other."""
+    return step(model, proj, cache, prefill_rows=(ids, lengths, slots, start))[1]
+
+
 def decode(model, proj, cache: SlotCache, tokens: torch.Tensor, positions: torch.Tensor,
            span: int) -> torch.Tensor:
-    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions).
+    """tokens [B] at positions [B] for slots 0..B-1 -> logits [B, V]; span > max(positions)."""
+    return step(model, proj, cache, decode_rows=(tokens, positions, span))[0]
 
-    Per step, not per layer: the RoPE rows, the mask and the flat cache index every layer
+
+def step(model, proj, cache: SlotCache, decode_rows=None, prefill_rows=None):
+    """One forward over decode rows and prefill rows together -> (decode logits [B, V] or None,
+    prefill logits [n, V] or None).
+
+    decode_rows = (tokens [B], positions [B], span): one token for each of slots 0..B-1.
+    prefill_rows = (ids [n, T], lengths [n], slots [n], start): new prompts into `slots`.
+
+    Both kinds share every projection GEMM (their rows are stacked: B + n*T rows), so a prompt
+    admitted while others decode costs its rows, not a second pass over the weights
+    (continuous batching's refill joins the decode step, scheduler.py); only attention is
+    per kind. Within each layer the decode rows write their K/V first, then the prefill rows,
+    so a free slot's scratch write never lands over a prompt prefilled into it. Either kind
+    alone is `decode` / `prefill`, the same arithmetic."""
+    ids = [decode_rows[0]] if decode_rows is not None else []
+    ids += [prefill_rows[0].reshape(-1)] if prefill_rows is not None else []
+    h = model.tok_embeddings(ids[0] if len(ids) == 1 else torch.cat(ids))  # [B + n*T, D]
+    dec = _decode_setup(model, cache, *decode_rows, h.dtype) if decode_rows is not None else None
+    pre = _prefill_setup(model, *prefill_rows, h.dtype) if prefill_rows is not None else None
+    B = dec["B"] if dec else 0
+    H, KV, hd = _heads(model.layers[0].attention)
+    for i, layer in enumerate(model.layers):
+        qkv = proj[f"{i}.qkv"](layer.attention_norm(h))  # [M, (H + 2 KV) hd]
+        outs = []
+        if dec is not None:
+            outs.append(_decode_attention(i, layer.attention, qkv[:B], cache, dec, H, KV, hd))
+        if pre is not None:
+            outs.append(_prefill_attention(i, layer.attention, qkv[B:], cache, pre, H, KV, hd))
+        h = h + proj[f"{i}.wo"](outs[0] if len(outs) == 1 else torch.cat(outs))
+        h = h.add_(_ffn(proj, i, h, layer))
+    rows = []
+    if dec is not None:
+        rows.append(torch.arange(B, device=h.device))
+    if pre is not None:
+        n, T = pre["ids"].shape
+        rows.append(B + torch.arange(n, device=h.device) * T + pre["lengths"] - 1)
+    picked = h[:B] if pre is None else h[rows[0] if len(rows) == 1 else torch.cat(rows)]
+    logits = _head(model, proj, picked)  # [B + n, V]
+    return (logits[:B] if dec is not None else None), (logits[B:] if pre is not None else None)
+
+
+def _decode_setup(model, cache: SlotCache, tokens, positions, span, dtype) -> dict:
+    """Per step, not per layer: the RoPE rows, the mask and the flat cache index every layer
     writes its new K/V at (`index_copy_` into a [slots*KV*max_len, hd] view: one kernel, no
     advanced-indexing machinery)."""
     B = tokens.shape[0]
     cos_t, sin_t = model.rope(tokens.device)
-    h = model.tok_embeddings(tokens)[:, None]  # [B, 1, D]
-    cos = cos_t[positions][:, None].to(h.dtype)  # [B, 1, hd]
-    sin = sin_t[positions][:, None].to(h.dtype)
+    cos = cos_t[positions][:, None].to(dtype)  # [B, 1, hd]
+    sin = sin_t[positions][:, None].to(dtype)
     half = cos.shape[-1] // 2
     sin_signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
     hidden = torch.arange(span, device=tokens.device)[None, :] > positions[:, None]  # [B, S]
-    mask = torch.zeros(B, 1, 1, span, dtype=h.dtype, device=h.device).masked_fill_(
+    mask = torch.zeros(B, 1, 1, span, dtype=dtype, device=tokens.device).masked_fill_(
         hidden[:, None, None], float("-inf"))
-    H, KV, hd = _heads(model.layers[0].attention)
-    L = cache.max_len
+    _, KV, _ = _heads(model.layers[0].attention)
     heads = torch.arange(KV, device=tokens.device)
-    at = ((torch.arange(B, device=tokens.device)[:, None] * KV + heads) * L
+    at = ((torch.arange(B, device=tokens.device)[:, None] * KV + heads) * cache.max_len
           + positions[:, None]).reshape(-1)  # [B*KV] row of (slot, kv head, position)
-    for i, layer in enumerate(model.layers):
-        qkv = proj[f"{i}.qkv"](layer.attention_norm(h)).view(B, H + 2 * KV, hd)
-        qk = qkv[:, :H + KV]
-        if layer.attention.q_norm is not None:
-            qk = torch.cat((layer.attention.q_norm(qk[:, :H]), layer.attention.k_norm(qk[:, H:])), dim=1)
-        qk = _rope_heads(qk, cos, sin_signed)  # [B, H+KV, hd]
-        cache.k[i].view(-1, hd).index_copy_(0, at, qk[:, H:].reshape(B * KV, hd))
-        cache.v[i].view(-1, hd).index_copy_(0, at, qkv[:, H + KV:].reshape(B * KV, hd))
-        keys, values = cache.k[i][:B, :, :span], cache.v[i][:B, :, :span]  # [B, KV, S, hd]
-        out = _attend(qk[:, :H].reshape(B, KV, H // KV, hd), keys, values, mask)  # [B, KV, G, hd]
-        h = h + proj[f"{i}.wo"](out.reshape(B, 1, H * hd))
-        h = h.add_(_ffn(proj, i, h, layer))
-    return _head(model, proj, h[:, 0])
+    return {"tokens": tokens, "B": B, "span": span, "cos": cos, "sin_signed": sin_signed,
+            "mask": mask, "at": at}
+
+
+def _decode_attention(i, att, qkv, cache: SlotCache, d: dict, H: int, KV: int, hd: int):
+    """qkv [B, (H + 2 KV) hd] -> attention output [B, H hd] (K/V written at each position)."""
+    B, span = d["B"], d["span"]
+    qkv = qkv.view(B, H + 2 * KV, hd)
+    qk = qkv[:, :H + KV]
+    if att.q_norm is not None:
+        qk = torch.cat((att.q_norm(qk[:, :H]), att.k_norm(qk[:, H:])), dim=1)
+    qk = _rope_heads(qk, d["cos"], d["sin_signed"])  # [B, H+KV, hd]
+    cache.k[i].view(-1, hd).index_copy_(0, d["at"], qk[:, H:].reshape(B * KV, hd))
+    cache.v[i].view(-1, hd).index_copy_(0, d["at"], qkv[:, H + KV:].reshape(B * KV, hd))
+    keys, values = cache.k[i][:B, :, :span], cache.v[i][:B, :, :span]  # [B, KV, S, hd]
+    out = _attend(qk[:, :H].reshape(B, KV, H // KV, hd), keys, values, d["mask"])  # [B, KV, G, hd]
+    return out.reshape(B, H * hd)
+
+
+def _prefill_setup(model, ids, lengths, slots, start, dtype) -> dict:
+    T = ids.shape[1]
+    cos, sin = (t[start:start + T][None, None].to(dtype) for t in model.rope(ids.device))  # [1, 1, T, hd]
+    # query i (position start + i) sees keys 0..start + i
+    visible = (torch.arange(start + T, device=ids.device)[None, :]
+               <= torch.arange(start, start + T, device=ids.device)[:, None]) if start else None
+    return {"ids": ids, "lengths": lengths, "slots": slots, "start": start,
+            "cos": cos, "sin": sin, "visible": visible}
+
+
+def _prefill_attention(i, att, qkv, cache: SlotCache, p: dict, H: int, KV: int, hd: int):
+    """qkv [n*T, (H + 2 KV) hd] -> attention output [n*T, H hd] (K/V written into the slots)."""
+    n, T = p["ids"].shape
+    start, slots = p["start"], p["slots"]
+    q, k, v = qkv.view(n, T, -1).split([H * hd, KV * hd, KV * hd], dim=-1)
+    q, k = q.view(n, T, H, hd), k.view(n, T, KV, hd)
+    if att.q_norm is not None:
+        q, k = att.q_norm(q), att.k_norm(k)
+    q = apply_rope(q.transpose(1, 2), p["cos"], p["sin"])  # [n, H, T, hd]
+    k = apply_rope(k.transpose(1, 2), p["cos"], p["sin"])  # [n, KV, T, hd]
+    v = v.view(n, T, KV, hd).transpose(1, 2)
+    cache.k[i][slots, :, start:start + T] = k
+    cache.v[i][slots, :, start:start + T] = v
+    if start:
+        k, v = cache.k[i][slots, :, :start + T], cache.v[i][slots, :, :start + T]  # [n, KV, start+T, hd]
+    # The trainer's own attention call (prefill is not per-step work): μ matches its π.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=p["visible"], is_causal=not start and T > 1,
+                                         enable_gqa=KV != H)
+    return out.transpose(1, 2).reshape(n * T, H * hd)

@@ -67,9 +67,12 @@ class GroupPrefill:
             self.key.append(k)
             self.waiting[k] += 1
 
-    def prefill(self, batch, idx: list[int], slots: list[int]) -> torch.Tensor:
+    def prefill(self, batch, idx: list[int], slots: list[int], forward=None) -> torch.Tensor:
         """Write the prompts `idx` into cache slots `slots`; -> logits [len(idx), V] at each
-        prompt's last token. `batch` gives the model, cache and policy version."""
+        prompt's last token. `batch` gives the model, cache and policy version. `forward(ids,
+        lengths, slots, start)`, if given, runs the prompts' prefill in place of
+        `forward.prefill` (the scheduler's decode step joined to it); it is called at most
+        once, and not at all when every row starts from KV already held."""
         start = time.perf_counter()
         self._learn()
         version, dests = batch.version, set(slots)
@@ -92,7 +95,7 @@ class GroupPrefill:
                 origin[k] = src
             if origin[k] != d:
                 copies.append((origin[k], d, j))  # one move: every source is read before any write
-        logits, computed = self._prefill(batch, [idx[r] for r in fresh], [slots[r] for r in fresh])
+        logits, computed = self._prefill(batch, [idx[r] for r in fresh], [slots[r] for r in fresh], forward)
         if copies:
             device = batch.engine.device
             src = torch.tensor([c[0] for c in copies], device=device)
@@ -133,7 +136,7 @@ class GroupPrefill:
             return dest
         return next((s for s, kv in self.slot_kv.items() if kv == (k, version) and s not in dests), None)
 
-    def _prefill(self, batch, idx: list[int], slots: list[int]) -> tuple[torch.Tensor, int]:
+    def _prefill(self, batch, idx: list[int], slots: list[int], forward=None) -> tuple[torch.Tensor, int]:
         """Prefill distinct prompts `idx` into `slots` -> (last-token logits, tokens computed);
         a prefix of at least `MIN_SHARED_PREFIX`
         tokens that all of them start with (a chat template's system turn) is prefilled once,
@@ -157,8 +160,9 @@ class GroupPrefill:
             prefill(batch.model, engine.proj, batch.cache, ids[:1, :shared],
                     torch.tensor([shared], device=device), slot_ids[:1])
             batch.cache.move(slot_ids[:1].expand(len(idx) - 1), slot_ids[1:], shared)
-        logits = prefill(batch.model, engine.proj, batch.cache, ids[:, shared:],
-                         torch.tensor(lengths, device=device) - shared, slot_ids, start=shared)
+        rest = (ids[:, shared:], torch.tensor(lengths, device=device) - shared, slot_ids, shared)
+        logits = (forward(*rest) if forward is not None
+                  else prefill(batch.model, engine.proj, batch.cache, *rest))
         return logits, sum(lengths) - (len(idx) - 1) * shared
 
     def _shared_prefix(self, idx: list[int]) -> int:

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .forward import decode
+from .forward import decode, step
 from .host_reads import LateHostRead
 from .params import Finished, SamplingParams, stop_ids
 from .prefill_once import GroupPrefill
@@ -100,8 +100,7 @@ class Batch:
             self._more()
             if not (self.waiting or any(s >= 0 for s in self.sample[:self.used]) or self.checks is not None):
                 break
-            sampled = [x for x in (self._admit(), self._decode()) if x is not None]
-            self._check(sampled)
+            self._check(self._turn())
         return [] if self.refill is not None else self.out  # type: ignore[return-value]
 
     def _more(self) -> None:
@@ -129,7 +128,44 @@ class Batch:
             self.version = version
             self.engine.refresh_weights()
 
+    def _turn(self) -> list:
+        """One loop turn: admit waiting prompts into free slots and decode the running rows.
+        With rows running, the admitted prompts' prefill joins the decode step's forward
+        (`forward.step`: one pass over the weights for both); else admission, then decode."""
+        fuse = (self.engine.fuse_prefill and self.waiting and not self.static
+                and any(s >= 0 for s in self.sample[:self.used]))
+        if not fuse:
+            return [x for x in (self._admit(), self._decode()) if x is not None]
+        B, span = self._decode_rows()  # before admission: the rows running now
+        free = [s for s in range(B) if self.sample[s] < 0]
+        if free:  # their scratch K/V goes to the last index, never over a prompt prefilled now
+            self.pos[torch.tensor(free, device=self.pos.device)] = self.cache.max_len - 1
+        admission = self._admission()
+        if admission is None:
+            return [x for x in (self._decoded(B, self._decode_logits(B, span)),) if x is not None]
+        idx, slots = admission
+        decoded = []
+
+        def forward(ids, lengths, slot_ids, start):
+            d, p = step(self.model, self.engine.proj, self.cache,
+                        decode_rows=(self.next_tok[:B], self.pos[:B], span),
+                        prefill_rows=(ids, lengths, slot_ids, start))
+            decoded.append(d)
+            return p
+        logits = self.groups.prefill(self, idx, slots, forward=forward)
+        # every admitted row may start from KV already held (a group's later member): no prefill ran
+        dec = self._decoded(B, decoded[0] if decoded else self._decode_logits(B, span))
+        return [self._admitted(idx, slots, logits), dec]
+
     def _admit(self):
+        admission = self._admission()
+        if admission is None:
+            return None
+        idx, slots = admission
+        return self._admitted(idx, slots, self.groups.prefill(self, idx, slots))
+
+    def _admission(self):
+        """Which waiting prompts take which free slots now: (prompt indices, slots) or None."""
         if not self.waiting:
             return None
         running = sum(s >= 0 for s in self.sample[:self.used])
@@ -145,10 +181,14 @@ class Batch:
         slots = free[:take]
         idx = [self.waiting.popleft() for _ in range(take)]
         self.used = max(self.used, max(slots) + 1)
+        return idx, slots
+
+    def _admitted(self, idx: list[int], slots: list[int], logits: torch.Tensor):
+        """Prompts `idx` were prefilled into `slots` (logits [n, V] at their last tokens):
+        sample each one's first token."""
         device = self.engine.device
         slots_t = torch.tensor(slots, device=device)
         lengths_t = torch.tensor([len(self.prompts[j]) for j in idx], device=device)
-        logits = self.groups.prefill(self, idx, slots)  # [take, V]: one prefill per distinct prompt
         tok, logp = self._sample(logits, [(j, 0) for j in idx])
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.versions[slots_t, 0] = self.version
@@ -159,6 +199,15 @@ class Batch:
         return tok, self._stepped(slots)
 
     def _decode(self):
+        rows = self._decode_rows()
+        if rows is None:
+            return None
+        B, span = rows
+        return self._decoded(B, self._decode_logits(B, span))
+
+    def _decode_rows(self):
+        """(B, span) of this turn's decode step over slots 0..B-1 (compacted first when most
+        rows ended), or None when no row runs."""
         B = self.used
         live = [s for s in range(B) if self.sample[s] >= 0]
         if not live:
@@ -167,8 +216,13 @@ class Batch:
         if compact and len(live) <= B // 2:
             self._compact(live)
             B = self.used
-        span = max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
-        logits = decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
+        return B, max(self._position(s) for s in range(B) if self.sample[s] >= 0) + 1
+
+    def _decode_logits(self, B: int, span: int) -> torch.Tensor:
+        return decode(self.model, self.engine.proj, self.cache, self.next_tok[:B], self.pos[:B], span)
+
+    def _decoded(self, B: int, logits: torch.Tensor):
+        """Slots 0..B-1 decoded one token (logits [B, V]): sample it for each running row."""
         tok, logp = self._sample(logits, [(self.sample[s], self.made[s]) if self.sample[s] >= 0
                                           else None for s in range(B)])
         scratch = self.tokens.shape[1] - 1

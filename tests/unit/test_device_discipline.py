@@ -87,6 +87,13 @@ def _count_decodes(monkeypatch) -> list:
         steps.append(1)
         return original(*args)
     monkeypatch.setattr(scheduler, "decode", spy)
+    original_step = scheduler.step
+
+    def step_spy(*args, decode_rows=None, prefill_rows=None):  # a decode step a prefill joined
+        if decode_rows is not None:
+            steps.append(1)
+        return original_step(*args, decode_rows=decode_rows, prefill_rows=prefill_rows)
+    monkeypatch.setattr(scheduler, "step", step_spy)
     return steps
 
 

@@ -29,13 +29,23 @@ def _record_admissions(monkeypatch) -> list[list[int]]:
     admitted = []
     original = prefill_once.prefill
 
-    def spy(model, proj, cache, ids, lengths, slots, start=0):
+    def note(slots, start):
         if start:  # the rest of prompts whose shared prefix the call before prefilled in one slot
             admitted[-1] = slots.tolist()
         else:
             admitted.append(slots.tolist())
+
+    def spy(model, proj, cache, ids, lengths, slots, start=0):
+        note(slots, start)
         return original(model, proj, cache, ids, lengths, slots, start=start)
     monkeypatch.setattr(prefill_once, "prefill", spy)
+    original_step = scheduler.step
+
+    def step_spy(model, proj, cache, decode_rows=None, prefill_rows=None):  # a prefill joined to a decode step
+        if prefill_rows is not None:
+            note(prefill_rows[2], prefill_rows[3])
+        return original_step(model, proj, cache, decode_rows=decode_rows, prefill_rows=prefill_rows)
+    monkeypatch.setattr(scheduler, "step", step_spy)
     return admitted
 
 
@@ -114,6 +124,13 @@ def _decode_steps(monkeypatch) -> list[int]:
         rows.append(tokens.shape[0])
         return original(model, proj, cache, tokens, positions, span)
     monkeypatch.setattr(scheduler, "decode", spy)
+    original_step = scheduler.step
+
+    def step_spy(model, proj, cache, decode_rows=None, prefill_rows=None):  # a decode step a prefill joined
+        if decode_rows is not None:
+            rows.append(decode_rows[0].shape[0])
+        return original_step(model, proj, cache, decode_rows=decode_rows, prefill_rows=prefill_rows)
+    monkeypatch.setattr(scheduler, "step", step_spy)
     return rows
 
 

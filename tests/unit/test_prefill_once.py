@@ -4,7 +4,7 @@ because each sample's noise is keyed by (seed, sample, token index), not by the 
 import pytest
 import torch
 
-from llamarl_core.generation import GenerationEngine, SamplingParams, prefill_once
+from llamarl_core.generation import GenerationEngine, SamplingParams, prefill_once, scheduler
 from llamarl_core.generation.sampling import row_seed, sample_next
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
@@ -32,6 +32,13 @@ def _prefilled_rows(monkeypatch) -> list[int]:
         rows.append(ids.shape[0])
         return original(model, proj, cache, ids, lengths, slots, start=start)
     monkeypatch.setattr(prefill_once, "prefill", spy)
+    original_step = scheduler.step
+
+    def step_spy(model, proj, cache, decode_rows=None, prefill_rows=None):  # a prefill joined to a decode step
+        if prefill_rows is not None:
+            rows.append(prefill_rows[0].shape[0])
+        return original_step(model, proj, cache, decode_rows=decode_rows, prefill_rows=prefill_rows)
+    monkeypatch.setattr(scheduler, "step", step_spy)
     return rows
 
 
