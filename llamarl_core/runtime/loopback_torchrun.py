@@ -45,6 +45,11 @@ def bind_rendezvous_store():
 def main(argv: list[str]) -> None:
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         os.environ.setdefault(name, "lo")
+    from llamarl_core.runtime import worker_fork
+
+    forked = worker_fork.fork_worker_zygote()  # first: no thread of this process runs yet
+    if forked is not None:
+        worker_fork.install(forked)
     store, port = bind_rendezvous_store()  # noqa: F841 (kept alive for torchrun's lifetime)
     from torch.distributed.run import main as torchrun
 

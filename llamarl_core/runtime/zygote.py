@@ -6,15 +6,16 @@
            ├─ agent: `python -m llamarl_core.runtime.loopback_torchrun … role=generator plan=…`
            ├─ agent: … role=trainer …     (each: own session, its log on fds 1/2, the role's env,
            └─ agent: … role=reward …       cmdline = the plan's command, its own rendezvous and
-                                           its own workers, which torchrun execs as before)
+                                           its own workers, forked from a copy of the agent
+                                           made before it had threads: worker_fork.py)
 
 Why: a small run is seven Python processes and most of their CPU time is `import torch`
 (~3 CPU-s each on the test machine); the three agents import it only to run torchrun. Forking
 them from one interpreter that imported it already saves that import twice per run. The
 controller itself never forks (it has threads); the zygote is exec'd like any child and forks
 only while it alone is running (no thread: OMP/OpenBLAS pools set to one thread for its import,
-and it imports nothing that touches CUDA, so a GPU worker never inherits a CUDA context —
-workers are still exec'd fresh by torchrun).
+and it imports nothing that touches CUDA, so a GPU worker never inherits a CUDA context; each
+worker sets its role's thread count itself, `torch.set_num_threads`).
 
 An agent runs its command exactly as `python -m MODULE ARGS` would (runpy, run_name
 "__main__", sys.argv = [module path, *ARGS]), with the env the controller gave it, in its own
@@ -80,16 +81,19 @@ class Agent:
 
 
 class Zygote:
-    """The controller's side: one zygote process, asked over a pipe to fork agents."""
+    """The controller's side: one zygote process, asked over a pipe to fork agents (or, built
+    with `proc` by worker_fork.py, a torchrun agent's own forked copy that forks its workers)."""
 
-    def __init__(self):
+    def __init__(self, proc=None):
         from llamarl_core.runtime.procs import die_with_parent
 
         self.startup = startup_vars(os.environ)
-        env = {**os.environ, **_ISOLATED, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, " " * TITLE_ROOM], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
-                                     preexec_fn=lambda: die_with_parent(signal.SIGKILL))
+        if proc is None:
+            env = {**os.environ, **_ISOLATED, "PYTHONUNBUFFERED": "1"}
+            proc = subprocess.Popen([sys.executable, "-m", __name__, " " * TITLE_ROOM], env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+                                    preexec_fn=lambda: die_with_parent(signal.SIGKILL))
+        self.proc = proc
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.agents: dict[int, Agent] = {}
         self.exits: dict[int, int] = {}  # statuses read before their pid's reply
@@ -109,8 +113,10 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def start(self, argv: list[str], env: dict, log_path: str) -> Agent:
-        open(log_path, "ab").close()  # the log exists when start returns, as with Popen
+    def start(self, argv: list[str], env: dict, log_path: str | None) -> Agent:
+        """`log_path` None: the child writes to the zygote's inherited stdout/stderr."""
+        if log_path is not None:
+            open(log_path, "ab").close()  # the log exists when start returns, as with Popen
         req = {"argv": argv, "env": env, "log": log_path, "cwd": os.getcwd()}
         self.proc.stdin.write(json.dumps(req).encode() + b"\n")
         self.proc.stdin.flush()

@@ -57,12 +57,18 @@ def _run_agent(req: dict, zygote_pid: int, area: tuple[int, int], close_fds: lis
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for fd in close_fds:
         os.close(fd)
-    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # drops the zygote's request pipe
-    os.dup2(log, 1)   # and its reply pipe
-    os.dup2(log, 2)
-    os.close(log), os.close(null)
+    if req["log"] is not None:
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out = err = log
+    else:  # a worker: the streams its torchrun agent would have passed on (worker_fork.py)
+        out, err = _inherited
+    os.dup2(out, 1)   # and its reply pipe
+    os.dup2(err, 2)
+    os.close(null)
+    for fd in {out, err} - {1, 2}:
+        os.close(fd)
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
@@ -105,7 +111,15 @@ def _reap() -> None:
         _reply(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 
-def serve() -> None:
+_inherited: tuple[int, int] = (1, 2)  # stdout/stderr for children started without a log
+
+
+def serve(inherited: tuple[int, int] | None = None) -> None:
+    """`inherited`: fds of the stdout and stderr children without a log of their own get
+    (a torchrun agent's, when it forked this to start its workers: worker_fork.py)."""
+    global _inherited
+    if inherited is not None:
+        _inherited = inherited
     die_with_parent(signal.SIGKILL)
     if os.getppid() == 1:
         sys.exit("llamarl zygote: the controller that started it is already gone")

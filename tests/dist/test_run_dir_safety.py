@@ -1,5 +1,6 @@
-"""One real run serves three checks: every socket the run listens on is on the loopback
-(the controller's store, each role's torchrun agent, the workers' gloo pairs); a second run
+"""One real run serves these checks: every socket the run listens on is on the loopback
+(the controller's store, each role's torchrun agent, the workers' gloo pairs); its workers
+are forked from a copy of their agent (runtime/worker_fork.py); a second run
 on its directory is refused naming its pid while it lasts; and `run.resume=auto` on it once
 finished (run.checkpoint_every_steps=0: no step checkpoint) is refused, losing nothing.
 
@@ -36,6 +37,19 @@ def descendants(root: int) -> list[int]:
         found.append(pid)
         todo += children.get(pid, [])
     return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def listening(pids: list[int]) -> list[tuple[int, str, int]]:
@@ -93,6 +107,16 @@ def test_a_run_listens_on_loopback_only_and_owns_its_directory(tmp_path, capsys)
         agents = {pid for pid, _, _ in sockets if b"loopback_torchrun" in open(f"/proc/{pid}/cmdline", "rb").read()}
         assert len(agents) == 3, sockets
         assert all(ipaddress.ip_address(addr) in LOOPBACK for _, addr, _ in sockets), sockets
+        # Each worker was forked from a copy of its agent made before the agent had threads
+        # (runtime/worker_fork.py), not exec'd by the agent: its parent has the agent's command
+        # line and is the agent's child; the plan's worker line is what /proc shows.
+        workers = [p for p in descendants(proc.pid)
+                   if b"llamarl_core.runtime.worker" in cmdline(p).split(b"\0")[1:4]]
+        assert len(workers) == 3, workers
+        for w in workers:
+            copy = parent(w)
+            assert b"loopback_torchrun" in cmdline(copy) and cmdline(parent(copy)) == cmdline(copy)
+            assert parent(copy) in agents
         out, err = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
