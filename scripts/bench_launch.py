@@ -1,6 +1,7 @@
 """CPU seconds and wall time of one small `llamarl train` run, per process, with the torchrun
-agents exec'd (LLAMARL_ZYGOTE=0, the launcher before runtime/zygote.py) and forked from the
-zygote, back to back.
+agents and workers exec'd (LLAMARL_ZYGOTE=0, the launcher before runtime/zygote.py) and forked
+(agents from the zygote, workers from a thread-free copy of their agent: runtime/worker_fork.py),
+back to back.
 
     nice -n 19 python scripts/bench_launch.py [--runs 2] [--out benchmarks/results/launch_cpu.json] [key=value ...]
 
@@ -107,8 +108,9 @@ def main() -> None:
         result = {"command": "python " + " ".join(sys.argv), "commit": commit,
                   "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
                               "loadavg_at_end": list(os.getloadavg())},
-                  "before": {"launcher": "agents exec'd (LLAMARL_ZYGOTE=0)", **before},
-                  "after": {"launcher": "agents forked from the zygote", **after}}
+                  "before": {"launcher": "agents and workers exec'd (LLAMARL_ZYGOTE=0)", **before},
+                  "after": {"launcher": "agents forked from the zygote, workers from each agent's "
+                                        "thread-free copy (runtime/worker_fork.py)", **after}}
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
 

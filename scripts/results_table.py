@@ -142,6 +142,12 @@ ROWS: list[Row] = [
                             "sb": "test_subset.before.wall_s", "sa": "test_subset.after.wall_s"},
         lambda v: (f"{v['b']:.1f} → {v['a']:.1f} CPU-s ({pct(v['a'] / v['b'] - 1)}), wall {v['bw']:.0f} → {v['aw']:.0f} s; "
                    f"4 tests/dist files {v['sb']:.0f} → {v['sa']:.0f} s")),
+    Row("Launcher: CPU of a 4-step `llamarl train` run (3 roles), torchrun agents forked from the zygote "
+        "and each agent's workers forked from its thread-free copy, vs every process exec'd",
+        "launch_workers_cpu.json", {"b": "before.cpu_s_total_mean", "a": "after.cpu_s_total_mean",
+                                    "bw": "before.wall_s_mean", "aw": "after.wall_s_mean"},
+        lambda v: (f"{v['b']:.1f} → {v['a']:.1f} CPU-s ({pct(v['a'] / v['b'] - 1)}), "
+                   f"wall {v['bw']:.1f} → {v['aw']:.1f} s")),
     Row("Simulator's CPU twin predicts measured step times (`cpu_tiny`; async: the streaming generator)",
         "sync_vs_async_cpu_simulated.json", {"s": "relative_error.sync", "a": "relative_error.async",
                                              "t": "tolerance"},
