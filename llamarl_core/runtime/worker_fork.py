@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from llamarl_core.runtime.zygote import Zygote, startup_vars
+from llamarl_core.runtime.zygote import Zygote, enabled, fork_unsafe, startup_vars
 
 WORKER_MODULE = "llamarl_core.runtime.worker"
 TORCHRUN_VARS = ("TORCHELASTIC_", "TORCH_NCCL_")  # what torchrun adds to a worker's env (read at run time)
@@ -69,10 +69,7 @@ class _ForkedProc:
 def fork_worker_zygote() -> Zygote | None:
     """Fork this (single-threaded) process's worker zygote; None where that cannot be done
     safely here (threads running, CUDA initialized, no fork, LLAMARL_ZYGOTE=0)."""
-    torch = sys.modules.get("torch")
-    if (os.environ.get("LLAMARL_ZYGOTE", "1") == "0" or not hasattr(os, "fork")
-            or not os.path.isdir("/proc") or len(os.listdir("/proc/self/task")) != 1
-            or (torch is not None and torch.cuda.is_initialized())):
+    if not enabled() or fork_unsafe():
         return None
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()

@@ -51,10 +51,23 @@ def startup_vars(env) -> dict:
     return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k != "PYTHONUNBUFFERED"}
 
 
+def enabled() -> bool:
+    """Forking processes instead of exec'ing them is on (LLAMARL_ZYGOTE) and possible here."""
+    return os.environ.get("LLAMARL_ZYGOTE", "1") != "0" and hasattr(os, "fork") and os.path.isdir("/proc")
+
+
+def fork_unsafe() -> str | None:
+    """Why this process must not fork now (threads running, CUDA initialized), or None."""
+    threads = len(os.listdir("/proc/self/task"))
+    torch = sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_initialized()
+    return f"{threads} threads, CUDA initialized: {cuda}" if threads != 1 or cuda else None
+
+
 def eligible(argv: list[str], env: dict) -> bool:
     """Whether `argv` may be started from the zygote: `python -m <agent module> …` of this very
     interpreter, with this process's startup variables."""
-    if os.environ.get("LLAMARL_ZYGOTE", "1") == "0" or not hasattr(os, "fork") or not os.path.isdir("/proc"):
+    if not enabled():
         return False
     return (len(argv) > 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] in AGENT_MODULES
             and startup_vars(env) == startup_vars(os.environ))

@@ -22,7 +22,7 @@ import traceback
 import warnings
 
 from llamarl_core.runtime.procs import die_with_parent
-from llamarl_core.runtime.zygote import AGENT_MODULES
+from llamarl_core.runtime.zygote import AGENT_MODULES, fork_unsafe
 
 
 def _argv_area() -> tuple[int, int]:
@@ -46,7 +46,8 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
-def _run_agent(req: dict, zygote_pid: int, area: tuple[int, int], close_fds: list[int]) -> int:
+def _run_agent(req: dict, zygote_pid: int, area: tuple[int, int], close_fds: list[int],
+               inherited: tuple[int, int]) -> int:
     """In the forked child: become `python -m MODULE ARGS` as the controller asked."""
     os.setsid()  # its own session: stop_all signals the agent's group, never the zygote
     die_with_parent(signal.SIGTERM)
@@ -63,7 +64,7 @@ def _run_agent(req: dict, zygote_pid: int, area: tuple[int, int], close_fds: lis
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         out = err = log
     else:  # a worker: the streams its torchrun agent would have passed on (worker_fork.py)
-        out, err = _inherited
+        out, err = inherited
     os.dup2(out, 1)   # and its reply pipe
     os.dup2(err, 2)
     os.close(null)
@@ -111,25 +112,17 @@ def _reap() -> None:
         _reply(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 
-_inherited: tuple[int, int] = (1, 2)  # stdout/stderr for children started without a log
-
-
-def serve(inherited: tuple[int, int] | None = None) -> None:
+def serve(inherited: tuple[int, int] = (1, 2)) -> None:
     """`inherited`: fds of the stdout and stderr children without a log of their own get
     (a torchrun agent's, when it forked this to start its workers: worker_fork.py)."""
-    global _inherited
-    if inherited is not None:
-        _inherited = inherited
     die_with_parent(signal.SIGKILL)
     if os.getppid() == 1:
         sys.exit("llamarl zygote: the controller that started it is already gone")
     for name in AGENT_MODULES:
         importlib.import_module(name)
-    threads = len(os.listdir("/proc/self/task"))
-    torch = sys.modules.get("torch")
-    if threads != 1 or (torch is not None and torch.cuda.is_initialized()):
-        sys.exit(f"llamarl zygote: not forking ({threads} threads after import, "
-                 f"CUDA initialized: {torch is not None and torch.cuda.is_initialized()})")
+    unsafe = fork_unsafe()
+    if unsafe:
+        sys.exit(f"llamarl zygote: not forking (after import: {unsafe})")
     area = _argv_area()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     sig_r, sig_w = os.pipe()
@@ -158,7 +151,7 @@ def serve(inherited: tuple[int, int] | None = None) -> None:
                 if pid == 0:
                     code = 1
                     try:
-                        code = _run_agent(req, me, area, [sig_r, sig_w])
+                        code = _run_agent(req, me, area, [sig_r, sig_w], inherited)
                     except BaseException:
                         traceback.print_exc()  # before its log was opened: the zygote's stderr
                     finally:
