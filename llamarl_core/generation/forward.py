@@ -153,13 +153,11 @@ def step(model, proj, cache: SlotCache, decode_rows=None, prefill_rows=None):
             outs.append(_prefill_attention(i, layer.attention, qkv[B:], cache, pre, H, KV, hd))
         h = h + proj[f"{i}.wo"](outs[0] if len(outs) == 1 else torch.cat(outs))
         h = h.add_(_ffn(proj, i, h, layer))
-    rows = []
-    if dec is not None:
-        rows.append(torch.arange(B, device=h.device))
+    picked = h[:B]  # the decode rows, then each prompt's last token
     if pre is not None:
         n, T = pre["ids"].shape
-        rows.append(B + torch.arange(n, device=h.device) * T + pre["lengths"] - 1)
-    picked = h[:B] if pre is None else h[rows[0] if len(rows) == 1 else torch.cat(rows)]
+        last = h[B + torch.arange(n, device=h.device) * T + pre["lengths"] - 1]
+        picked = last if dec is None else torch.cat((picked, last))
     logits = _head(model, proj, picked)  # [B + n, V]
     return (logits[:B] if dec is not None else None), (logits[B:] if pre is not None else None)
 

@@ -142,7 +142,7 @@ class Batch:
             self.pos[torch.tensor(free, device=self.pos.device)] = self.cache.max_len - 1
         admission = self._admission()
         if admission is None:
-            return [x for x in (self._decoded(B, self._decode_logits(B, span)),) if x is not None]
+            return [self._decoded(B, self._decode_logits(B, span))]
         idx, slots = admission
         decoded = []
 
