@@ -69,7 +69,9 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
     cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2",
                                    "generation.max_new_tokens=16", "generation.max_prompt_tokens=8",
                                    "resources.generator.max_batch_size=4"])
-    torch.manual_seed(0)
+    # model seed 1: in its arrival order only the planted group is late (with seed 0's lengths
+    # chunk 4's group 0, sampled under version 3, also ends after step 5 has opened: dropped too)
+    torch.manual_seed(1)
     chunks = ChunkGenerator(chunk_config(cfg), Llama(ARGS).eval().requires_grad_(False), TOK,
                             PromptSet(examples=[None] * len(PROMPTS), prompt_ids=PROMPTS), replica=0,
                             num_replicas=1)

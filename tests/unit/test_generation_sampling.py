@@ -42,3 +42,20 @@ def test_temperature_sharpens_the_distribution_it_reports():
     _, tokens, logprobs = _counts(SamplingParams(max_new_tokens=1, temperature=0.5), n=200)
     expected = math.log(0.25 / (0.25 + 0.09 + 0.0225 + 0.0025))
     assert torch.allclose(logprobs[tokens == 0], torch.tensor(expected), atol=1e-5)
+
+
+def test_inverse_cdf_across_blocks_draws_the_weights_and_never_a_zero():
+    from llamarl_core.generation.sampling import CDF_BLOCK, inverse_cdf
+    # 3000 tokens (2 full blocks and a padded third), weight only on 5 of them: 1, 4, 2, 2, 1 of 10
+    w = torch.zeros(3000)
+    hot = {5: 0.1, CDF_BLOCK - 1: 0.4, CDF_BLOCK: 0.2, 1500: 0.2, 2999: 0.1}
+    for i, p in hot.items():
+        w[i] = 10 * p
+    n = 40000
+    tokens = inverse_cdf(w.expand(n, -1), torch.rand(n, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    assert set(tokens.tolist()) == set(hot)  # sd of a share <= 0.0025
+    freq = torch.bincount(tokens, minlength=3000).double() / n
+    assert max(abs(float(freq[i]) - p) for i, p in hot.items()) < 0.012
+    # the ends of u: 0 takes the first token with weight, the largest double below 1 the last
+    edges = inverse_cdf(w.expand(2, -1), torch.tensor([0.0, 1 - 2 ** -53], dtype=torch.float64))
+    assert edges.tolist() == [5, 2999]

@@ -42,10 +42,10 @@ def _prefilled_rows(monkeypatch) -> list[int]:
     return rows
 
 
-def _run(model, once: bool, batching: str, batch_size: int, monkeypatch, between_steps=None):
+def _run(model, once: bool, batching: str, batch_size: int, monkeypatch, between_steps=None, seed=3):
     rows = _prefilled_rows(monkeypatch)
     engine = GenerationEngine(model, TOK, max_batch_size=batch_size, batching=batching, prefill_once=once)
-    out = engine.stream(GROUPS, PARAMS, seed=3, between_steps=between_steps)
+    out = engine.stream(GROUPS, PARAMS, seed=seed, between_steps=between_steps)
     return out, list(rows), engine.last_stats
 
 
@@ -70,10 +70,11 @@ def test_a_group_prefilled_once_samples_what_separate_prefills_sample(batching, 
 
 def test_a_member_admitted_after_its_siblings_takes_the_prompt_kv_a_slot_still_holds(monkeypatch):
     model = _model()
-    # batch 5 over 3 groups of 4: groups straddle admissions; with the seed's lengths every
+    # batch 5 over 3 groups of 4: groups straddle admissions; with seed 0's lengths every
     # later member finds its prompt's KV in a slot (a running sibling's, copied, or the freed
-    # slot it lands in, left by a sibling that ended), so no prompt is prefilled twice
-    once, rows, stats = _run(model, True, "continuous", 5, monkeypatch)
+    # slot it lands in, left by a sibling that ended), so no prompt is prefilled twice (with
+    # seed 3's, all of a group's running members end before its last is admitted: one more prefill)
+    once, rows, stats = _run(model, True, "continuous", 5, monkeypatch, seed=0)
     assert sum(rows) == len(DISTINCT) and len(rows) > 1
     assert stats["prefill_tokens"] == sum(len(p) for p in DISTINCT)
     assert stats["shared_tokens"] == sum(len(p) for p in GROUPS) - stats["prefill_tokens"]
