@@ -46,7 +46,7 @@ def embedding_params(m: ModelArgs) -> int:
     return m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)
 
 
-SAMPLING_VOCAB_ROWS = 4  # fp32 [B, V] alive while sampling: logits, scaled copy, its exp, truncated log-probs
+SAMPLING_VOCAB_ROWS = 4  # fp32 [B, V] alive while sampling: logits, weights, padded copy, truncated log-probs
 
 
 def norm_params(m: ModelArgs) -> int:
