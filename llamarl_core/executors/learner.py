@@ -87,12 +87,18 @@ class Learner:
             raise ValueError("algorithm.overlong=filter needs the tokenizer's eos_ids to tell a truncated "
                              "completion from one that ended at the limit")
         self.eos_ids = eos_ids
+        # fused: one kernel over every parameter (CPU and CUDA; 0.15 s instead of 0.6 s a step
+        # for the 135M real model on one CPU thread, same arithmetic within an fp32 ulp)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
-                                           betas=(0.9, 0.95))
+                                           betas=(0.9, 0.95), fused=_fusable(model))
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
         self.length_sorted = True  # micro-batches of similar lengths (see _micro_batches)
+        # The output head (and its log-softmax over the vocabulary) runs only from a micro-batch's
+        # first completion position: prompt positions are never in the loss. `False` is the old
+        # layout (every position), for the test that compares the two.
+        self.head_from_completion = True
         self.histograms: dict[str, torch.Tensor] = {}
 
     def learning_rate(self) -> float:
@@ -172,7 +178,8 @@ class Learner:
             t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
             o = None if old is None else old[rows, :width - 1]
             with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
-                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios)
+                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios,
+                                                 start=self._first_target(batch, rows))
                 weight = (float(host_mask[rows, :width - 1].sum()) / total_tokens if a.aggregation == "token_mean"
                           else int(has_tokens[rows].sum()) / total_rows)
                 (loss * weight).backward()
@@ -208,7 +215,7 @@ class Learner:
         old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
         for rows, width in self._micro_batches(batch, self.cfg.micro_batch_size, trained):
             t = tokens[rows, :width]                                                       # [m, w]
-            logprobs, _ = self.model(t, head=self._head(t[:, 1:]))                         # [m, w-1]
+            logprobs, _ = self.model(t, head=self._head(t[:, 1:], start=self._first_target(batch, rows)))
             old[rows, :width - 1] = logprobs.float()
         return old
 
@@ -231,27 +238,52 @@ class Learner:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
-    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True):
-        """The model's `head`: log-probs of `targets` (and the entropy) chunk by chunk from the
-        hidden states, never the [m, L'-1, V] logits (generation.sampling)."""
-        top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
-        return lambda h, output: chunked_sampled_logprobs(h[:, :-1], output, targets, self.temperature,
-                                                          top_k, top_p, entropy)
+    def _first_target(self, batch: Rollout, rows: torch.Tensor) -> int:
+        """The first target position any of `rows` counts (its first completion token's), 0 with
+        `head_from_completion` off. Read from the host's prompt lengths: no device sync."""
+        if not self.head_from_completion or not len(rows):
+            return 0
+        return max(0, int(batch.prompt_lens[rows].min()) - 1)
 
-    def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True):
+    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True, start: int = 0):
+        """The model's `head`: log-probs of `targets` [m, w-1] (and the entropy) chunk by chunk
+        from the hidden states, never the [m, L'-1, V] logits (generation.sampling). Positions
+        before `start` are not computed: they come back as zeros (no gradient), which the loss's
+        mask never counts. At 45 prompt and 18 completion tokens that is 1.3x faster a
+        micro-batch of the real model (the head is a quarter of its FLOPs, run three times:
+        forward, recomputed, backward)."""
+        top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
+
+        def head(h, output):
+            lp, ent = chunked_sampled_logprobs(h[:, start:-1], output, targets[:, start:], self.temperature,
+                                               top_k, top_p, entropy)
+            pad = lambda x: x if x is None or not start else torch.nn.functional.pad(x, (start, 0))  # noqa: E731
+            return pad(lp), pad(ent)
+        return head
+
+    def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
+                    start: int = 0):
         a = self.cfg.algorithm
-        logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0))  # [m, L'-1]
+        logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0,
+                                                               start=start))              # [m, L'-1]
         if record_ratios:  # the batch's pi/mu as sampled: the first update's only
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         ref = None
         if a.kl_coef > 0 and self.ref_model is not None:
             with torch.no_grad():  # log softmax(logits / T) at the targets, no truncation
-                ref, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False))
+                ref, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False, start=start))
         low, high = a.clip_range()
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
                          kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef, staleness=staleness)
+
+
+def _fusable(model: torch.nn.Module) -> bool:
+    """Whether AdamW's fused kernel takes these parameters: fp32/16 tensors on CPU or CUDA (a
+    DTensor shard included: torchtitan's default). Anything else keeps the per-tensor loop."""
+    params = list(model.parameters())
+    return bool(params) and all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
 
 
 def _mean(values: torch.Tensor) -> float:

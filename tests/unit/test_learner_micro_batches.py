@@ -79,3 +79,45 @@ def test_data_parallel_ranks_and_kl_or_entropy_terms_keep_every_row():
     assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", [])), data_parallel=True).skip_zero_advantage is False
     assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", ["algorithm.entropy_coef=0.01"]))).skip_zero_advantage is False
     assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", []))).skip_zero_advantage is True
+
+
+def _uneven_prompts_batch(n=8, max_completion=12):
+    """Rows of prompt lengths 3-7, so micro-batches start their completions at different places."""
+    g = torch.Generator().manual_seed(1)
+    prompt_lens = torch.tensor([4, 6, 3, 5, 4, 7, 3, 6])[:n]
+    completion_lens = torch.tensor([1, 12, 3, 7, 12, 2, 5, 9])[:n]
+    tokens = torch.zeros(n, 7 + max_completion, dtype=torch.long)
+    for r in range(n):
+        used = int(prompt_lens[r] + completion_lens[r])
+        tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
+    behavior = -torch.rand(n, max_completion, generator=g)
+    return Rollout(tokens, prompt_lens, completion_lens, behavior,
+                   torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0])[:n], torch.arange(n) // 2, 0, 0, 0)
+
+
+def _step_grads(head_from_completion: bool, overrides=()) -> tuple[list[torch.Tensor], dict]:
+    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3", *overrides])
+    torch.manual_seed(0)
+    model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
+                                 ffn_dim=64, max_seq_len=32))
+    learner = Learner(model, learner_config(cfg))
+    learner.head_from_completion = head_from_completion
+    captured = []
+    step = learner.optimizer.step
+    learner.optimizer.step = lambda: (captured.append([p.grad.clone() for p in model.parameters()]), step())
+    metrics = learner.rl_step(_uneven_prompts_batch(), torch.zeros(8))
+    return captured, metrics
+
+
+def test_the_head_from_the_first_completion_position_gives_the_same_step():
+    # Off by one position either way, the log-probs of other tokens would enter the loss and
+    # the gradients would differ. Two updates per batch also check pi_old (its own forward).
+    for overrides in ((), ("algorithm.updates_per_batch=2", "algorithm.entropy_coef=0.01")):
+        want, want_metrics = _step_grads(False, overrides)
+        got, got_metrics = _step_grads(True, overrides)
+        assert len(got) == len(want) == (2 if overrides else 1)
+        for g_step, w_step in zip(got, want):
+            for g, w in zip(g_step, w_step):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+        for k in ("loss", "is_ratio_mean", "is_ratio_max"):
+            assert abs(got_metrics[k] - want_metrics[k]) < 1e-5, k
