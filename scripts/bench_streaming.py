@@ -8,11 +8,6 @@ step). The long tail is the generation bench's: T = 1 with stop tokens planted b
 seed, geometric lengths capped at --new-tokens (max/mean ~3). Repeats alternate which mode
 goes first (the machine is shared); medians are reported.
 
-How many steps: a run of S chunks drains streaming's slots once (the last chunk's tail) and
-chunked's S times, so the ratio grows with S towards the steady state an RL run of hundreds of
-steps is in. The default is 16 steps (1,024 rows); `--steps 8` (the first version's default)
-weighs the one drain twice as much and is kept as a second measurement in the README.
-
 Which model: streaming buys decode steps: it runs the same tokens in ~2.4x fewer, fuller
 steps (`tokens_per_decode_step_ratio`). That is worth tokens/s where a decode step costs about
 the same whatever its live rows, i.e. where reading the weights dominates the step: a GPU, and
@@ -35,7 +30,6 @@ The third mode, `streaming_unfused`, runs each refill's prefill as a forward of 
 ratios, `streaming_fused_vs_unfused` and `streaming_unfused_vs_chunked`, from the same run.
 
     nice -n 19 python scripts/bench_streaming.py --out benchmarks/results/streaming_cpu.json
-    nice -n 19 python scripts/bench_streaming.py --steps 8 --out benchmarks/results/streaming_cpu_steps8.json
 """
 from __future__ import annotations
 
@@ -67,9 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--presets", default="tiny-20m,tiny-2m",
                    help="comma-separated; the first gives the headline streaming_vs_chunked")
-    p.add_argument("--steps", type=int, default=16,
-                   help="chunks (trainer steps) per run: streaming drains its slots once per run, chunked "
-                        "once per chunk, so fewer steps weigh the one drain more than an RL run's hundreds do")
+    p.add_argument("--steps", type=int, default=8, help="chunks (trainer steps) per run")
     p.add_argument("--prompts-per-step", type=int, default=16)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=64, help="slots (resources.generator.max_batch_size)")
