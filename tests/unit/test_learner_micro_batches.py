@@ -9,23 +9,30 @@ from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
 
 
-def _batch(n=8, prompt=4, max_completion=12):
-    g = torch.Generator().manual_seed(0)
+def _batch(n=8, prompt_lens=(4,) * 8, max_completion=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    prompt_lens = torch.tensor(prompt_lens)[:n]
     completion_lens = torch.tensor([1, 12, 3, 7, 12, 2, 5, 9])[:n]
-    tokens = torch.zeros(n, prompt + max_completion, dtype=torch.long)
+    tokens = torch.zeros(n, int(prompt_lens.max()) + max_completion, dtype=torch.long)
     for r in range(n):
-        tokens[r, :prompt + int(completion_lens[r])] = torch.randint(3, 200, (prompt + int(completion_lens[r]),), generator=g)
+        used = int(prompt_lens[r] + completion_lens[r])
+        tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
     behavior = -torch.rand(n, max_completion, generator=g)  # off-policy: ratios differ from 1
-    return Rollout(tokens, torch.full((n,), prompt), completion_lens, behavior,
+    return Rollout(tokens, prompt_lens, completion_lens, behavior,
                    torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0])[:n], torch.arange(n) // 2, 0, 0, 0)
 
 
-def _grads(length_sorted: bool, micro: int) -> list[torch.Tensor]:
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", f"resources.trainer.micro_batch_size={micro}"])
+def _learner(micro: int, overrides=(), **learner_kw) -> tuple[Llama, Learner]:
+    """A one-block model (seed 0) and its learner, groups of 2."""
+    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", f"resources.trainer.micro_batch_size={micro}", *overrides])
     torch.manual_seed(0)
     model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
                                  ffn_dim=64, max_seq_len=32))
-    learner = Learner(model, learner_config(cfg))
+    return model, Learner(model, learner_config(cfg), **learner_kw)
+
+
+def _grads(length_sorted: bool, micro: int) -> list[torch.Tensor]:
+    model, learner = _learner(micro)
     learner.length_sorted = length_sorted
     captured = []
     learner.optimizer.step = lambda: captured.append([p.grad.clone() for p in model.parameters()])
@@ -40,11 +47,7 @@ def test_sorted_micro_batches_give_the_whole_batch_gradient():
 
 
 def _step(skip: bool, rewards: torch.Tensor, micro: int = 3, **learner_kw):
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", f"resources.trainer.micro_batch_size={micro}"])
-    torch.manual_seed(0)
-    model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
-                                 ffn_dim=64, max_seq_len=32))
-    learner = Learner(model, learner_config(cfg), **learner_kw)
+    model, learner = _learner(micro, **learner_kw)
     if skip is not None:
         learner.skip_zero_advantage = skip
     captured = []
@@ -81,31 +84,14 @@ def test_data_parallel_ranks_and_kl_or_entropy_terms_keep_every_row():
     assert Learner(torch.nn.Linear(2, 2), learner_config(load_config("cpu_tiny", []))).skip_zero_advantage is True
 
 
-def _uneven_prompts_batch(n=8, max_completion=12):
-    """Rows of prompt lengths 3-7, so micro-batches start their completions at different places."""
-    g = torch.Generator().manual_seed(1)
-    prompt_lens = torch.tensor([4, 6, 3, 5, 4, 7, 3, 6])[:n]
-    completion_lens = torch.tensor([1, 12, 3, 7, 12, 2, 5, 9])[:n]
-    tokens = torch.zeros(n, 7 + max_completion, dtype=torch.long)
-    for r in range(n):
-        used = int(prompt_lens[r] + completion_lens[r])
-        tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
-    behavior = -torch.rand(n, max_completion, generator=g)
-    return Rollout(tokens, prompt_lens, completion_lens, behavior,
-                   torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0])[:n], torch.arange(n) // 2, 0, 0, 0)
-
-
 def _step_grads(head_from_completion: bool, overrides=()) -> tuple[list[torch.Tensor], dict]:
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3", *overrides])
-    torch.manual_seed(0)
-    model = Llama(with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2,
-                                 ffn_dim=64, max_seq_len=32))
-    learner = Learner(model, learner_config(cfg))
+    model, learner = _learner(3, overrides)
     learner.head_from_completion = head_from_completion
     captured = []
     step = learner.optimizer.step
     learner.optimizer.step = lambda: (captured.append([p.grad.clone() for p in model.parameters()]), step())
-    metrics = learner.rl_step(_uneven_prompts_batch(), torch.zeros(8))
+    # prompts of 3-7 tokens: micro-batches start their completions at different places
+    metrics = learner.rl_step(_batch(prompt_lens=(4, 6, 3, 5, 4, 7, 3, 6), seed=1), torch.zeros(8))
     return captured, metrics
 
 
