@@ -76,8 +76,10 @@ def timeline_steps(run_dir: Path, floor: float = 0.95) -> dict:
         rows.append({"step": s["step"] + 1, "s": b - a, "trainer": share("trainer", a, b),
                      "generator": share("generator", a, b), "trainer_wait_s": wait})
     pct = f"{100 * floor:.0f}pct"
+    busier = [max(r["trainer"], r["generator"]) for r in rows]  # each step's bottleneck role's share
     return {"steps": len(rows), f"trainer_busy_{pct}": sum(r["trainer"] >= floor for r in rows),
-            f"trainer_or_generator_busy_{pct}": sum(max(r["trainer"], r["generator"]) >= floor for r in rows),
+            f"trainer_or_generator_busy_{pct}": sum(x >= floor for x in busier),
+            "busier_role_busy_min": min(busier, default=None),
             "trainer_misses": [r for r in rows if r["trainer"] < floor]}
 
 

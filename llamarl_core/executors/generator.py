@@ -184,7 +184,7 @@ class GeneratorExecutor:
             nxt = self.stream.run(chunk, may_start, lambda: self.held,
                                   on_group=lambda part: self._send(sender, part, link),
                                   between_steps=self.loop.swap_if_published,
-                                  on_chunk=lambda n: self._chunk_done(t0))
+                                  on_chunk=lambda n: self._chunk_done(n, t0))
         return nxt
 
     def _start_chunk(self) -> int:
@@ -193,9 +193,12 @@ class GeneratorExecutor:
         return rejoin.start_chunk(self.ctx, self.rank.replica, self.chunk_cfg.prompts_per_step,
                                   self.chunk_cfg.group_size)
 
-    def _chunk_done(self, t0: float | None = None) -> None:
-        """A streamed chunk's rows have all ended: its quantization probe (every TP rank at the
-        same decode step, like the chunk loop's) and, on the leader, the stats."""
+    def _chunk_done(self, chunk: int, t0: float | None = None) -> None:
+        """A streamed chunk's rows have all ended: the stream's "generate" span gets a new
+        segment (its busy time counts now, not when the stream ends), its quantization probe
+        (every TP rank at the same decode step, like the chunk loop's) and, on the leader, the
+        stats."""
+        self.ctx.timeline.split(chunk=chunk + 1, version=self.held)
         self.quant_kl.measure(self.stream.completed, self.held)
         if t0 is not None:
             self._publish_stats(t0)
@@ -256,7 +259,7 @@ class GeneratorExecutor:
         with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held, streaming=True):
             try:
                 self.stream.run(step["chunk"], may_start, lambda: self.held,
-                                between_steps=self.loop.swap_if_published, on_chunk=lambda n: self._chunk_done())
+                                between_steps=self.loop.swap_if_published, on_chunk=lambda n: self._chunk_done(n))
             except StreamCut:
                 pass
 
