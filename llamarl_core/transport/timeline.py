@@ -34,7 +34,7 @@ class Timeline:
         try:
             yield
         finally:
-            self._open.remove(seg)
+            self._open.pop()  # spans nest (one thread, context managers): this one is the last
             self._write(seg, time.time())
 
     def split(self, **info) -> None:
