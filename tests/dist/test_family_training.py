@@ -1,8 +1,11 @@
-"""`llamarl train model.checkpoint=DIR warmstart.steps=0 run.max_steps=2` trains a Hugging Face
+"""`llamarl train model.checkpoint=DIR warmstart.steps=0 run.max_steps=3` trains a Hugging Face
 checkpoint of each family (tiny random models saved by transformers, tests/hf_tiny.py): the
 generator, reward and trainer run, every synced version hashes on the generator as it left the
 trainer, and the weights move (an entropy bonus gives a gradient when a random model's rewards
-are all 0). Qwen2.5 runs the `cpu_parallel` recipe under HSDP, the layout of recipes 8b_gsm8k and
+are all 0). Three steps, not two: at k = 1 step 2 may train on version-0 rollouts only, and the
+run can end before the generator's next poll adopts version 1 (it did, once, on a loaded
+machine); step 3 trains with version 2 and takes nothing older than version 1, so the generator
+must have adopted a version past 0. Qwen2.5 runs the `cpu_parallel` recipe under HSDP, the layout of recipes 8b_gsm8k and
 405b_math: a TP = 2 generator (q/k/v biases split with their rows) and 4 FSDP2 trainer ranks,
 fsdp = 2 x dp = 2, with equal slice checksums at every version, and its resumable step checkpoint
 is then evaluated by `llamarl eval` (DCP shards of the 4 trainer ranks). Before the HSDP fix the
@@ -20,7 +23,7 @@ from omegaconf import OmegaConf
 
 pytest.importorskip("transformers")
 
-TINY = ["warmstart.steps=0", "run.max_steps=2", "algorithm.prompts_per_step=2", "algorithm.group_size=2",
+TINY = ["warmstart.steps=0", "run.max_steps=3", "algorithm.prompts_per_step=2", "algorithm.group_size=2",
         "algorithm.entropy_coef=0.01", "data.num_train_examples=8", "data.num_eval_examples=2",
         "generation.max_new_tokens=4", "run.eval_every_steps=0", "run.max_time_s=0",
         "run.weight_checksums=true", "logging.tensorboard=false", "controller.startup_timeout_s=90",
@@ -45,7 +48,7 @@ def _train(tmp_path, family: str, *overrides: str):
     out = subprocess.run([sys.executable, "-m", "llamarl_cli.main", "train", *overrides, f"run.dir={run_dir}",
                           f"model.checkpoint={checkpoint}", *tiny], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     sums = [json.loads(x) for x in (run_dir / "weight_checksums.jsonl").read_text().splitlines()]
     return run_dir, sums
 
@@ -54,7 +57,10 @@ def _assert_every_version_arrived_intact_and_weights_moved(sums):
     key = lambda s: (s["version"], s.get("tp_rank", 0))  # noqa: E731
     sent = {key(s): s["sha256"] for s in sums if s["role"] == "trainer"}
     held = [s for s in sums if s["role"] == "generator"]
-    assert {s["version"] for s in held} == {0, 1}
+    versions = {s["version"] for s in held}
+    # version 0, and one past it (1 or 2: a version published while the generator was busy
+    # may be passed over for the next one)
+    assert 0 in versions and versions & {1, 2}, versions
     assert all(sent[key(s)] == s["sha256"] for s in held)
     assert sent[0, 0] != sent[1, 0]  # step 1 changed the weights
 
@@ -75,7 +81,7 @@ def test_qwen25_trains_with_tp2_generator_and_fsdp2_trainer_and_its_step_checkpo
 
     # 6 ranks on 2 cores: past the plan's 2-per-core limit, so the test says the host has 3
     # (the ranks of a model this small mostly wait on each other).
-    run_dir, sums = _train(tmp_path, "qwen2.5", "recipe=cpu_parallel", "run.checkpoint_every_steps=2",
+    run_dir, sums = _train(tmp_path, "qwen2.5", "recipe=cpu_parallel", "run.checkpoint_every_steps=3",
                            "resources.trainer.micro_batch_size=4", "resources.trainer.num_devices=4",
                            "resources.trainer.fsdp=2", "resources.cpu_cores=3",
                            "algorithm.prompts_per_step=4")  # a whole group per trainer rank
@@ -86,7 +92,7 @@ def test_qwen25_trains_with_tp2_generator_and_fsdp2_trainer_and_its_step_checkpo
     _assert_every_version_arrived_intact_and_weights_moved(sums)
     held = [s for s in sums if s["role"] == "generator"]
     assert len({s["sha256"] for s in held if s["version"] == 0}) == 2  # the two TP slices differ
-    step = run_dir / "checkpoints" / "step_2"
+    step = run_dir / "checkpoints" / "step_3"
     assert len(list((step / "trainer").glob("*.distcp"))) == 4  # one shard file per trainer rank
     code = main(["eval", f"checkpoint={step}", "data=arith", "num_examples=2", "max_new_tokens=3",
                  f"eval.out={tmp_path / 'eval'}", "--no-progress"])
