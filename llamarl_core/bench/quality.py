@@ -1,7 +1,7 @@
 """`llamarl bench --quality`: does async AIPO learn as well as sync, per RL sample?
 
 From one shared warm-start checkpoint (`executors/warmstart.py`), with the same number of RL
-samples each (steps x prompts_per_step x group_size), six configurations:
+samples each (steps x prompts_per_step x group_size), seven configurations:
 
     sync_k0            k = 0, colocated, always on-policy (ratios are 1)
     async_k1_aipo      k = 1, AIPO  min(pi/mu, rho)
@@ -9,12 +9,14 @@ samples each (steps x prompts_per_step x group_size), six configurations:
     async_k4_none      k = 4, plain policy gradient on stale samples (no correction)
     async_k4_ppo_clip  k = 4, PPO-style ratio clipping
     streaming          k = 1, AIPO, generation.streaming=true (executors/stream.py)
+    streaming_k2       k = 2, AIPO, streaming: the setting at which the default job keeps the
+                       busier of trainer and generator busy through every step
 
 The async_* configurations generate chunk by chunk (generation.streaming=false), as they did
 when the committed results were measured; `streaming` is the default async generator.
 
 `seeds` seeds each (`run.seed`: prompt order, sampling, not the problems: `data.seed` keeps the
-held-out set fixed). Runs go seed by seed, all five configurations per seed, so machine noise
+held-out set fixed). Runs go seed by seed, all the chosen configurations per seed, so machine noise
 hits every configuration alike.
 
 Why k = 4 is really 4 stale versions here: the generator's credit rule lets it start chunk n
@@ -42,8 +44,9 @@ from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
 
 # name, k, correction (contract values) ; correction -> algorithm.name
 CONFIGS = (("sync_k0", 0, "aipo"), ("async_k1_aipo", 1, "aipo"), ("async_k4_aipo", 4, "aipo"),
-           ("async_k4_none", 4, "none"), ("async_k4_ppo_clip", 4, "ppo_clip"), ("streaming", 1, "aipo"))
-STREAMING_CONFIGS = ("streaming",)  # the others pin generation.streaming=false
+           ("async_k4_none", 4, "none"), ("async_k4_ppo_clip", 4, "ppo_clip"), ("streaming", 1, "aipo"),
+           ("streaming_k2", 2, "aipo"))
+STREAMING_CONFIGS = ("streaming", "streaming_k2")  # the others pin generation.streaming=false
 LOSS_NAME = {"aipo": "aipo", "none": "pg", "ppo_clip": "ppo"}
 # Sized so 15 runs take about a quarter of an hour on 2 cores (11 min measured): half the
 # recipe's prompts per step, evals every quarter of the run, no time cap. Overrides win.
