@@ -183,9 +183,14 @@ class GeneratorExecutor:
         with self.ctx.timeline.span("generate", chunk=chunk, version=self.held, streaming=True):
             nxt = self.stream.run(chunk, may_start, lambda: self.held,
                                   on_group=lambda part: self._send(sender, part, link),
-                                  between_steps=self.loop.swap_if_published,
+                                  between_steps=self._look_for_weights,
                                   on_chunk=lambda n: self._chunk_done(n, t0))
         return nxt
+
+    def _look_for_weights(self) -> int:
+        """A streaming decode step's look for newer weights: at every step while the gate holds
+        freed slots back (a newer version is what opens it), else every SWAP_POLL_STEPS."""
+        return self.loop.swap_if_published(eager=self.stream.gated)
 
     def _start_chunk(self) -> int:
         """Where this replica (re)starts: the first chunk the trainer has not consumed."""
@@ -259,7 +264,7 @@ class GeneratorExecutor:
         with self.ctx.timeline.span("generate", chunk=step["chunk"], version=self.held, streaming=True):
             try:
                 self.stream.run(step["chunk"], may_start, lambda: self.held,
-                                between_steps=self.loop.swap_if_published, on_chunk=lambda n: self._chunk_done(n))
+                                between_steps=self._look_for_weights, on_chunk=lambda n: self._chunk_done(n))
             except StreamCut:
                 pass
 

@@ -48,6 +48,10 @@ class ChunkStream:
         self.started = 0             # engine prompts handed over so far
         self.next_chunk = 0
         self.completed: Optional[Rollout] = None  # the last chunk whose rows all ended
+        # the gate refused the next chunk and nothing opened since: freed slots wait for what
+        # opens it (a newer version held), so the generator looks for weights at every decode
+        # step meanwhile (GenerateLoop.swap_if_published(eager=...)); the same on every TP rank
+        self.gated = False
 
     def run(self, start: int, may_start: Callable[[int], bool], held: Callable[[], int],
             on_group: Optional[Callable[[Rollout], None]] = None,
@@ -58,6 +62,7 @@ class ChunkStream:
         c = self.chunks
         a = c.cfg  # ChunkConfig: prompts_per_step, group_size, seed
         self.next_chunk, self.open, self.rows, self.started = start, deque(), {}, 0
+        self.gated = False
         closed = [0, None]  # turns before the gate is asked again; the version it closed under
 
         def refill(free: int) -> list[list[int]]:
@@ -69,7 +74,9 @@ class ChunkStream:
                         break
                     if not may_start(self.next_chunk):
                         closed[:] = [GATE_RETRY_TURNS, held()]
+                        self.gated = True
                         break
+                    self.gated = False
                     self._open_chunk(self.next_chunk, held(), on_group)
                     self.next_chunk += 1
                 _, groups, waiting = self.open[-1]

@@ -1,12 +1,15 @@
 """Streaming rollouts (executors/stream.py, generation.streaming): a generator replica's
 slots stay full across a step boundary, every token records its version, and each chunk's
 tokens stay within k versions of the step that trains it."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkGenerator
+from llamarl_core.executors.generate_loop import SWAP_POLL_STEPS, GenerateLoop
 from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.executors.stream import ChunkStream, StreamCut
@@ -179,3 +182,66 @@ def test_a_closed_gate_opens_at_the_turn_the_new_version_arrives():
     assert nxt == 2
     first_ask_after = next(a for a in asks if a[0] >= bumped[0])
     assert first_ask_after == (bumped[0], 1, True), asks
+
+
+class _Weights:
+    """A WeightReceiver whose next version lands when the test says (`land`)."""
+
+    def __init__(self):
+        self.staged, self.looks = None, 0
+
+    def ready(self):
+        self.looks += 1
+        return self.staged is not None
+
+    def receive(self):
+        version, self.staged = self.staged, None
+        return SimpleNamespace(version=version, seconds=0.0, gbps=0.0)
+
+
+class _Control:
+    def set_held(self, global_rank, version):
+        pass
+
+    def dropped(self, replica):
+        return 0
+
+
+def test_weights_that_land_while_the_gate_holds_slots_back_are_adopted_at_the_next_decode_step():
+    """k = 1 under version 0: chunks 0 and 1 may start, chunk 2 waits for version 1. Looks for
+    weights come every SWAP_POLL_STEPS decode steps, but while the gate holds freed slots back
+    a look comes at every step: version 1, landing then, is taken at the next step and chunk 2
+    starts in it (with every look 8 steps apart it waited up to 7 steps with slots idle)."""
+    _, chunks = _chunks()
+    stream = ChunkStream(chunks)
+    weights = _Weights()
+    loop = GenerateLoop(chunks, weights, _Control(), replica=0, global_rank=0, max_offpolicy_steps=1,
+                        should_stop=lambda: False)
+    weights.staged = 0
+    loop.receive()
+    turn, landed, adopted, opened = [0], [], [], {}
+
+    def between_steps():
+        turn[0] += 1
+        # land version 1 at a gated turn that is not a multiple of SWAP_POLL_STEPS (where the
+        # old every-8-steps look would have come anyway)
+        if not landed and stream.gated and loop.decode_turns % SWAP_POLL_STEPS != 0:
+            weights.staged = 1
+            landed.append(turn[0])
+        version = loop.swap_if_published(eager=stream.gated)
+        if version == 1 and not adopted:
+            adopted.append(turn[0])
+        return version
+
+    def may_start(n):
+        ok = n < 3 and n <= loop.held + 1
+        if ok and n not in opened:
+            opened[n] = turn[0]
+        return ok
+    nxt = stream.run(0, may_start, held=lambda: loop.held, between_steps=between_steps)
+    assert landed, "the gate never held slots back: chunk 1's rows did not outlast a free slot"
+    assert nxt == 3 and adopted == landed          # adopted in the very turn it landed
+    assert opened[2] == landed[0]                   # and chunk 2 started in that turn
+    # away from the gate, looks stay every SWAP_POLL_STEPS steps
+    looks_ungated = loop.decode_turns // SWAP_POLL_STEPS
+    assert weights.looks < loop.decode_turns and weights.looks >= looks_ungated
