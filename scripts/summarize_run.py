@@ -83,6 +83,32 @@ def timeline_steps(run_dir: Path, floor: float = 0.95) -> dict:
             "trainer_misses": [r for r in rows if r["trainer"] < floor]}
 
 
+def weight_adoption(run_dir: Path) -> dict:
+    """From the timelines: how long each published version waited before generator rank 0 began
+    taking it (a trainer `sync` span's end to the next generator `sync` span's start, each publish
+    counted once), split by what the generator was doing when it landed: in a `generate` span (a
+    stream or chunk decoding: it is seen at a between-steps look) or waiting for it."""
+    spans = read_timeline(str(run_dir))
+    pubs = sorted(s["t1"] for s in spans if s["role"] == "trainer" and s["rank"] == 0 and s["state"] == "sync")
+    takes = sorted(s["t0"] for s in spans if s["role"] == "generator" and s["rank"] == 0 and s["state"] == "sync")
+    gens = [(s["t0"], s["t1"]) for s in spans if s["role"] == "generator" and s["rank"] == 0 and s["state"] == "generate"]
+    lat: dict = {"generating": [], "waiting": []}
+    used = set()
+    for t in takes:
+        before = [p for p in pubs if p <= t and p not in used]
+        if not before:
+            continue  # the first version (before RL) or one already counted
+        p = before[-1]
+        used.update(before)  # a version skipped for a newer one is not a wait of its own
+        lat["generating" if any(a <= p <= b for a, b in gens) else "waiting"].append(1e3 * (t - p))
+
+    def stats(xs):
+        return {"n": len(xs), "mean_ms": statistics.mean(xs), "median_ms": statistics.median(xs),
+                "max_ms": max(xs)} if xs else {"n": 0}
+    return {"published_while_generating": stats(lat["generating"]), "published_while_waiting": stats(lat["waiting"]),
+            "total_s": sum(lat["generating"] + lat["waiting"]) / 1e3}
+
+
 def summarize(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -103,6 +129,7 @@ def summarize(run_dir: Path) -> dict:
         "dropped_chunks": summary["dropped_chunks"],
         "pipeline": pipeline_shares(lines),
         "pipeline_from_timelines": (timeline_steps(run_dir) if (run_dir / "timeline").is_dir() else None),
+        "weight_adoption": (weight_adoption(run_dir) if (run_dir / "timeline").is_dir() else None),
         # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
         "stale_dropped_groups": lines[-1].get("trainer/stale_dropped_groups") if lines else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
