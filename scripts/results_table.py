@@ -108,6 +108,14 @@ ROWS: list[Row] = [
     Row("Default job (streaming, k = 1): share of the RL window in which trainer and generator both sit idle",
         "default_run_cpu.json", {"b": "pipeline.both_idle_frac"}, lambda v: f"{100 * v['b']:.1f}%",
         "≤ 2%", lambda v: v["b"] <= 0.02),
+    Row("Default job (streaming, k = 1): how long a version published while the generator decodes waits "
+        "for it (mean over the run, from the timelines), with the look at every step while the gate holds "
+        "freed slots back, against looks 8 steps apart (fresh-clone run of c24ded1, same day)",
+        "default_run_cpu.json", {"m": "weight_adoption.published_while_generating.mean_ms",
+                                 "d": "weight_adoption.published_while_generating.median_ms",
+                                 "m0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.mean_ms",
+                                 "d0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.median_ms"},
+        lambda v: f"{v['m']:.0f} ms (median {v['d']:.0f} ms), against {v['m0']:.0f} ms (median {v['d0']:.0f} ms)"),
     Row("Default job with `algorithm.max_offpolicy_steps=2` (k = 2): the busier role's busy share of each RL "
         "step after the first; both idle; held-out gain",
         "default_run_k2_cpu.json", {"lo": "pipeline_from_timelines.busier_role_busy_min",
