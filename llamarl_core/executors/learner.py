@@ -83,9 +83,6 @@ class Learner:
         # skips its forward and backward. Data-parallel ranks run the same number of
         # micro-batches (each is a collective), so they keep every row.
         self.skip_zero_advantage = not data_parallel and a.kl_coef == 0 and a.entropy_coef == 0
-        # A step may train its groups as they arrive (executors/streamed_step.py) where no
-        # collective runs per micro-batch and the step is one optimizer update.
-        self.streams_steps = not data_parallel and a.updates_per_batch * a.mini_batches == 1
         if a.overlong == "filter" and not eos_ids:
             raise ValueError("algorithm.overlong=filter needs the tokenizer's eos_ids to tell a truncated "
                              "completion from one that ended at the limit")
@@ -164,14 +161,6 @@ class Learner:
         # update) and every row's staleness.
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
-
-    def open_step(self):
-        """A step trained while its groups arrive: `.add(rows, staleness)` per part, then
-        `.finish()` -> `rl_step`'s metrics (only where `streams_steps`)."""
-        if not self.streams_steps:
-            raise RuntimeError("open_step() needs one update per step and no data parallelism")
-        from llamarl_core.executors.streamed_step import StreamedStep  # it imports this module
-        return StreamedStep(self)
 
     def _update(self, batch, tokens, behavior, mask, host_mask, advantages, staleness, old,
                 rows_in: torch.Tensor, trained: torch.Tensor, record_ratios: bool) -> dict:
