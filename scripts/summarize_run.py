@@ -10,6 +10,7 @@ JSON with each run's summary under "runs" and the headline numbers as lists:
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import platform
 import statistics
@@ -54,13 +55,12 @@ def pipeline_shares(lines: list[dict]) -> dict:
     return out
 
 
-def timeline_steps(run_dir: Path, floor: float = 0.95) -> dict:
+def timeline_steps(spans: list[dict], floor: float = 0.95) -> dict:
     """Per RL step after the first, from the timelines (the window between two trainer `train`
     ends; steps numbered as in metrics.jsonl): how many have the trainer, or either of trainer and
     generator, busy >= `floor`, and each step where the trainer is not, with the generator's
     share and the trainer's wait for its rows in it (a miss where the generator is busy is a
     step the generator bounds; one where both idle is waste)."""
-    spans = read_timeline(str(run_dir))
     t0, _ = rl_window(spans)
     trains = sorted((s for s in spans if s["role"] == "trainer" and s["rank"] == 0 and s["state"] == "train"),
                     key=lambda s: s["t1"])
@@ -83,23 +83,22 @@ def timeline_steps(run_dir: Path, floor: float = 0.95) -> dict:
             "trainer_misses": [r for r in rows if r["trainer"] < floor]}
 
 
-def weight_adoption(run_dir: Path) -> dict:
+def weight_adoption(spans: list[dict]) -> dict:
     """From the timelines: how long each published version waited before generator rank 0 began
     taking it (a trainer `sync` span's end to the next generator `sync` span's start, each publish
     counted once), split by what the generator was doing when it landed: in a `generate` span (a
     stream or chunk decoding: it is seen at a between-steps look) or waiting for it."""
-    spans = read_timeline(str(run_dir))
     pubs = sorted(s["t1"] for s in spans if s["role"] == "trainer" and s["rank"] == 0 and s["state"] == "sync")
     takes = sorted(s["t0"] for s in spans if s["role"] == "generator" and s["rank"] == 0 and s["state"] == "sync")
     gens = [(s["t0"], s["t1"]) for s in spans if s["role"] == "generator" and s["rank"] == 0 and s["state"] == "generate"]
     lat: dict = {"generating": [], "waiting": []}
-    used = set()
+    counted = 0  # publishes before this index were taken already
     for t in takes:
-        before = [p for p in pubs if p <= t and p not in used]
-        if not before:
+        landed = bisect.bisect_right(pubs, t)
+        if landed == counted:
             continue  # the first version (before RL) or one already counted
-        p = before[-1]
-        used.update(before)  # a version skipped for a newer one is not a wait of its own
+        p = pubs[landed - 1]  # a version skipped for a newer one is not a wait of its own
+        counted = landed
         lat["generating" if any(a <= p <= b for a, b in gens) else "waiting"].append(1e3 * (t - p))
 
     def stats(xs):
@@ -113,6 +112,7 @@ def summarize(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     config = (run_dir / "config.yaml").read_text()
+    spans = read_timeline(str(run_dir)) if (run_dir / "timeline").is_dir() else None
     step_s = [_get(m, "trainer/step_s") for m in lines]
     return {
         "run_dir": str(run_dir), "recipe": summary["recipe"], "mode": summary["mode"],
@@ -128,8 +128,8 @@ def summarize(run_dir: Path) -> dict:
         "staleness_max": max(m["trainer/staleness_max"] for m in lines),
         "dropped_chunks": summary["dropped_chunks"],
         "pipeline": pipeline_shares(lines),
-        "pipeline_from_timelines": (timeline_steps(run_dir) if (run_dir / "timeline").is_dir() else None),
-        "weight_adoption": (weight_adoption(run_dir) if (run_dir / "timeline").is_dir() else None),
+        "pipeline_from_timelines": timeline_steps(spans) if spans is not None else None,
+        "weight_adoption": weight_adoption(spans) if spans is not None else None,
         # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
         "stale_dropped_groups": lines[-1].get("trainer/stale_dropped_groups") if lines else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),

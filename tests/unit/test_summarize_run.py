@@ -27,7 +27,7 @@ def test_each_publish_is_timed_to_the_generators_next_take_and_split_by_what_it_
     _write(tl, "generator", [("sync", 1.01, 1.02), ("generate", 1.02, 3.2), ("sync", 3.2, 3.21),
                              ("generate", 3.21, 6.0), ("sync", 6.0, 6.01), ("wait", 6.01, 8.01),
                              ("sync", 8.01, 8.02)])
-    got = summarize_run.weight_adoption(tmp_path)
+    got = summarize_run.weight_adoption(summarize_run.read_timeline(str(tmp_path)))
     gen, wait = got["published_while_generating"], got["published_while_waiting"]
     assert gen["n"] == 2 and gen["mean_ms"] == pytest.approx(350.0) and gen["max_ms"] == pytest.approx(500.0)
     assert wait["n"] == 2 and wait["mean_ms"] == pytest.approx(10.0)  # 1.0 -> 1.01 and 8.0 -> 8.01
