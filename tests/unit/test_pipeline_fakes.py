@@ -1,7 +1,6 @@
 """The roles wired to fakes of each other, in one process (no torchrun, no store, no links):
 the seams of executors/ports.py are all a trainer or a generator needs."""
 import functools
-from types import SimpleNamespace
 
 import torch
 
@@ -14,6 +13,8 @@ from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 from llamarl_core.wire.rollout import Rollout
+
+from fake_ports import FakeControl, LocalWeights
 
 ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,
                  max_seq_len=64, rope_theta=10000.0)
@@ -33,64 +34,6 @@ def _cfg(*overrides):
 def _model(seed=0):
     torch.manual_seed(seed)
     return Llama(ARGS)
-
-
-class FakeControl:
-    """A ControlStore in a dict: what the generator writes and reads of the run."""
-
-    def __init__(self):
-        self.held, self.drops = [], {}
-
-    def set_held(self, global_rank, version):
-        self.held.append((global_rank, version))
-
-    def dropped(self, replica):
-        return self.drops.get(replica, 0)
-
-    def add_dropped(self, replica, n=1):
-        self.drops[replica] = self.drops.get(replica, 0) + n
-        return self.drops[replica]
-
-
-class LocalWeights:
-    """A WeightPublisher (trainer side) and its WeightReceiver (generator side) in one object:
-    `publish` stages a copy of the trainer's weights, `receive` copies them into the generator's
-    parameters. `publish_at_look` delays a publish until the generator's n-th look (`ready()`),
-    i.e. it lands while a chunk is being decoded."""
-
-    def __init__(self, source: torch.nn.Module, target: torch.nn.Module):
-        self.source, self.target = source, target
-        self.staged, self.published, self.looks, self.later = None, [], 0, None
-        self.on_broken = None
-
-    def publish(self, version):
-        self.staged = (version, {n: p.detach().clone() for n, p in self.source.named_parameters()})
-        self.published.append(version)
-        return {"sync/version": version}
-
-    def publish_at_look(self, n, version):
-        self.later = (n, version)
-
-    def ready(self):
-        self.looks += 1
-        if self.later and self.looks >= self.later[0]:
-            self.publish(self.later[1])
-            self.later = None
-        return self.staged is not None
-
-    def receive(self):
-        version, state = self.staged
-        self.staged = None
-        with torch.no_grad():
-            for n, p in self.target.named_parameters():
-                p.copy_(state[n])
-        return SimpleNamespace(version=version, seconds=0.0, gbps=0.0)
-
-    def rejoin(self, version):
-        return {}
-
-    def close(self):
-        pass
 
 
 def _generator(cfg, model, weights, control, k=1):

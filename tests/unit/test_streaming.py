@@ -1,8 +1,6 @@
 """Streaming rollouts (executors/stream.py, generation.streaming): a generator replica's
 slots stay full across a step boundary, every token records its version, and each chunk's
 tokens stay within k versions of the step that trains it."""
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -16,6 +14,8 @@ from llamarl_core.executors.stream import ChunkStream, StreamCut
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation import scheduler
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+
+from fake_ports import FakeControl, LocalWeights
 
 ARGS = ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
                  max_seq_len=96, rope_theta=10000.0)
@@ -184,29 +184,6 @@ def test_a_closed_gate_opens_at_the_turn_the_new_version_arrives():
     assert first_ask_after == (bumped[0], 1, True), asks
 
 
-class _Weights:
-    """A WeightReceiver whose next version lands when the test says (`land`)."""
-
-    def __init__(self):
-        self.staged, self.looks = None, 0
-
-    def ready(self):
-        self.looks += 1
-        return self.staged is not None
-
-    def receive(self):
-        version, self.staged = self.staged, None
-        return SimpleNamespace(version=version, seconds=0.0, gbps=0.0)
-
-
-class _Control:
-    def set_held(self, global_rank, version):
-        pass
-
-    def dropped(self, replica):
-        return 0
-
-
 def test_weights_that_land_while_the_gate_holds_slots_back_are_adopted_at_the_next_decode_step():
     """k = 1 under version 0: chunks 0 and 1 may start, chunk 2 waits for version 1. Looks for
     weights come every SWAP_POLL_STEPS decode steps, but while the gate holds freed slots back
@@ -214,10 +191,11 @@ def test_weights_that_land_while_the_gate_holds_slots_back_are_adopted_at_the_ne
     starts in it (with every look 8 steps apart it waited up to 7 steps with slots idle)."""
     _, chunks = _chunks()
     stream = ChunkStream(chunks)
-    weights = _Weights()
-    loop = GenerateLoop(chunks, weights, _Control(), replica=0, global_rank=0, max_offpolicy_steps=1,
+    model = chunks.engine.model
+    weights = LocalWeights(model, model)
+    loop = GenerateLoop(chunks, weights, FakeControl(), replica=0, global_rank=0, max_offpolicy_steps=1,
                         should_stop=lambda: False)
-    weights.staged = 0
+    weights.publish(0)
     loop.receive()
     turn, landed, adopted, opened = [0], [], [], {}
 
@@ -226,7 +204,7 @@ def test_weights_that_land_while_the_gate_holds_slots_back_are_adopted_at_the_ne
         # land version 1 at a gated turn that is not a multiple of SWAP_POLL_STEPS (where the
         # old every-8-steps look would have come anyway)
         if not landed and stream.gated and loop.decode_turns % SWAP_POLL_STEPS != 0:
-            weights.staged = 1
+            weights.publish(1)
             landed.append(turn[0])
         version = loop.swap_if_published(eager=stream.gated)
         if version == 1 and not adopted:
