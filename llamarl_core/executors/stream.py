@@ -80,7 +80,9 @@ class ChunkStream:
                     self._open_chunk(self.next_chunk, held(), on_group)
                     self.next_chunk += 1
                 _, groups, waiting = self.open[-1]
-                while waiting and len(out) < free:
+                # whole groups: the engine then knows a group's later members when it prefills
+                # the first, and they start from its prompt KV as slots free (prefill_once.py)
+                while waiting and (len(out) < free or waiting[0] % a.group_size):
                     row = waiting.popleft()
                     self.rows[self.started] = (groups, row)
                     self.started += 1

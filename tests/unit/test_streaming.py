@@ -98,6 +98,21 @@ def test_a_streaming_generator_keeps_its_slots_full_across_a_step_boundary(monke
     assert len(steps) < len(steps_chunked)
 
 
+def test_a_group_streamed_into_slots_one_by_one_is_prefilled_once():
+    # 4 slots, groups of 4: after the first fill a slot frees one at a time, so a group's members
+    # start at different decode steps; each must start from its first member's prompt KV
+    cfg, chunks = _chunks(prompts_per_step=2, group_size=4)
+    stream = ChunkStream(chunks)
+    groups = []
+    stream.run(0, may_start=lambda n: n < 3, held=lambda: 0, on_group=groups.append)
+    assert len(groups) == 6
+    prompts = [PROMPTS[int(g.example_ids[0])] for g in groups]
+    assert len({tuple(p) for p in prompts}) == 6  # no prompt in two groups: one prefill each
+    stats = chunks.engine.last_stats
+    assert stats["prompt_tokens"] == 4 * sum(len(p) for p in prompts)
+    assert stats["prefill_tokens"] == sum(len(p) for p in prompts)  # was one prefill per member
+
+
 def test_every_token_of_a_chunk_is_within_k_versions_of_the_step_that_trains_it(monkeypatch):
     k = 1
     cfg, chunks = _chunks()
