@@ -22,6 +22,9 @@ one of 49-64, 1.0 on a GPU), so a reader sees why the ratios differ. A streaming
 frees is refilled at once, so streaming makes one small prefill per admission (chunked: one
 per chunk); where a forward's cost is its weight reads, each costs about a decode step.
 Nothing else differs between the cases: same engine, prompts, stop tokens, settings.
+`streaming_vs_chunked` is the ratio of the two modes' median tokens/s;
+`streaming_vs_chunked_per_repeat` gives the ratio within each repeat, whose two runs were back
+to back, so a reader sees how far the shared machine moved it.
 
 A refill's prefill joins the decode step it is admitted at (forward.step: the admitted
 prompts' rows and the running rows share every projection GEMM, one pass over the weights).
@@ -200,6 +203,9 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
             # what a step of few live rows costs against a full one: near 0 → tail steps are free
             "step_cost_fewest_vs_most_rows": cost[lo]["median_ms"] / cost[hi]["median_ms"],
             "streaming_vs_chunked": med["streaming"]["tokens_per_s"] / med["chunked"]["tokens_per_s"],
+            # the same ratio within each repeat (the two modes ran back to back): its spread is
+            # how much the shared machine moved while the bench ran
+            "streaming_vs_chunked_per_repeat": paired(runs),
             # the same per CPU-second of this 1-thread process: less at the mercy of what else runs
             "streaming_vs_chunked_cpu_time": (med["streaming"]["tokens_per_cpu_s"]
                                               / med["chunked"]["tokens_per_cpu_s"]),
@@ -214,12 +220,21 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
                                              / med["chunked"]["tokens_per_s"])}
 
 
+def paired(runs: dict) -> dict:
+    """streaming / chunked tokens/s of each repeat: min, median, max and the list."""
+    r = [(s["tokens"] / s["seconds"]) / (c["tokens"] / c["seconds"])
+         for s, c in zip(runs["streaming"], runs["chunked"])]
+    return {"min": min(r), "median": statistics.median(r), "max": max(r), "each": r}
+
+
 def note(cases: list[dict]) -> str:
     """What the numbers say, from the numbers (the first case is the headline)."""
     parts = []
     for c in cases:
         st, ch = c["medians"]["streaming"], c["medians"]["chunked"]
+        each = c["streaming_vs_chunked_per_repeat"]
         parts.append(f"{c['preset']}: {c['streaming_vs_chunked']:.2f}x tokens/s "
+                     f"(within one repeat {each['min']:.2f}x .. {each['max']:.2f}x, median {each['median']:.2f}x) "
                      f"({c['streaming_vs_chunked_cpu_time']:.2f}x per CPU-second), "
                      f"{c['tokens_per_decode_step_ratio']:.2f}x tokens per decode step, decode steps alone "
                      f"{c['decode_only_ratio']:.2f}x; a 1-8-row step costs {c['step_cost_fewest_vs_most_rows']:.2f} "

@@ -51,6 +51,16 @@ def span(xs: list[float], fmt: str) -> str:
     return " / ".join(format(x, fmt) for x in xs)
 
 
+def _per_repeat() -> dict[str, str]:
+    k = "streaming_vs_chunked_per_repeat"
+    return {"each_min": f"{k}.min", "each_med": f"{k}.median", "each_max": f"{k}.max"}
+
+
+def _repeats(v: Values) -> str:
+    """The streaming/chunked ratio within each repeat (its two runs back to back)."""
+    return f"within one repeat {v['each_min']:.2f}–{v['each_max']:.2f}×, median {v['each_med']:.2f}×"
+
+
 def _quality(name: str) -> dict[str, str]:
     return {"mean": f"configs[name={name}].final_accuracy_mean", "sd": f"configs[name={name}].final_accuracy_sd",
             "sync": "configs[name=sync_k0].final_accuracy_mean"}
@@ -110,7 +120,7 @@ ROWS: list[Row] = [
         "≤ 2%", lambda v: v["b"] <= 0.02),
     Row("Default job (streaming, k = 1): how long a version published while the generator decodes waits "
         "for it (mean over the run, from the timelines), with the look at every step while the gate holds "
-        "freed slots back, against looks 8 steps apart (fresh-clone run of c24ded1, same day)",
+        "freed slots back, against looks 8 steps apart (fresh-clone run of c24ded1, an earlier day)",
         "default_run_cpu.json", {"m": "weight_adoption.published_while_generating.mean_ms",
                                  "d": "weight_adoption.published_while_generating.median_ms",
                                  "m0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.mean_ms",
@@ -242,19 +252,22 @@ ROWS: list[Row] = [
         {"r": "streaming_vs_chunked", "p": "headline_preset", "small": "cases[preset=tiny-2m].streaming_vs_chunked",
          "cpu": "streaming_vs_chunked_cpu_time", "d": "tokens_per_decode_step_ratio",
          "dec": "cases[0].decode_only_ratio", "fu": "cases[0].streaming_fused_vs_unfused",
-         "un": "cases[0].streaming_unfused_vs_chunked"},
-        lambda v: (f"{v['r']:.2f}× on {v['p']}, {v['cpu']:.2f}× per CPU-second (tiny-2m: {v['small']:.2f}×); "
+         "un": "cases[0].streaming_unfused_vs_chunked", **_per_repeat()},
+        lambda v: (f"{v['r']:.2f}× on {v['p']} ({_repeats(v)}), {v['cpu']:.2f}× per CPU-second "
+                   f"(tiny-2m: {v['small']:.2f}×); "
                    f"{v['d']:.2f}× tokens per decode step, decode steps alone {v['dec']:.2f}×; refill prefills "
                    f"joined to the decode step: {v['fu']:.2f}× over prefilling each on its own "
                    f"({v['un']:.2f}× chunked), 8 steps per run"),
-        "≥ 1.5×", lambda v: v["r"] >= 1.5, load_keys=("machine.load_at_start.load_average",)),
+        "≥ 1.5×, also within repeats", lambda v: min(v["r"], v["each_med"]) >= 1.5,
+        load_keys=("machine.load_at_start.load_average",)),
     Row("Streaming generator vs chunked, same bench with 16 steps per run (streaming drains its slots "
         "once per run, chunked once per step)", "streaming_cpu_steps16.json",
         {"r": "streaming_vs_chunked", "p": "headline_preset", "d": "tokens_per_decode_step_ratio",
-         "fu": "cases[0].streaming_fused_vs_unfused"},
-        lambda v: (f"{v['r']:.2f}× on {v['p']}; {v['d']:.2f}× tokens per decode step; joined refill "
-                   f"prefills {v['fu']:.2f}× over separate ones"),
-        "≥ 1.5×", lambda v: v["r"] >= 1.5, load_keys=("machine.load_at_start.load_average",)),
+         "fu": "cases[0].streaming_fused_vs_unfused", **_per_repeat()},
+        lambda v: (f"{v['r']:.2f}× on {v['p']} ({_repeats(v)}); {v['d']:.2f}× tokens per decode step; "
+                   f"joined refill prefills {v['fu']:.2f}× over separate ones"),
+        "≥ 1.5×, also within repeats", lambda v: min(v["r"], v["each_med"]) >= 1.5,
+        load_keys=("machine.load_at_start.load_average",)),
 ]
 
 LOAD_KEYS = ("machine.loadavg_at_start", "machine.load_average_at_start", "machine.loadavg", "loadavg_at_start",
