@@ -275,6 +275,7 @@ def main(argv=None) -> int:
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "headline_preset": head["preset"],
         "streaming_vs_chunked": head["streaming_vs_chunked"],
+        "streaming_vs_chunked_per_repeat": head["streaming_vs_chunked_per_repeat"],
         "streaming_vs_chunked_cpu_time": head["streaming_vs_chunked_cpu_time"],
         "tokens_per_decode_step_ratio": head["tokens_per_decode_step_ratio"],
         "target": 1.5,
