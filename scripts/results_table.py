@@ -136,6 +136,14 @@ ROWS: list[Row] = [
         lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.2f}); both idle "
                    f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
         "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
+    Row("Default job, streaming (the async default) vs chunked (`generation.streaming=false`), from the same "
+        "warm start, one run each: held-out gain; both idle", "streaming_default_run_cpu.json",
+        {"gs": "streaming.accuracy_gain_points", "gc": "chunked.accuracy_gain_points", "d": "gain_difference_points",
+         "ns": "streaming.steps", "nc": "chunked.steps", "bs": "streaming.both_idle_fraction",
+         "bc": "chunked.both_idle_fraction"},
+        lambda v: (f"{v['gs']:+.1f} vs {v['gc']:+.1f} points ({v['d']:+.1f}) in {v['ns']} / {v['nc']} RL steps; "
+                   f"both idle {100 * v['bs']:.1f}% vs {100 * v['bc']:.1f}%"),
+        "gain within noise of chunked (±5 points between runs)", lambda v: abs(v["d"]) <= 5),
     Row("Default job, same machine and hour: current main vs commit 69903e8 (whose run on a faster day was "
         "the previous default_run_cpu.json: 0.500 → 0.815 in 150 steps, 116 s)", "default_run_vs_69903e8_cpu.json",
         {"g": "accuracy_gain_points", "n": "rl_steps", "s": "step_s_median"},
