@@ -260,12 +260,16 @@ ROWS: list[Row] = [
         {"r": "streaming_vs_chunked", "p": "headline_preset", "small": "cases[preset=tiny-2m].streaming_vs_chunked",
          "cpu": "streaming_vs_chunked_cpu_time", "d": "tokens_per_decode_step_ratio",
          "dec": "cases[0].decode_only_ratio", "fu": "cases[0].streaming_fused_vs_unfused",
-         "un": "cases[0].streaming_unfused_vs_chunked", **_per_repeat()},
+         "un": "cases[0].streaming_unfused_vs_chunked", **_per_repeat(),
+         # the first run of the same code, an hour earlier
+         "r0": "earlier_runs.at_6b0301c.streaming_vs_chunked",
+         "m0": "earlier_runs.at_6b0301c.streaming_vs_chunked_per_repeat.median"},
         lambda v: (f"{v['r']:.2f}× on {v['p']} ({_repeats(v)}), {v['cpu']:.2f}× per CPU-second "
                    f"(tiny-2m: {v['small']:.2f}×); "
                    f"{v['d']:.2f}× tokens per decode step, decode steps alone {v['dec']:.2f}×; refill prefills "
                    f"joined to the decode step: {v['fu']:.2f}× over prefilling each on its own "
-                   f"({v['un']:.2f}× chunked), 8 steps per run"),
+                   f"({v['un']:.2f}× chunked), 8 steps per run; the first run of this code (6b0301c): "
+                   f"{v['r0']:.2f}×, median {v['m0']:.2f}× within repeats"),
         "≥ 1.5×, also within repeats", lambda v: min(v["r"], v["each_med"]) >= 1.5,
         load_keys=("machine.load_at_start.load_average",)),
     Row("Streaming generator vs chunked, same bench with 16 steps per run (streaming drains its slots "
