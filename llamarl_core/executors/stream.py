@@ -48,10 +48,16 @@ class ChunkStream:
         self.started = 0             # engine prompts handed over so far
         self.next_chunk = 0
         self.completed: Optional[Rollout] = None  # the last chunk whose rows all ended
-        # the gate refused the next chunk and nothing opened since: freed slots wait for what
-        # opens it (a newer version held), so the generator looks for weights at every decode
-        # step meanwhile (GenerateLoop.swap_if_published(eager=...)); the same on every TP rank
-        self.gated = False
+        # the gate's last refusal, while no chunk opened since: (turns before it is asked again,
+        # the version held when it refused), else None
+        self._closed: Optional[tuple[int, int]] = None
+
+    @property
+    def gated(self) -> bool:
+        """The gate refused the next chunk and nothing opened since: freed slots wait for what
+        opens it (a newer version held), so the generator looks for weights at every decode step
+        meanwhile (GenerateLoop.swap_if_published(eager=...)); the same on every TP rank."""
+        return self._closed is not None
 
     def run(self, start: int, may_start: Callable[[int], bool], held: Callable[[], int],
             on_group: Optional[Callable[[Rollout], None]] = None,
@@ -62,21 +68,21 @@ class ChunkStream:
         c = self.chunks
         a = c.cfg  # ChunkConfig: prompts_per_step, group_size, seed
         self.next_chunk, self.open, self.rows, self.started = start, deque(), {}, 0
-        self.gated = False
-        closed = [0, None]  # turns before the gate is asked again; the version it closed under
+        self._closed = None
 
         def refill(free: int) -> list[list[int]]:
             out: list[list[int]] = []
             while len(out) < free:
                 if not self.open or not self.open[-1][2]:
-                    if closed[0] > 0 and held() == closed[1]:
-                        closed[0] -= 1
-                        break
+                    if self._closed is not None:
+                        turns, version = self._closed
+                        if turns > 0 and held() == version:
+                            self._closed = (turns - 1, version)
+                            break
                     if not may_start(self.next_chunk):
-                        closed[:] = [GATE_RETRY_TURNS, held()]
-                        self.gated = True
+                        self._closed = (GATE_RETRY_TURNS, held())
                         break
-                    self.gated = False
+                    self._closed = None
                     self._open_chunk(self.next_chunk, held(), on_group)
                     self.next_chunk += 1
                 _, groups, waiting = self.open[-1]
