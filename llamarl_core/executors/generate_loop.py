@@ -62,9 +62,8 @@ class GenerateLoop:
         Looked at every SWAP_POLL_STEPS steps, or at every step while `eager`: a streaming
         replica's freed slots wait on the staleness gate, which only a newer version opens
         (ChunkStream.gated, the same on every TP rank), so a version that arrived is adopted at
-        the next step, not up to SWAP_POLL_STEPS later (measured in a default CPU run at k = 1:
-        a version published mid-stream was adopted 116 ms after, on average, with every look 8
-        steps apart)."""
+        the next step, not up to SWAP_POLL_STEPS later (the wait, measured from a default run's
+        timelines both ways: `weight_adoption` in benchmarks/results/default_run_cpu.json)."""
         self.decode_turns += 1
         if self.decode_turns % SWAP_POLL_STEPS and not eager:
             return self.held
