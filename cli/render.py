@@ -45,6 +45,11 @@ def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
         if r.memory.reference:
             console.print(f"{r.name} total includes the KL reference (algorithm.kl_coef > 0): "
                           f"{r.memory.reference:.2f} GiB per device, sharded like the trained weights")
+    flow = [f"{r.name} {what}" for r in plan.roles for on, what in (
+        (r.streaming, "streams prompts across steps (generation.streaming)"),
+        (r.stream_groups, "starts micro-batches as groups arrive (resources.trainer.stream_groups)")) if on]
+    if flow:
+        console.print("pipeline: " + "; ".join(flow), soft_wrap=True)
     if plan.predicted:
         s, a = plan.predicted["sync"], plan.predicted["async"]
         console.print(f"predicted RL step time (scale simulator): sync {s:.2f} s, async {a:.2f} s "

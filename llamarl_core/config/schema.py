@@ -90,6 +90,8 @@ class TrainerResources:
     activation_checkpointing: bool = False
     micro_batch_size: int = 16           # sequences per forward/backward on one rank
     threads: int = 0
+    stream_groups: bool = True           # async, one rank, one update per batch: micro-batches start
+                                         # on groups as they arrive (config/streaming.py)
 
     def __post_init__(self):
         for k in ("num_devices", "tp", "pp", "micro_batch_size"):

@@ -1,4 +1,5 @@
-"""Whether generator replicas stream prompts across steps (`generation.streaming`).
+"""Whether generator replicas stream prompts across steps (`generation.streaming`), and whether the
+trainer starts a step's micro-batches on its groups as they arrive (`resources.trainer.stream_groups`).
 
 Streaming (executors/stream.py) needs separate generator replicas (async, k >= 1): sync mode
 (k = 0) keeps its colocated chunked step, the paper's baseline. Under generator TP the
@@ -10,3 +11,13 @@ from __future__ import annotations
 
 def streaming_active(cfg) -> bool:
     return bool(cfg.generation.streaming) and cfg.algorithm.max_offpolicy_steps >= 1
+
+
+def stream_groups_active(cfg) -> bool:
+    """Micro-batches on groups as they arrive (executors/streamed_step.py): async mode, one trainer
+    rank (with more, each micro-batch is a collective a rank could enter while its peer still waits
+    for rows a restarted generator can make only once both ranks handed it weights), one update
+    per batch and no dynamic sampling (both need the whole batch before the first micro-batch)."""
+    a, t = cfg.algorithm, cfg.resources.trainer
+    return (bool(t.stream_groups) and a.max_offpolicy_steps >= 1 and t.num_devices == 1
+            and a.updates_per_batch * a.mini_batches == 1 and not a.dynamic_sampling)

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import Stopped
 from llamarl_core.executors.intake import GroupIntake
@@ -209,12 +211,38 @@ class RewardFeed(_Waits):
                                                         me, sending=False), TAG_TO_TRAINER_BASE + i)
                         for i in self.sources}
 
-    def collect(self, step: int, version: int) -> Collected:
+    def collect(self, step: int, version: int, on_groups: Callable[[list[Rollout], torch.Tensor], None] | None = None
+                ) -> Collected:
+        """Step `step`'s rows. With `on_groups`, each piece of the share is handed to it (with its
+        rows' staleness) as soon as it is taken, outside the "wait" spans, so the trainer can
+        start on it (executors/streamed_step.py); the seconds returned are then those waited."""
+        if on_groups is not None:
+            return self._collect_streamed(step, version, on_groups)
         groups, t0 = [], time.time()
         with self.rt.timeline.span("wait", step=step):
             for i in self.sources:
                 groups.extend(self._fresh_groups(i, version))
         return concat(groups), staleness_per_row(groups, version), time.time() - t0
+
+    def _collect_streamed(self, step: int, version: int, on_groups) -> Collected:
+        groups, waited_s = [], 0.0
+        for i in self.sources:
+            share, mine = self.intake.shares[i], []
+            while True:
+                more = self.intake.take_upto(i, version, share - len(mine))
+                if more:
+                    mine.extend(more)
+                    on_groups(more, staleness_per_row(more, version))
+                if len(mine) == share:
+                    break
+                t0 = time.time()
+                with self.rt.timeline.span("wait", step=step):
+                    got = self._get(lambda: self.inboxes[i], self._open)
+                waited_s += time.time() - t0
+                if got is not None:
+                    self.intake.add(got)
+            groups.extend(mine)
+        return concat(groups), staleness_per_row(groups, version), waited_s
 
     def collect_more(self, step: int, version: int) -> Collected:
         """One more share of every source replica within step `step`; each counts as dropped."""

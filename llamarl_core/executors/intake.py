@@ -95,6 +95,28 @@ class GroupIntake:
         """The first `n` (default: the replica's share) fresh groups of `replica` for a step at
         `version`, marked trained; None while fewer are buffered. Stale ones are dropped first."""
         n = self.shares[replica] if n is None else n
+        self._drop_stale(replica, version)
+        if len(self.buffer[replica]) < n:
+            return None
+        return self.take_upto(replica, version, n)
+
+    def take_upto(self, replica: int, version: int, n: int) -> list[Rollout]:
+        """Up to `n` fresh groups of `replica` buffered now (none is fine), marked trained: how a
+        trainer that starts micro-batches as groups arrive takes its share piece by piece
+        (executors/streamed_step.py). Taken in arrival order at the step's one version, the
+        pieces are the groups `take` would have taken at once."""
+        self._drop_stale(replica, version)
+        buf = self.buffer[replica]
+        keys = list(buf)[:max(0, n)]
+        taken = [buf.pop(key) for key in keys]
+        for chunk, slot in keys:
+            self.trained[replica].setdefault(chunk, set()).add(slot)
+        if keys:
+            self._advance(replica)
+        return taken
+
+    def _drop_stale(self, replica: int, version: int) -> None:
+        """Drop (count, hand back) every buffered group older than `version` - k."""
         buf, oldest = self.buffer[replica], version - self.k
         stale = [key for key, rows in buf.items() if rows.policy_version < oldest]
         for key in stale:
@@ -102,14 +124,6 @@ class GroupIntake:
         self.dropped_groups += len(stale)
         for chunk in sorted({c for c, _ in stale}):
             self.on_drop(replica, chunk, sum(c == chunk for c, _ in stale))
-        if len(buf) < n:
-            return None
-        keys = list(buf)[:n]
-        taken = [buf.pop(key) for key in keys]
-        for chunk, slot in keys:
-            self.trained[replica].setdefault(chunk, set()).add(slot)
-        self._advance(replica)
-        return taken
 
     def _advance(self, replica: int) -> None:
         done, share, moved = self.trained[replica], self.shares[replica], False

@@ -35,6 +35,7 @@ class LearnerConfig:
     generation: GenerationConfig  # how the behaviour policy sampled: temperature, top-k/p, max_new_tokens
     micro_batch_size: int         # resources.trainer.micro_batch_size: sequences per forward/backward
     max_steps: int                # run.max_steps: the length of the LR schedule
+    stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, streamed_step.py)
 
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -110,36 +111,21 @@ class Learner:
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
         """One RL step on this rank's rows (whole groups); returns float metrics."""
-        a, gen = self.cfg.algorithm, self.cfg.generation
+        a = self.cfg.algorithm
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.steps_done += 1
         t0, self._ratios = time.perf_counter(), []
-        rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, gen.max_new_tokens,
-                                   a.overlong_buffer_tokens)                       # [N]
-        advantages = compute_advantages(rewards, a.group_size, a.advantage)       # [N]
+        rewards, advantages, filtered, trained = self.prepare(batch)              # [N] each
         tokens, behavior, mask = completion_targets(batch)
         n = tokens.shape[0]
-        filtered = (truncated_rows(batch.tokens, batch.prompt_lens, batch.completion_lens, gen.max_new_tokens,
-                                   self.eos_ids) if a.overlong == "filter" else torch.zeros(n, dtype=torch.bool))
         mask = mask & ~filtered[:, None]                                           # [N, L'-1]
-        trained = ((advantages != 0) & ~filtered if self.skip_zero_advantage
-                   else torch.ones(n, dtype=torch.bool))                           # [N]
         # Rollouts arrive in host memory. What the host decides with (which rows train, the
         # micro-batch cuts and weights, the batch metrics) is read there, before the move:
         # reading it back from the device would stall it once per number.
         host_mask = mask
-        # Staleness is a property of the batch, trained rows or not.
-        batch_metrics = dict(
-            staleness_mean=_mean(staleness), staleness_max=float(staleness.max()) if n else 0.0,
-            lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
-            completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
-            uniform_groups_frac=uniform_groups_frac(rewards, a.group_size))
-        if a.overlong == "penalty":
-            batch_metrics["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
-        if a.overlong == "filter":
-            batch_metrics["overlong_filtered_frac"] = _mean(filtered)
+        batch_metrics = self.batch_metrics(batch, staleness, lr)
         device = _device(self.model)
         tokens, behavior, mask, advantages, staleness = (
             x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
@@ -154,13 +140,48 @@ class Learner:
                 in_rows[rows] = True
                 updates.append(self._update(batch, tokens, behavior, mask, host_mask, advantages, staleness,
                                             old, in_rows, trained & in_rows, record_ratios=not updates))
+        return self.step_metrics(updates, batch_metrics, time.perf_counter() - t0, staleness)
+
+    def step_metrics(self, updates: list[dict], batch_metrics: dict, compute_s: float,
+                     staleness: torch.Tensor) -> dict:
+        """The step's metrics from its updates' and its batch's; sets the histograms."""
         sums = _combine(updates)
         sums["tokens_total"] = sums.pop("tokens")  # every trained token of every update of the step
-        sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / (time.perf_counter() - t0))
+        sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / max(compute_s, 1e-9))
         # For TensorBoard's histograms: every counted token's pi/mu (before the batch's first
         # update) and every row's staleness.
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
+
+    def prepare(self, batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per row of whole groups: (training rewards, advantages, filtered by overlong=filter,
+        trained: not skipped for a zero advantage), all [N] and all computed per group."""
+        a, gen = self.cfg.algorithm, self.cfg.generation
+        rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, gen.max_new_tokens,
+                                   a.overlong_buffer_tokens)                       # [N]
+        advantages = compute_advantages(rewards, a.group_size, a.advantage)       # [N]
+        n = batch.num_rows
+        filtered = (truncated_rows(batch.tokens, batch.prompt_lens, batch.completion_lens, gen.max_new_tokens,
+                                   self.eos_ids) if a.overlong == "filter" else torch.zeros(n, dtype=torch.bool))
+        trained = ((advantages != 0) & ~filtered if self.skip_zero_advantage
+                   else torch.ones(n, dtype=torch.bool))                           # [N]
+        return rewards, advantages, filtered, trained
+
+    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float) -> dict:
+        """The step's metrics of its rows, trained or not (staleness is the batch's property)."""
+        a = self.cfg.algorithm
+        rewards, advantages, filtered, trained = self.prepare(batch)
+        n = batch.num_rows
+        out = dict(
+            staleness_mean=_mean(staleness), staleness_max=float(staleness.max()) if n else 0.0,
+            lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
+            completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
+            uniform_groups_frac=uniform_groups_frac(rewards, a.group_size))
+        if a.overlong == "penalty":
+            out["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
+        if a.overlong == "filter":
+            out["overlong_filtered_frac"] = _mean(filtered)
+        return out
 
     def _update(self, batch, tokens, behavior, mask, host_mask, advantages, staleness, old,
                 rows_in: torch.Tensor, trained: torch.Tensor, record_ratios: bool) -> dict:
@@ -184,17 +205,17 @@ class Learner:
                           else int(has_tokens[rows].sum()) / total_rows)
                 (loss * weight).backward()
             weight_sum += weight
-            for k, v in metrics.items():
-                if k in MAX_METRICS:
-                    sums[k] = max(sums.get(k, -math.inf), v)
-                elif k in SUM_METRICS:
-                    sums[k] = sums.get(k, 0.0) + v
-                else:
-                    sums[k] = sums.get(k, 0.0) + v * weight
+            add_micro_metrics(sums, metrics, weight)
+        return self.optimizer_step(sums, weight_sum, bool(micro_batches), record_ratios)
+
+    def optimizer_step(self, sums: dict, weight_sum: float, trained_any: bool, record_ratios: bool) -> dict:
+        """Clip, step and zero the gradients the micro-batches left; returns the update's metrics
+        from the micro-batch `sums` (add_micro_metrics) and the sum of their weights."""
+        a = self.cfg.algorithm
         # Metrics are means over the rows that were trained (all rows unless skipped); with
         # none (every group scored alike) they are importance_metrics' values for no tokens.
         sums = {k: v if k in MAX_METRICS + SUM_METRICS else v / max(weight_sum, 1e-12) for k, v in sums.items()}
-        if not micro_batches:  # zero gradients, so Adam's momentum and weight decay step as before
+        if not trained_any:  # zero gradients, so Adam's momentum and weight decay step as before
             low, high = a.clip_range()
             sums = {**importance_metrics(torch.ones(0, 0), torch.zeros(0, 0), a.rho, low, clip_eps_high=high),
                     "loss": 0.0}
@@ -277,6 +298,18 @@ class Learner:
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
                          kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef, staleness=staleness)
+
+
+def add_micro_metrics(sums: dict, metrics: dict, weight: float) -> None:
+    """Fold one micro-batch's metrics into `sums`: maxima stay maxima, counts add up, the rest
+    are summed with the micro-batch's loss weight (divided by the weights' sum at the end)."""
+    for k, v in metrics.items():
+        if k in MAX_METRICS:
+            sums[k] = max(sums.get(k, -math.inf), v)
+        elif k in SUM_METRICS:
+            sums[k] = sums.get(k, 0.0) + v
+        else:
+            sums[k] = sums.get(k, 0.0) + v * weight
 
 
 def _fusable(model: torch.nn.Module) -> bool:

@@ -75,7 +75,7 @@ import os
 import time
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.config.streaming import streaming_active
+from llamarl_core.config.streaming import stream_groups_active, streaming_active
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.heldout import HeldoutConfig
@@ -147,7 +147,7 @@ def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
 
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
     return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
-                         cfg.run.max_steps)
+                         cfg.run.max_steps, stream_groups_active(cfg))
 
 
 def trainer_config(cfg: LlamaRLConfig):

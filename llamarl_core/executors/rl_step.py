@@ -1,6 +1,8 @@
 """One step of the trainer loop, apart from how the trainer is wired (executors/trainer.py).
 
-    rows of step v   ← feed.collect(v, version)          waits for the reward role (or generates, k = 0)
+    rows of step v   ← feed.collect(v, version)          waits for the reward role (or generates, k = 0);
+                                                         with stream_groups, micro-batches run on
+                                                         its groups as they come (streamed_step.py)
     every rank has its rows ← feed.wait_for_peers(v)     before any collective of the step
     learner.rl_step(rows, staleness)                     AIPO over the trainer ranks
     version += 1 → publisher.publish(version)            not after the last step
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
-from llamarl_core.wire.rollout import Rollout
+from llamarl_core.executors.streamed_step import StreamedStep
+from llamarl_core.wire.rollout import Rollout, concat
 
 
 @dataclass
@@ -33,12 +36,27 @@ def _no_span(state: str, **info):
 
 
 def rl_step(feed: RolloutFeed, learner, publisher: WeightPublisher, step: int, version: int,
-            is_last: Callable[[], bool], sampler=None, span: Callable = _no_span) -> StepDone:
-    """`sampler`: what collects the rows (the feed, or dynamic sampling's rounds of it)."""
-    batch, staleness, waited_s = (sampler or feed).collect(step, version)
-    feed.wait_for_peers(step)
-    with span("train", step=step):
-        metrics = learner.rl_step(batch, staleness)
+            is_last: Callable[[], bool], sampler=None, span: Callable = _no_span,
+            stream_groups: bool = False) -> StepDone:
+    """`sampler`: what collects the rows (the feed, or dynamic sampling's rounds of it).
+    `stream_groups`: micro-batches start on the groups as the feed takes them (one trainer rank,
+    one update per batch: config/streaming.py), each run in a "train" span of its own."""
+    if stream_groups:
+        streamed = StreamedStep(learner)
+
+        def arrived(groups: list[Rollout], staleness) -> None:
+            streamed.add(concat(groups), staleness)
+            if streamed.ready():
+                with span("train", step=step):
+                    streamed.run_ready()
+        batch, staleness, waited_s = feed.collect(step, version, on_groups=arrived)
+        with span("train", step=step):
+            metrics = streamed.finish(batch, staleness)
+    else:
+        batch, staleness, waited_s = (sampler or feed).collect(step, version)
+        feed.wait_for_peers(step)
+        with span("train", step=step):
+            metrics = learner.rl_step(batch, staleness)
     version += 1
     last = is_last()
     sync = None if last else publisher.publish(version)

@@ -124,7 +124,8 @@ class TrainerExecutor:
             ctx.progress()
             done = rl_step(self.feed, self.learner, self.publisher, step, self.version,
                            lambda: step == cfg.run.max_steps - 1 or self._out_of_time(t_rl),
-                           sampler=self.sampler, span=ctx.timeline.span)
+                           sampler=self.sampler, span=ctx.timeline.span,
+                           stream_groups=self.learner.cfg.stream_groups)
             batch, metrics, waited_s, self.version, last = (done.batch, done.metrics, done.waited_s,
                                                             done.version, done.last)
             if done.sync is not None:

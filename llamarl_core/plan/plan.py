@@ -15,7 +15,7 @@ from typing import Optional
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.config.streaming import streaming_active
+from llamarl_core.config.streaming import stream_groups_active, streaming_active
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
@@ -47,6 +47,7 @@ class RolePlan:
     commands: list[str] = field(default_factory=list)
     batching: Optional[str] = None      # generation.batching, for roles that generate
     streaming: Optional[bool] = None    # generator role: slots kept full across steps
+    stream_groups: Optional[bool] = None  # trainer role: micro-batches start as groups arrive
 
     @property
     def ranks(self) -> list[int]:
@@ -64,6 +65,7 @@ class RolePlan:
             "commands": self.commands,
             **({"batching": self.batching} if self.batching else {}),
             **({"streaming": self.streaming} if self.streaming is not None else {}),
+            **({"stream_groups": self.stream_groups} if self.stream_groups is not None else {}),
         }
 
 
@@ -145,7 +147,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
         fsdp, tdp = trainer_sharding(t, t.num_devices)
         roles.append(RolePlan("trainer", t.num_devices, g.num_devices, [],
                               {"tp": t.tp, "dp": tdp, "fsdp": fsdp, "pp": t.pp}, t.dtype, "none",
-                              trainer_mem(fsdp), 0.0, threads))
+                              trainer_mem(fsdp), 0.0, threads, stream_groups=stream_groups_active(cfg)))
     roles.append(RolePlan("reward", res.reward.num_devices, compute_devices, [0],
                           {"tp": 1, "dp": res.reward.num_devices, "fsdp": 1, "pp": 1}, "float32",
                           "none", mem.reward_memory(), 0.0, 1, uses_accelerator=False))

@@ -5,6 +5,7 @@ generated again, and every prompt is trained exactly once."""
 import contextlib
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from llamarl_core.config.load import load_config
@@ -65,7 +66,10 @@ class Inbox:
         return self.arrivals.pop(0)
 
 
-def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_once():
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole-share", "groups-as-taken"])
+def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_once(pieces):
+    """`pieces`: the feed hands each group on as it takes it (resources.trainer.stream_groups,
+    executors/streamed_step.py); the pieces are the step's rows, in order."""
     cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2",
                                    "generation.max_new_tokens=16", "generation.max_prompt_tokens=8",
                                    "resources.generator.max_batch_size=4"])
@@ -111,8 +115,14 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
 
     trained = []
     for v in range(STEPS):  # step v trains with version v (the trainer's own pace)
-        batch, staleness, _ = feed.collect(v, v)
+        taken = []
+        batch, staleness, _ = feed.collect(v, v, **({"on_groups": lambda g, s: taken.append((g, s))}
+                                                     if pieces else {}))
         assert batch.num_rows == 4 and torch.all(staleness <= K)
+        if pieces:  # handed on one group at a time (each arrives alone), the step's rows in order
+            assert [len(g) for g, _ in taken] == [1, 1]
+            assert torch.equal(torch.cat([r.example_ids for g, _ in taken for r in g]), batch.example_ids)
+            assert torch.equal(torch.cat([s for _, s in taken]), staleness)
         for r in range(batch.num_rows):
             p, c = int(batch.prompt_lens[r]), int(batch.completion_lens[r])
             key = (tuple(batch.tokens[r, :p].tolist()), tuple(batch.tokens[r, p:p + c].tolist()),
