@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from llamarl_core.bench.provenance import git_commit
-from llamarl_core.bench.run_stats import read_timeline, rl_window
+from llamarl_core.bench.run_stats import read_timeline, rl_window, step_spans
 from llamarl_core.transport.idle import busy_intervals
 
 
@@ -62,8 +62,7 @@ def timeline_steps(spans: list[dict], floor: float = 0.95) -> dict:
     share and the trainer's wait for its rows in it (a miss where the generator is busy is a
     step the generator bounds; one where both idle is waste)."""
     t0, _ = rl_window(spans)
-    trains = sorted((s for s in spans if s["role"] == "trainer" and s["rank"] == 0 and s["state"] == "train"),
-                    key=lambda s: s["t1"])
+    trains = step_spans([s for s in spans if s["role"] == "trainer" and s["rank"] == 0])  # one per step
 
     def share(role: str, a: float, b: float) -> float:
         return sum(y - x for x, y in busy_intervals(spans, {role}, a, b)) / (b - a)

@@ -12,7 +12,7 @@ import os
 from llamarl_core.bench.run_stats import read_timeline, rl_window
 
 COLORS = {"generate": "tab:blue", "score": "tab:orange", "train": "tab:green", "sync": "tab:red",
-          "eval": "tab:purple", "checkpoint": "tab:gray", "warmstart": "tab:brown"}
+          "eval": "tab:purple", "checkpoint": "tab:gray", "warmstart": "tab:brown", "log": "tab:olive"}
 MODE_COLORS = {"sync": "tab:red", "async": "tab:blue"}
 
 

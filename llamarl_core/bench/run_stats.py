@@ -22,7 +22,7 @@ from collections import defaultdict
 
 from llamarl_core.transport.idle import both_idle_frac
 
-BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart")
+BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart", "log")
 PHASES = ("generate", "score", "train")
 NOT_A_STEP = ("eval", "checkpoint")
 
@@ -121,11 +121,28 @@ def role_fractions(spans: list[dict], t0: float, t1: float) -> dict:
     return out
 
 
+def step_spans(own: list[dict]) -> list[dict]:
+    """Each RL step's last "train" span on one rank, in time order (a trainer that starts
+    micro-batches as groups arrive runs a step in several spans: resources.trainer.stream_groups)."""
+    last: dict = {}
+    for s in own:
+        if s["state"] == "train":
+            key = s.get("step", len(last))  # spans written before steps were recorded: one a step
+            if key not in last or s["t1"] > last[key]["t1"]:
+                last[key] = s
+    return sorted(last.values(), key=lambda s: s["t1"])
+
+
+def step_ends(own: list[dict]) -> list[float]:
+    """Each RL step's end on one rank (`step_spans`)."""
+    return [s["t1"] for s in step_spans(own)]
+
+
 def step_times(spans: list[dict], t_start: float) -> list[float]:
     """Seconds per RL step on the training role's rank 0, evals and checkpoints excluded."""
     role = training_role(spans)
     own = [s for s in spans if s["role"] == role and s["rank"] == 0]
-    ends = sorted(s["t1"] for s in own if s["state"] == "train")
+    ends = step_ends(own)
     steps, prev = [], t_start
     for end in ends:
         pause = sum(_overlap(s, prev, end) for s in own if s["state"] in NOT_A_STEP)
@@ -180,8 +197,7 @@ def run_stats(run_dir: str, target_accuracy: float) -> dict:
     tokens = max((m.get("generator/tokens", 0) for m in metrics), default=0)
     sync_s = [m["sync/seconds"] for m in metrics if "sync/seconds" in m]
     rewards = [{"wall_s": None, "step": m["step"], "reward_mean": m.get("reward/mean")} for m in metrics]
-    ends = sorted(s["t1"] for s in spans if s["role"] == training_role(spans) and s["rank"] == 0
-                  and s["state"] == "train")
+    ends = step_ends([s for s in spans if s["role"] == training_role(spans) and s["rank"] == 0])
     for r, end in zip(rewards, ends):
         r["wall_s"] = round(end - t0, 3)
     return {"run_dir": run_dir, "rl_wall_s": t1 - t0, "step_s": steps,

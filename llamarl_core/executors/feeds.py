@@ -55,6 +55,7 @@ class FeedConfig:
     max_offpolicy_steps: int  # algorithm.max_offpolicy_steps (k)
     replicas: int             # generator replicas (the sync actor's ranks in sync mode)
     quantization: str = "none"  # resources.generator.quantization (OwnChunks' engine)
+    stream_groups: bool = False  # the reward role forwards each group as scored (config/streaming.py)
 
 
 @dataclass
@@ -207,24 +208,30 @@ class RewardFeed(_Waits):
     def _open(self) -> None:
         self.links.drop("reward")
         me = self.rt.my_endpoint()
+        # groups one message each (stream_groups): up to two steps' share of them land while the
+        # trainer trains, so the reward rank's sends never wait for a collect
+        depth = {i: 2 * self.intake.shares[i] if self.cfg.stream_groups else 1 for i in self.sources}
         self.inboxes = {i: AsyncReceiver(self.links.get(self.rt.endpoint("reward", self.rt.reward_rank_for(i)),
-                                                        me, sending=False), TAG_TO_TRAINER_BASE + i)
+                                                        me, sending=False), TAG_TO_TRAINER_BASE + i,
+                                         prefetch=depth[i])
                         for i in self.sources}
 
-    def collect(self, step: int, version: int, on_groups: Callable[[list[Rollout], torch.Tensor], None] | None = None
-                ) -> Collected:
+    def collect(self, step: int, version: int, on_groups: Callable[[list[Rollout], torch.Tensor], None] | None = None,
+                on_idle: Callable[[], None] | None = None) -> Collected:
         """Step `step`'s rows. With `on_groups`, each piece of the share is handed to it (with its
         rows' staleness) as soon as it is taken, outside the "wait" spans, so the trainer can
-        start on it (executors/streamed_step.py); the seconds returned are then those waited."""
+        start on it (executors/streamed_step.py), and `on_idle()` is called when nothing has
+        arrived, before the feed waits (the trainer runs what it holds instead of idling); the
+        seconds returned are then those waited."""
         if on_groups is not None:
-            return self._collect_streamed(step, version, on_groups)
+            return self._collect_streamed(step, version, on_groups, on_idle or (lambda: None))
         groups, t0 = [], time.time()
         with self.rt.timeline.span("wait", step=step):
             for i in self.sources:
                 groups.extend(self._fresh_groups(i, version))
         return concat(groups), staleness_per_row(groups, version), time.time() - t0
 
-    def _collect_streamed(self, step: int, version: int, on_groups) -> Collected:
+    def _collect_streamed(self, step: int, version: int, on_groups, on_idle) -> Collected:
         groups, waited_s = [], 0.0
         for i in self.sources:
             share, mine = self.intake.shares[i], []
@@ -235,14 +242,28 @@ class RewardFeed(_Waits):
                     on_groups(more, staleness_per_row(more, version))
                 if len(mine) == share:
                     break
-                t0 = time.time()
-                with self.rt.timeline.span("wait", step=step):
-                    got = self._get(lambda: self.inboxes[i], self._open)
-                waited_s += time.time() - t0
+                got = self._arrived(i)
+                if got is None:
+                    on_idle()
+                    got = self._arrived(i)
+                if got is None:
+                    t0 = time.time()
+                    with self.rt.timeline.span("wait", step=step):
+                        got = self._get(lambda: self.inboxes[i], self._open)
+                    waited_s += time.time() - t0
                 if got is not None:
                     self.intake.add(got)
             groups.extend(mine)
         return concat(groups), staleness_per_row(groups, version), waited_s
+
+    def _arrived(self, i: int) -> Rollout | None:
+        """A rollout of replica i that has arrived already (never waits); a broken link is left
+        to the waiting receive (`_get`), which handles it."""
+        take = getattr(self.inboxes[i], "take", None)
+        try:
+            return take() if take is not None else None
+        except LinkBroken:
+            return None
 
     def collect_more(self, step: int, version: int) -> Collected:
         """One more share of every source replica within step `step`; each counts as dropped."""

@@ -63,7 +63,8 @@ sits, the control store, the links' address, its timeline), which the worker ent
   component            its sections (each also gets the RoleRuntime)
   GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
                        algorithm.max_offpolicy_steps, streaming (config/streaming.py)
-  RewardExecutor       model (the tokenizer), data, resources.reward, algorithm
+  RewardExecutor       model (the tokenizer), data, resources.reward, algorithm, whether to forward
+                       each group as scored (the trainer streams groups: config/streaming.py)
   TrainerExecutor      TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
   WeightSync / InPlace WeightSyncConfig, resources.trainer.strategy / none
   RewardFeed/OwnChunks FeedConfig (algorithm's batch shape and k, replicas, generator quantization)
@@ -97,7 +98,8 @@ def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
                                  streaming_active(cfg))
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
-        return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm)
+        return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm,
+                              forward_groups=stream_groups_active(cfg))
     if role in ("trainer", "actor"):
         from llamarl_core.executors.feeds import OwnChunks, RewardFeed
         from llamarl_core.executors.publishers import InPlace, WeightSync
@@ -128,7 +130,7 @@ def feed_config(cfg: LlamaRLConfig, ctx: RoleRuntime):
     from llamarl_core.executors.feeds import FeedConfig  # the trainer's modules: trainer ranks only
     a = cfg.algorithm
     return FeedConfig(a.prompts_per_step, a.group_size, a.max_offpolicy_steps, ctx.generator_replicas,
-                      cfg.resources.generator.quantization)
+                      cfg.resources.generator.quantization, stream_groups_active(cfg))
 
 
 def feed_runtime(ctx: RoleRuntime):

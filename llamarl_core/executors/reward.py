@@ -5,7 +5,8 @@
       woken by its arrival, a step's groups queued ahead: transport/channels.py)
       decode completions → verifier pool (worker processes, wall-clock timeout per answer)
       once a chunk's groups are all scored: split rows by trainer data-parallel rank → send
-      (tag = replica), in order, off-thread
+      (tag = replica), in order, off-thread; or, when the trainer starts micro-batches on groups
+      as they arrive (resources.trainer.stream_groups), each group as soon as it is scored
 
 Each group is received straight into its rows of its chunk's packed buffer
 (wire/assembly.py), scored there in place, and the trainer ranks' rows are views of that
@@ -15,6 +16,7 @@ The reward role holds no model; verifiers that hang or crash are killed and scor
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -41,11 +43,13 @@ def _tokenizer(model: ModelConfig):
 
 class RewardExecutor:
     def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
-                 algorithm: AlgorithmConfig):
+                 algorithm: AlgorithmConfig, forward_groups: bool = False):
         """`model`: whose tokenizer decodes completions; `data`: the train examples and their
         reward; `resources`: resources.reward (verifier workers, timeout); `algorithm`: the
-        step's shape (prompts_per_step, group_size)."""
-        self.ctx, self.algorithm = ctx, algorithm
+        step's shape (prompts_per_step, group_size); `forward_groups`: send each group on as soon
+        as it is scored (the trainer starts micro-batches on groups as they arrive), not each
+        trainer rank's slice of a chunk once the chunk is whole."""
+        self.ctx, self.algorithm, self.forward_groups = ctx, algorithm, forward_groups
         self.tokenizer = _tokenizer(model)
         r = resources
         self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s)
@@ -114,17 +118,33 @@ class RewardExecutor:
             # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
             rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
+        me = rejoin.my_endpoint(ctx)
+        slices = chunk_slices_for_trainers(rollout.replica, self.num_replicas, len(self.trainer_ranks),
+                                           a.prompts_per_step, a.group_size)
+        part = rollout
         rollout = self.assembly.add(rollout)  # views of the rows the groups were received into
+        if self.forward_groups and part.chunk_groups:
+            self._forward(part, slices, outbox, me)
+        elif rollout is not None:
+            for j, lo, hi in slices:
+                link = self.links.get(me, rejoin.endpoint(ctx, self.trainer_role, j), sending=True)
+                outbox.send(rollout.rows(lo, hi), link, TAG_TO_TRAINER_BASE + rollout.replica)
         if rollout is None:
             return
-        me = rejoin.my_endpoint(ctx)
-        for j, lo, hi in chunk_slices_for_trainers(rollout.replica, self.num_replicas,
-                                                   len(self.trainer_ranks), a.prompts_per_step,
-                                                   a.group_size):
-            link = self.links.get(me, rejoin.endpoint(ctx, self.trainer_role, j), sending=True)
-            outbox.send(rollout.rows(lo, hi), link, TAG_TO_TRAINER_BASE + rollout.replica)
         ctx.control.set_stats("reward", ctx.local_rank, {
             "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
+
+    def _forward(self, part, slices, outbox: AsyncSender, me) -> None:
+        """A scored part of a chunk (whole groups) to the trainer rank(s) whose slice holds it,
+        as it is: a group of the chunk (its `group` and `chunk_groups` tell the intake where)."""
+        g, first = self.algorithm.group_size, part.group * self.algorithm.group_size
+        for j, lo, hi in slices:
+            a, b = max(lo, first), min(hi, first + part.num_rows)
+            if a >= b:
+                continue
+            piece = dataclasses.replace(part.rows(a - first, b - first), group=a // g, chunk_groups=part.chunk_groups)
+            link = self.links.get(me, rejoin.endpoint(self.ctx, self.trainer_role, j), sending=True)
+            outbox.send(piece, link, TAG_TO_TRAINER_BASE + part.replica)
 
     def score(self, rollout) -> list[float]:
         texts, refs = [], []

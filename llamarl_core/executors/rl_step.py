@@ -45,11 +45,14 @@ def rl_step(feed: RolloutFeed, learner, publisher: WeightPublisher, step: int, v
         streamed = StreamedStep(learner)
 
         def arrived(groups: list[Rollout], staleness) -> None:
-            streamed.add(concat(groups), staleness)
-            if streamed.ready():
+            with span("train", step=step):  # the rows' advantages and masks, then full micro-batches
+                streamed.add(concat(groups), staleness)
+                streamed.run_ready()
+        def idle() -> None:  # nothing arrived: train on the rows held instead of waiting
+            if streamed.waiting_rows:
                 with span("train", step=step):
-                    streamed.run_ready()
-        batch, staleness, waited_s = feed.collect(step, version, on_groups=arrived)
+                    streamed.run_waiting()
+        batch, staleness, waited_s = feed.collect(step, version, on_groups=arrived, on_idle=idle)
         with span("train", step=step):
             metrics = streamed.finish(batch, staleness)
     else:

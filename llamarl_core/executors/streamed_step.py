@@ -5,7 +5,9 @@
                             advantages and masks (all per group), the trained rows buffered
     ready() / run_ready()   while >= micro_batch_size trained rows wait: forward and backward of
                             the shortest micro_batch_size of them, the loss times its token count
-                            (row count under aggregation=seq_mean)
+                            (row count under aggregation=sequence_mean)
+    run_waiting()           all waiting rows now, the last micro-batch short: when the feed has
+                            nothing new (its `on_idle`), training beats waiting
     finish(batch, ...)      the rest, then every gradient / the step's token (row) count: the
                             gradient `Learner.rl_step` makes on the whole batch, whose micro-batch
                             weights are micro tokens / total tokens, so the same update up to
@@ -75,11 +77,15 @@ class StreamedStep:
         while self.ready():
             self._run(self.micro)
 
+    def run_waiting(self) -> None:
+        """Every waiting row now, the last micro-batch short if need be (nothing else to do)."""
+        while self.waiting_rows:
+            self._run(self.micro)
+
     def finish(self, batch: Rollout, staleness: torch.Tensor) -> dict:
         """The rest of the step once all its groups were added: `batch` and `staleness` are
         the step's whole rows (for its metrics, as `Learner.rl_step` reports them)."""
-        while self.waiting_rows:
-            self._run(self.micro)
+        self.run_waiting()
         learner, t0 = self.learner, time.perf_counter()
         total = max(1.0, self.total_tokens) if self.token_mean else max(1, self.total_rows)
         if self.micro_batches:

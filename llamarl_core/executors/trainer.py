@@ -133,8 +133,9 @@ class TrainerExecutor:
             due = cfg.run.eval_every_steps and (step + 1) % cfg.run.eval_every_steps == 0
             if due or last:
                 self.evaluate()
-            self._log_examples(step, batch)
-            self._log(step, metrics, batch, waited_s, time.time() - t0)
+            with ctx.timeline.span("log", step=step):  # bookkeeping: busy, not waiting on a role
+                self._log_examples(step, batch)
+                self._log(step, metrics, batch, waited_s, time.time() - t0)
             if cfg.run.checkpoint_every_steps and (step + 1) % cfg.run.checkpoint_every_steps == 0:
                 self.save_checkpoint(step + 1)
             if last:

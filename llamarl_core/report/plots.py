@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from llamarl_core.bench.plots import COLORS, _pyplot
+from llamarl_core.bench.run_stats import step_spans
 from llamarl_core.report.run_data import RunData
 
 
@@ -47,8 +48,7 @@ def plot_accuracy_reward(runs: list[RunData], path: str) -> str:
 def step_window(spans: list[dict], num_steps: int) -> tuple[float, float, int, int] | None:
     """(t0, t1, first step, last step) of the last `num_steps` RL steps on the trainer's rank 0."""
     role = "actor" if any(s["role"] == "actor" for s in spans) else "trainer"
-    trains = sorted((s for s in spans if s["role"] == role and s["rank"] == 0 and s["state"] == "train"),
-                    key=lambda s: s["t1"])
+    trains = step_spans([s for s in spans if s["role"] == role and s["rank"] == 0])  # one per step
     if not trains:
         return None
     last = trains[-num_steps:]

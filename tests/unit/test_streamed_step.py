@@ -127,43 +127,82 @@ def test_more_than_one_update_per_batch_is_refused():
 
 
 class _PieceFeed:
-    """Hands the step's groups on one at a time and records which spans were open meanwhile."""
+    """Hands the step's groups on one at a time and records which spans were open meanwhile;
+    with `idle`, nothing more has arrived after each group (the feed calls `on_idle`)."""
 
-    def __init__(self, spans):
-        self.spans = spans
+    def __init__(self, spans, idle=False):
+        self.spans, self.idle = spans, idle
 
-    def collect(self, step, version, on_groups=None):
+    def collect(self, step, version, on_groups=None, on_idle=None):
         batch, staleness = _batch(), torch.zeros(8)
         for lo in range(0, 8, GROUP):
             self.spans.append(("arrived", lo // GROUP))
             on_groups([batch.rows(lo, lo + GROUP)], staleness[lo:lo + GROUP])
+            if self.idle and lo + GROUP < 8:
+                on_idle()
         return batch, staleness, 0.0
+
+
+class _Span:
+    def __init__(self, spans):
+        self.spans = spans
+
+    def __call__(self, state, **info):
+        outer = self
+
+        class Span:
+            def __enter__(self):
+                outer.spans.append(("open", state))
+
+            def __exit__(self, *exc):
+                outer.spans.append(("close", state))
+        return Span()
+
+
+class _Publisher:
+    def publish(self, version):
+        return {}
+
+
+def _recording(learner, spans):
+    """Every micro-batch's forward goes into `spans` as ("micro", rows)."""
+    micro_loss = learner._micro_loss
+
+    def recorded(tokens, *args, **kwargs):
+        spans.append(("micro", tokens.shape[0]))
+        return micro_loss(tokens, *args, **kwargs)
+    learner._micro_loss = recorded
+    return learner
+
+
+def _train(*micro_rows):
+    return [("open", "train"), *(("micro", n) for n in micro_rows), ("close", "train")]
 
 
 def test_rl_step_trains_micro_batches_in_their_own_spans_while_the_feed_still_collects():
     spans = []
-
-    class Span:
-        def __init__(self, state, **info):
-            self.state = state
-
-        def __enter__(self):
-            spans.append(("open", self.state))
-
-        def __exit__(self, *exc):
-            spans.append(("close", self.state))
-
-    class Publisher:
-        def publish(self, version):
-            return {}
-
     _, learner = _learner(3)
-    done = rl_step(_PieceFeed(spans), learner, Publisher(), 0, 0, lambda: False, span=Span, stream_groups=True)
-    # a micro-batch after the 2nd and 3rd groups, the rest (2 rows) once the feed returned
-    assert spans == [("arrived", 0), ("arrived", 1), ("open", "train"), ("close", "train"),
-                     ("arrived", 2), ("open", "train"), ("close", "train"), ("arrived", 3),
-                     ("open", "train"), ("close", "train")]
+    done = rl_step(_PieceFeed(spans), _recording(learner, spans), _Publisher(), 0, 0, lambda: False,
+                   span=_Span(spans), stream_groups=True)
+    # each arrival in a train span (its rows' advantages and masks); a 3-row micro-batch after the
+    # 2nd and 3rd groups, the last 2 rows once the feed returned
+    assert spans == [("arrived", 0), *_train(), ("arrived", 1), *_train(3), ("arrived", 2), *_train(3),
+                     ("arrived", 3), *_train(), *_train(2)]
     assert done.version == 1 and done.batch.num_rows == 8 and learner.steps_done == 1
+
+
+def test_when_nothing_has_arrived_the_trainer_runs_the_rows_it_holds_instead_of_waiting():
+    spans = []
+    model, learner = _learner(3)
+    grads = _capture(model, learner)
+    rl_step(_PieceFeed(spans, idle=True), _recording(learner, spans), _Publisher(), 0, 0, lambda: False,
+            span=_Span(spans), stream_groups=True)
+    # each group's 2 rows run at once when nothing else came (a short micro-batch)
+    assert spans == [("arrived", 0), *_train(), *_train(2), ("arrived", 1), *_train(), *_train(2),
+                     ("arrived", 2), *_train(), *_train(2), ("arrived", 3), *_train(), *_train(2)]
+    want, _ = _whole(micro=3)
+    for g, w in zip(grads[0], want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
 
 
 @pytest.mark.parametrize("overrides,on", [
