@@ -112,7 +112,7 @@ ROWS: list[Row] = [
                                  "n": "pipeline_from_timelines.steps",
                                  "e": "pipeline_from_timelines.trainer_or_generator_busy_95pct",
                                  "t": "pipeline_from_timelines.trainer_busy_95pct"},
-        lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.2f}); the trainer alone in "
+        lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.3f}); the trainer alone in "
                    f"{v['t']}"),
         "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
     Row("Default job (streaming, k = 1): share of the RL window in which trainer and generator both sit idle",
