@@ -48,6 +48,7 @@ def rl_step(feed: RolloutFeed, learner, publisher: WeightPublisher, step: int, v
             with span("train", step=step):  # the rows' advantages and masks, then full micro-batches
                 streamed.add(concat(groups), staleness)
                 streamed.run_ready()
+
         def idle() -> None:  # nothing arrived: train on the rows held instead of waiting
             if streamed.waiting_rows:
                 with span("train", step=step):
