@@ -98,7 +98,7 @@ class GroupIntake:
         self._drop_stale(replica, version)
         if len(self.buffer[replica]) < n:
             return None
-        return self.take_upto(replica, version, n)
+        return self._pop(replica, n)
 
     def take_upto(self, replica: int, version: int, n: int) -> list[Rollout]:
         """Up to `n` fresh groups of `replica` buffered now (none is fine), marked trained: how a
@@ -106,6 +106,10 @@ class GroupIntake:
         (executors/streamed_step.py). Taken in arrival order at the step's one version, the
         pieces are the groups `take` would have taken at once."""
         self._drop_stale(replica, version)
+        return self._pop(replica, n)
+
+    def _pop(self, replica: int, n: int) -> list[Rollout]:
+        """The first `n` buffered groups of `replica` (fewer if fewer), marked trained."""
         buf = self.buffer[replica]
         keys = list(buf)[:max(0, n)]
         taken = [buf.pop(key) for key in keys]

@@ -109,15 +109,23 @@ class Learner:
         return lr_at(self.steps_done, a.lr, a.lr_warmup_steps, self.cfg.max_steps, a.lr_schedule,
                      a.min_lr_ratio)
 
-    def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
-        """One RL step on this rank's rows (whole groups); returns float metrics."""
-        a = self.cfg.algorithm
+    def begin_step(self) -> float:
+        """An RL step starts: its learning rate set (and returned), the schedule moved on, no
+        pi/mu recorded yet. `rl_step`'s, and a streamed step's (executors/streamed_step.py)."""
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.steps_done += 1
-        t0, self._ratios = time.perf_counter(), []
-        rewards, advantages, filtered, trained = self.prepare(batch)              # [N] each
+        self._ratios = []
+        return lr
+
+    def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
+        """One RL step on this rank's rows (whole groups); returns float metrics."""
+        a = self.cfg.algorithm
+        lr = self.begin_step()
+        t0 = time.perf_counter()
+        prepared = self.prepare(batch)
+        rewards, advantages, filtered, trained = prepared                         # [N] each
         tokens, behavior, mask = completion_targets(batch)
         n = tokens.shape[0]
         mask = mask & ~filtered[:, None]                                           # [N, L'-1]
@@ -125,7 +133,7 @@ class Learner:
         # micro-batch cuts and weights, the batch metrics) is read there, before the move:
         # reading it back from the device would stall it once per number.
         host_mask = mask
-        batch_metrics = self.batch_metrics(batch, staleness, lr)
+        batch_metrics = self.batch_metrics(batch, staleness, lr, prepared)
         device = _device(self.model)
         tokens, behavior, mask, advantages, staleness = (
             x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
@@ -167,10 +175,11 @@ class Learner:
                    else torch.ones(n, dtype=torch.bool))                           # [N]
         return rewards, advantages, filtered, trained
 
-    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float) -> dict:
-        """The step's metrics of its rows, trained or not (staleness is the batch's property)."""
+    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float, prepared=None) -> dict:
+        """The step's metrics of its rows, trained or not (staleness is the batch's property);
+        `prepared`: `prepare(batch)` when the caller has it already."""
         a = self.cfg.algorithm
-        rewards, advantages, filtered, trained = self.prepare(batch)
+        rewards, advantages, filtered, trained = prepared or self.prepare(batch)
         n = batch.num_rows
         out = dict(
             staleness_mean=_mean(staleness), staleness_max=float(staleness.max()) if n else 0.0,

@@ -113,38 +113,43 @@ class RewardExecutor:
 
     def _take(self, rollout, outbox: AsyncSender) -> None:
         """Score a prompt group; once its chunk is whole, send each trainer rank its rows."""
-        ctx, a = self.ctx, self.algorithm
+        ctx = self.ctx
         with ctx.timeline.span("score", chunk=rollout.chunk, replica=rollout.replica):
             # in place: a received rollout's fields are views of its packed tensors (wire/rollout.py)
             rollout.rewards.copy_(torch.tensor(self.score(rollout), dtype=torch.float32))
         self.scored += rollout.num_rows
-        me = rejoin.my_endpoint(ctx)
-        slices = chunk_slices_for_trainers(rollout.replica, self.num_replicas, len(self.trainer_ranks),
-                                           a.prompts_per_step, a.group_size)
         part = rollout
         rollout = self.assembly.add(rollout)  # views of the rows the groups were received into
         if self.forward_groups and part.chunk_groups:
-            self._forward(part, slices, outbox, me)
+            self._forward(part, outbox)
         elif rollout is not None:
-            for j, lo, hi in slices:
-                link = self.links.get(me, rejoin.endpoint(ctx, self.trainer_role, j), sending=True)
-                outbox.send(rollout.rows(lo, hi), link, TAG_TO_TRAINER_BASE + rollout.replica)
+            for j, lo, hi in self._slices(rollout.replica):
+                self._send(rollout.rows(lo, hi), j, outbox)
         if rollout is None:
             return
         ctx.control.set_stats("reward", ctx.local_rank, {
             "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
 
-    def _forward(self, part, slices, outbox: AsyncSender, me) -> None:
+    def _slices(self, replica: int) -> list[tuple[int, int, int]]:
+        """(trainer rank, first row, end row) of each trainer rank's slice of `replica`'s chunks."""
+        a = self.algorithm
+        return chunk_slices_for_trainers(replica, self.num_replicas, len(self.trainer_ranks), a.prompts_per_step,
+                                         a.group_size)
+
+    def _send(self, rows, trainer_rank: int, outbox: AsyncSender) -> None:
+        link = self.links.get(rejoin.my_endpoint(self.ctx), rejoin.endpoint(self.ctx, self.trainer_role, trainer_rank),
+                              sending=True)
+        outbox.send(rows, link, TAG_TO_TRAINER_BASE + rows.replica)
+
+    def _forward(self, part, outbox: AsyncSender) -> None:
         """A scored part of a chunk (whole groups) to the trainer rank(s) whose slice holds it,
         as it is: a group of the chunk (its `group` and `chunk_groups` tell the intake where)."""
         g, first = self.algorithm.group_size, part.group * self.algorithm.group_size
-        for j, lo, hi in slices:
+        for j, lo, hi in self._slices(part.replica):
             a, b = max(lo, first), min(hi, first + part.num_rows)
-            if a >= b:
-                continue
-            piece = dataclasses.replace(part.rows(a - first, b - first), group=a // g, chunk_groups=part.chunk_groups)
-            link = self.links.get(me, rejoin.endpoint(self.ctx, self.trainer_role, j), sending=True)
-            outbox.send(piece, link, TAG_TO_TRAINER_BASE + part.replica)
+            if a < b:
+                self._send(dataclasses.replace(part.rows(a - first, b - first), group=a // g,
+                                               chunk_groups=part.chunk_groups), j, outbox)
 
     def score(self, rollout) -> list[float]:
         texts, refs = [], []

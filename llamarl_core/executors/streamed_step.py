@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from llamarl_core.executors.learner import Learner, add_micro_metrics, completion_targets
+from llamarl_core.executors.learner import Learner, _device, add_micro_metrics, completion_targets
 from llamarl_core.wire.rollout import Rollout, concat
 
 
@@ -42,11 +42,7 @@ class StreamedStep:
             raise ValueError("a streamed step makes one update per batch: algorithm.updates_per_batch "
                              f"x mini_batches is {a.updates_per_batch * a.mini_batches}")
         self.learner, self.micro = learner, learner.cfg.micro_batch_size
-        self.lr = learner.learning_rate()
-        for group in learner.optimizer.param_groups:
-            group["lr"] = self.lr
-        learner.steps_done += 1
-        learner._ratios = []
+        self.lr = learner.begin_step()
         self.token_mean = a.aggregation == "token_mean"
         # trained rows not yet in a micro-batch, with their advantages, staleness and filter flags
         self.waiting: list[tuple[Rollout, torch.Tensor, torch.Tensor, torch.Tensor]] = []
@@ -112,7 +108,7 @@ class StreamedStep:
         tokens, behavior, mask = completion_targets(micro)                         # [m, w], [m, w-1] x2
         mask = mask & ~filtered[now][:, None]
         weight = float(mask.sum()) if self.token_mean else int(mask.any(dim=1).sum())
-        device = next(learner.model.parameters()).device
+        device = _device(learner.model)
         start = learner._first_target(micro, torch.arange(micro.num_rows))
         tokens, behavior, mask_d, adv, stale = (x.to(device) for x in (tokens, behavior, mask, advantages[now],
                                                                        staleness[now]))
