@@ -208,8 +208,8 @@ class Learner:
             t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
             o = None if old is None else old[rows, :width - 1]
             with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
-                loss, metrics = self._micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios,
-                                                 start=self._first_target(batch, rows))
+                loss, metrics = self.micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios,
+                                                 start=self.first_target(batch, rows))
                 weight = (float(host_mask[rows, :width - 1].sum()) / total_tokens if a.aggregation == "token_mean"
                           else int(has_tokens[rows].sum()) / total_rows)
                 (loss * weight).backward()
@@ -245,7 +245,7 @@ class Learner:
         old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
         for rows, width in self._micro_batches(batch, self.cfg.micro_batch_size, trained):
             t = tokens[rows, :width]                                                       # [m, w]
-            logprobs, _ = self.model(t, head=self._head(t[:, 1:], start=self._first_target(batch, rows)))
+            logprobs, _ = self.model(t, head=self._head(t[:, 1:], start=self.first_target(batch, rows)))
             old[rows, :width - 1] = logprobs.float()
         return old
 
@@ -268,7 +268,7 @@ class Learner:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
 
-    def _first_target(self, batch: Rollout, rows: torch.Tensor) -> int:
+    def first_target(self, batch: Rollout, rows: torch.Tensor) -> int:
         """The first target position any of `rows` counts (its first completion token's), 0 with
         `head_from_completion` off. Read from the host's prompt lengths: no device sync."""
         if not self.head_from_completion or not len(rows):
@@ -291,8 +291,10 @@ class Learner:
             return pad(lp), pad(ent)
         return head
 
-    def _micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
-                    start: int = 0):
+    def micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
+                   start: int = 0):
+        """One micro-batch's loss (before any scaling by its share of the step) and its metrics; the
+        whole-batch step (`rl_step`) and the streamed step (`StreamedStep`) both call it."""
         a = self.cfg.algorithm
         logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0,
                                                                start=start))              # [m, L'-1]

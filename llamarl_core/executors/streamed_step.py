@@ -109,10 +109,10 @@ class StreamedStep:
         mask = mask & ~filtered[now][:, None]
         weight = float(mask.sum()) if self.token_mean else int(mask.any(dim=1).sum())
         device = _device(learner.model)
-        start = learner._first_target(micro, torch.arange(micro.num_rows))
+        start = learner.first_target(micro, torch.arange(micro.num_rows))
         tokens, behavior, mask_d, adv, stale = (x.to(device) for x in (tokens, behavior, mask, advantages[now],
                                                                        staleness[now]))
-        loss, metrics = learner._micro_loss(tokens, behavior, mask_d, adv, stale, None, True, start=start)
+        loss, metrics = learner.micro_loss(tokens, behavior, mask_d, adv, stale, None, True, start=start)
         (loss * weight).backward()
         self.weight_sum += weight
         add_micro_metrics(self.sums, metrics, weight)

@@ -83,7 +83,7 @@ def test_an_rl_micro_batch_holds_at_most_two_fp32_logit_sized_tensors(monkeypatc
     B, T, V = 4, 23, ARGS.vocab_size
     mask = torch.ones(B, T)
     with LiveFullLogits(B * T * V * 4) as live:
-        loss, _ = learner._micro_loss(tokens, -torch.rand(B, T), mask, torch.tensor([1.0, -1, 0.5, -0.5]),
+        loss, _ = learner.micro_loss(tokens, -torch.rand(B, T), mask, torch.tensor([1.0, -1, 0.5, -0.5]),
                                       torch.zeros(B))
         loss.backward()
     assert live.peak <= 2, live.peak

@@ -166,12 +166,12 @@ class _Publisher:
 
 def _recording(learner, spans):
     """Every micro-batch's forward goes into `spans` as ("micro", rows)."""
-    micro_loss = learner._micro_loss
+    micro_loss = learner.micro_loss
 
     def recorded(tokens, *args, **kwargs):
         spans.append(("micro", tokens.shape[0]))
         return micro_loss(tokens, *args, **kwargs)
-    learner._micro_loss = recorded
+    learner.micro_loss = recorded
     return learner
 
 
