@@ -123,8 +123,8 @@ def predicted_vs_measured_table(result: dict) -> Table:
                   f"{p[mode]['weight_sync_s']:.4f}")
     c = result["measured_constants"]["async"]
     t.caption = (f"speedup predicted {p['speedup']:.2f}x, measured {m['speedup']:.2f}x; within ±20 %: "
-                 f"{'yes' if result['within_20_percent'] else 'NO'}. Constants around the async runs: matmul "
+                 f"{'yes' if result['within_20_percent'] else 'NO'}. Constants around the async runs: "
                  f"{c['decode_flops_per_s'] / 1e9:.0f} / {c['train_flops_per_s'] / 1e9:.0f} GFLOP/s per thread "
-                 f"(decode / train shape), memcpy {c['memcpy_bytes_per_s'] / 1e9:.1f} GB/s, gloo "
+                 f"(decode-shape matmul / a micro-batch's forward + backward), memcpy {c['memcpy_bytes_per_s'] / 1e9:.1f} GB/s, gloo "
                  f"{c['gloo_bytes_per_s'] / 1e9:.1f} GB/s")
     return t

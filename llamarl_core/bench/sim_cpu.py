@@ -74,9 +74,9 @@ def measure_for(cfg: LlamaRLConfig) -> dict:
     g, a = cfg.generation, cfg.algorithm
     per_replica = a.prompts_per_step * a.group_size // max(1, cfg.resources.generator.num_devices)
     return measure_cpu_constants(
-        decode_rows=min(s.max_batch_size, per_replica),
-        train_tokens=s.micro_batch_size * (g.max_prompt_tokens + g.max_new_tokens),
-        dim=s.model.dim, ffn_dim=s.model.ffn_dim, weight_bytes=s.model.num_params() * s.param_bytes)
+        model_args=s.model, decode_rows=min(s.max_batch_size, per_replica),
+        train_rows=s.micro_batch_size, train_seq=g.max_prompt_tokens + g.max_new_tokens,
+        weight_bytes=s.model.num_params() * s.param_bytes)
 
 
 def compare(predicted: dict, measured: dict) -> dict:
@@ -166,7 +166,7 @@ def fit_efficiencies(result: dict, base: CpuFitted = CpuFitted()) -> CpuFitted:
     layer_steps = pred["decode_steps"] * pred["layers"]
     gen_compute_at_1 = (pred["generation_s"] - layer_steps * used.decode_layer_overhead_s) \
         * used.decode_matmul_efficiency
-    train_at_1 = pred["training_s"] * used.train_matmul_efficiency
+    train_at_1 = pred["training_s"] * used.train_step_efficiency
     return replace(base, decode_matmul_efficiency=gen_compute_at_1 / (
         meas["generate"] - layer_steps * base.decode_layer_overhead_s),
-        train_matmul_efficiency=train_at_1 / meas["train"])
+        train_step_efficiency=train_at_1 / meas["train"])

@@ -35,8 +35,8 @@ from llamarl_core.sim.model import chunk_decode_steps, matmul_params
 @dataclass(frozen=True)
 class CpuMeasured:
     decode_flops_per_s: float  # one thread, [batch, dim] x [dim, ffn], the other core busy
-    train_flops_per_s: float  # one thread, [micro-batch tokens, dim] x [dim, ffn], other core busy
-    alone_speedup: float  # matmul FLOP/s with the other core idle / with it busy (>= 1)
+    train_flops_per_s: float  # one thread, the model's forward + backward on a micro-batch, other core busy
+    alone_speedup: float  # training FLOP/s with the other core idle / with it busy (>= 1)
     memcpy_bytes_per_s: float
     gloo_bytes_per_s: float  # point to point between two processes of this host
 
@@ -50,13 +50,14 @@ class CpuFitted:
     `bench/sim_cpu.py fit_efficiencies`; docs/SIMULATOR.md, "Tested on this CPU"), then held."""
     # Engine FLOP/s / matmul FLOP/s at the decode shape: attention over the KV cache, norms,
     # RoPE, sampling over the vocabulary and cache writes cost time the matmuls do not.
-    decode_matmul_efficiency: float = 0.3588
+    decode_matmul_efficiency: float = 0.4321
     # Host cost of one transformer layer per decode step (the part that does not grow with
     # the batch: Python, op dispatch); from the engine alone at batch 32..256.
     decode_layer_overhead_s: float = 0.17e-3
-    # Training step FLOP/s / matmul FLOP/s at the training shape: backward kernels, elementwise
-    # ops, the loss over the vocabulary and the optimizer step.
-    train_matmul_efficiency: float = 0.7591
+    # Training step FLOP/s / a bare forward + backward's at the micro-batch shape: the head run
+    # again for its gradient (chunked log-probs), the AIPO loss, the batch's host-side
+    # preparation, the optimizer step.
+    train_step_efficiency: float = 0.8137
     # Per step: reward round trip, store traffic, logging, the engine's refresh.
     step_overhead_s: float = 0.05
 
@@ -104,14 +105,18 @@ def generation_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitte
             "decode_steps": steps, "flops": flops}
 
 
+def train_flops(m: ModelArgs, rows: float, seq: float) -> float:
+    """Forward + backward FLOPs of `rows` rows of `seq` tokens: 6 per matmul parameter per token,
+    and the attention scores and values, 6 L d seq per token."""
+    return rows * seq * (6 * matmul_params(m) + 6 * m.n_layers * m.dim * seq)
+
+
 def training_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
                      rows: float) -> dict:
     """One trainer rank's forward + backward + optimizer over `rows` rows, each padded to the
     micro-batch's longest (prompt + longest completion)."""
-    seq = w.prompt_tokens + w.longest_new_tokens
-    m = s.model
-    flops = rows * seq * (6 * matmul_params(m) + 6 * m.n_layers * m.dim * seq)
-    return {"seconds": flops / (c.train_flops_per_s * f.train_matmul_efficiency), "flops": flops}
+    flops = train_flops(s.model, rows, w.prompt_tokens + w.longest_new_tokens)
+    return {"seconds": flops / (c.train_flops_per_s * f.train_step_efficiency), "flops": flops}
 
 
 def weight_sync_seconds(s: CpuSystem, c: CpuMeasured) -> dict:

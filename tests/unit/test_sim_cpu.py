@@ -20,7 +20,7 @@ LOAD = CpuWorkload(rows=4, prompt_tokens=2, new_tokens=3, longest_new_tokens=6, 
 # train:  per row (2 + 6) tokens x (6*42 + 6*1*2*8) = 8 x 348 = 2784 FLOPs
 MEASURED = CpuMeasured(decode_flops_per_s=2016.0, train_flops_per_s=2784.0, alone_speedup=2.0,
                        memcpy_bytes_per_s=100.0, gloo_bytes_per_s=50.0)
-FITTED = CpuFitted(decode_matmul_efficiency=1.0, decode_layer_overhead_s=0.1, train_matmul_efficiency=0.5,
+FITTED = CpuFitted(decode_matmul_efficiency=1.0, decode_layer_overhead_s=0.1, train_step_efficiency=0.5,
                    step_overhead_s=0.5)
 
 
@@ -79,7 +79,7 @@ def test_fitting_the_efficiencies_makes_the_sync_phases_match_what_was_measured(
     fitted = fit_efficiencies(result, FITTED)
     # decode compute 0.5 s at efficiency 1 took 1.6 - 0.6 = 1.0 s: 0.5; train 2 s at 1 took 8 s: 0.25
     assert fitted.decode_matmul_efficiency == pytest.approx(0.5)
-    assert fitted.train_matmul_efficiency == pytest.approx(0.25)
+    assert fitted.train_step_efficiency == pytest.approx(0.25)
     refit = simulate_sync(SYSTEM, LOAD, MEASURED, fitted)
     assert refit["generation_s"] == pytest.approx(1.6) and refit["training_s"] == pytest.approx(8.0)
 
