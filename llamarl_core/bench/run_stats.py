@@ -151,15 +151,24 @@ def step_times(spans: list[dict], t_start: float) -> list[float]:
     return steps
 
 
-def phase_seconds_per_step(spans: list[dict], t0: float, t1: float, steps: int) -> dict:
-    """Mean seconds per step each phase kept its role busy (mean over that role's ranks)."""
+def phase_seconds_per_step(spans: list[dict], t_start: float) -> dict:
+    """Seconds each phase kept its role busy in an RL step (mean over that role's ranks), the
+    median over steps: the statistic of the step time it is set beside (`step_times`), so a
+    slow first step does not count in one and not the other. A step runs from the previous
+    step's end (`t_start` for the first) to its own, on the training role's rank 0."""
+    role = training_role(spans)
+    ends = step_ends([s for s in spans if s["role"] == role and s["rank"] == 0])
+    windows = list(zip([t_start, *ends[:-1]], ends))
     per: dict = {}
     for phase in PHASES:
-        by_rank = defaultdict(float)
-        for s in spans:
-            if s["state"] == phase:
-                by_rank[(s["role"], s["rank"])] += _overlap(s, t0, t1)
-        per[phase] = statistics.mean(by_rank.values()) / steps if by_rank else 0.0
+        ranks = sorted({(s["role"], s["rank"]) for s in spans if s["state"] == phase})
+        if not ranks or not windows:
+            per[phase] = 0.0
+            continue
+        per[phase] = statistics.median(
+            statistics.mean(sum(_overlap(s, t0, t1) for s in spans
+                                if s["state"] == phase and (s["role"], s["rank"]) == rr) for rr in ranks)
+            for t0, t1 in windows)
     return per
 
 
@@ -204,7 +213,7 @@ def run_stats(run_dir: str, target_accuracy: float) -> dict:
             "roles": role_fractions(spans, t0, t1),
             "both_idle_fraction": (both_idle_frac(spans, ("trainer", "generator"), t0, t1)
                                    if {"trainer", "generator"} <= {s["role"] for s in spans} else None),
-            "phase_s_per_step": phase_seconds_per_step(spans, t0, t1, len(steps)),
+            "phase_s_per_step": phase_seconds_per_step(spans, t0),
             "sync_s_per_step": statistics.median(sync_s) if sync_s else 0.0,
             "tokens_per_s": tokens / (t1 - t0) if t1 > t0 else 0.0,
             "accuracy_curve": curve, "reward_curve": rewards,

@@ -7,11 +7,12 @@ against what `llamarl bench --sync-vs-async` measures on that machine (docs/SIMU
 section "Tested on this CPU").
 
 Measured constants (`CpuMeasured`, from `bench/cpu_constants.py` at the start of the bench):
-matmul FLOP/s of one thread at the recipe's decode and training shapes, alone and while the
-other core runs the same matmul; memcpy and gloo bytes/s. Fitted constants (`CpuFitted`,
-four, with their sensitivity in docs/SIMULATOR.md): the fractions of the matmul rate the
-engine's decode and a training step reach, the engine's host cost per layer per decode step,
-and a fixed cost per step.
+FLOP/s of one thread at the recipe's decode shape (a matmul) and of a forward + backward of the
+recipe's model on one micro-batch, each beside its twin on the other core (sync), beside the
+other kernel (async) and alone; memcpy and gloo bytes/s. Fitted constants (`CpuFitted`, four,
+with their sensitivity in docs/SIMULATOR.md): the fractions of those rates the engine's decode
+and a training step reach, the engine's host cost per layer per decode step, and a fixed cost
+per step.
 The workload (mean prompt and completion lengths, the longest completion of a chunk, the share
 of rows the async trainer trains) is an input, taken from the samples the runs generated.
 
@@ -19,8 +20,8 @@ of rows the async trainer trains) is an input, taken from the samples the runs g
           step = gen(rows / ranks) + train(rows / ranks) + gradient all-reduce + c0
     async (k >= 1, generator and trainer on their own cores, overlapping):
           step = max(gen(rows), train(trained rows) + weight sync) + c0
-Both cores are busy in sync (the two actor ranks run the same phase); in async the faster
-role finishes first and the slower one then runs at the one-thread-alone rate.
+Both cores are busy in sync (the two actor ranks run the same phase); in async each role runs
+at its rate beside the other until the faster finishes, and the slower one then at its alone rate.
 """
 from __future__ import annotations
 
@@ -34,11 +35,17 @@ from llamarl_core.sim.model import chunk_decode_steps, matmul_params
 
 @dataclass(frozen=True)
 class CpuMeasured:
-    decode_flops_per_s: float  # one thread, [batch, dim] x [dim, ffn], the other core busy
-    train_flops_per_s: float  # one thread, the model's forward + backward on a micro-batch, other core busy
-    alone_speedup: float  # training FLOP/s with the other core idle / with it busy (>= 1)
+    # One thread each. decode: [batch, dim] x [dim, ffn]; train: the model's forward + backward on
+    # a micro-batch. Sync pairs each with its twin on the other core, async with the other role.
+    decode_flops_per_s: float  # beside a decode (sync)
+    train_flops_per_s: float  # beside a training step (sync)
+    decode_beside_train_flops_per_s: float  # async
+    train_beside_decode_flops_per_s: float  # async
+    decode_alone_speedup: float  # alone / beside a training step (>= 1)
+    train_alone_speedup: float  # alone / beside a decode (>= 1)
     memcpy_bytes_per_s: float
     gloo_bytes_per_s: float  # point to point between two processes of this host
+    allreduce_bytes_per_s: float  # bytes all-reduced over two gloo ranks per second
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,14 +57,14 @@ class CpuFitted:
     `bench/sim_cpu.py fit_efficiencies`; docs/SIMULATOR.md, "Tested on this CPU"), then held."""
     # Engine FLOP/s / matmul FLOP/s at the decode shape: attention over the KV cache, norms,
     # RoPE, sampling over the vocabulary and cache writes cost time the matmuls do not.
-    decode_matmul_efficiency: float = 0.4321
+    decode_matmul_efficiency: float = 0.4380
     # Host cost of one transformer layer per decode step (the part that does not grow with
     # the batch: Python, op dispatch); from the engine alone at batch 32..256.
     decode_layer_overhead_s: float = 0.17e-3
     # Training step FLOP/s / a bare forward + backward's at the micro-batch shape: the head run
     # again for its gradient (chunked log-probs), the AIPO loss, the batch's host-side
     # preparation, the optimizer step.
-    train_step_efficiency: float = 0.8137
+    train_step_efficiency: float = 0.9723
     # Per step: reward round trip, store traffic, logging, the engine's refresh.
     step_overhead_s: float = 0.05
 
@@ -91,15 +98,15 @@ class CpuSystem:
 
 
 def generation_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
-                       rows: int) -> dict:
-    """One replica generating `rows` samples on one thread with the other core busy."""
+                       rows: int, flops_per_s: float) -> dict:
+    """One replica generating `rows` samples on one thread at a decode rate `flops_per_s`."""
     nm, m = matmul_params(s.model), s.model
     ctx = w.prompt_tokens + w.new_tokens / 2
     flops = rows * (w.prompt_tokens * 2 * nm
                     + w.new_tokens * (2 * nm + 4 * m.n_layers * m.dim * ctx))
     steps = chunk_decode_steps(rows, s.max_batch_size, w.new_tokens,
                                w.longest_new_tokens / w.new_tokens, s.batching)
-    compute_s = flops / (c.decode_flops_per_s * f.decode_matmul_efficiency)
+    compute_s = flops / (flops_per_s * f.decode_matmul_efficiency)
     overhead_s = steps * m.n_layers * f.decode_layer_overhead_s
     return {"seconds": compute_s + overhead_s, "compute_s": compute_s, "overhead_s": overhead_s,
             "decode_steps": steps, "flops": flops}
@@ -111,12 +118,11 @@ def train_flops(m: ModelArgs, rows: float, seq: float) -> float:
     return rows * seq * (6 * matmul_params(m) + 6 * m.n_layers * m.dim * seq)
 
 
-def training_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
-                     rows: float) -> dict:
+def training_seconds(s: CpuSystem, w: CpuWorkload, f: CpuFitted, rows: float, flops_per_s: float) -> dict:
     """One trainer rank's forward + backward + optimizer over `rows` rows, each padded to the
-    micro-batch's longest (prompt + longest completion)."""
+    micro-batch's longest (prompt + longest completion), at a training rate `flops_per_s`."""
     flops = train_flops(s.model, rows, w.prompt_tokens + w.longest_new_tokens)
-    return {"seconds": flops / (c.train_flops_per_s * f.train_step_efficiency), "flops": flops}
+    return {"seconds": flops / (flops_per_s * f.train_step_efficiency), "flops": flops}
 
 
 def weight_sync_seconds(s: CpuSystem, c: CpuMeasured) -> dict:
@@ -129,10 +135,11 @@ def weight_sync_seconds(s: CpuSystem, c: CpuMeasured) -> dict:
 
 def simulate_sync(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
     per_rank = w.rows / s.sync_ranks
-    gen = generation_seconds(s, w, c, f, math.ceil(per_rank))
-    train = training_seconds(s, w, c, f, per_rank)
-    n = s.sync_ranks  # DDP ring all-reduce of the fp32 gradients over gloo
-    allreduce_s = 2 * (n - 1) / n * s.model.num_params() * s.param_bytes / c.gloo_bytes_per_s
+    gen = generation_seconds(s, w, c, f, math.ceil(per_rank), c.decode_flops_per_s)
+    train = training_seconds(s, w, f, per_rank, c.train_flops_per_s)
+    # DDP's all-reduce of the gradients over gloo, measured as such (a ring from the point-to-
+    # point rate, 2(n-1)/n of the bytes, came out a third of it: gloo's reduction and latency)
+    allreduce_s = s.model.num_params() * s.param_bytes / c.allreduce_bytes_per_s
     step = gen["seconds"] + train["seconds"] + allreduce_s + f.step_overhead_s
     return {"step_s": step, "generation_s": gen["seconds"], "training_s": train["seconds"],
             "allreduce_s": allreduce_s, "weight_sync_s": 0.0, "overhead_s": f.step_overhead_s,
@@ -142,13 +149,15 @@ def simulate_sync(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) ->
 def simulate_async(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
     if s.streaming and s.batching == "continuous":
         s = replace(s, batching="streaming")
-    gen_busy = generation_seconds(s, w, c, f, w.rows)["seconds"]
-    train_busy = training_seconds(s, w, c, f, w.rows * w.async_trained_fraction)["seconds"]
-    # Both roles compute at the both-cores-busy rate until the faster one is done; the
-    # slower one's remaining work then runs at the alone rate.
-    short, long_ = sorted((gen_busy, train_busy))
-    long_s = short + (long_ - short) / c.alone_speedup
-    gen_s, train_s = (gen_busy, long_s) if train_busy >= gen_busy else (long_s, train_busy)
+    gen_busy = generation_seconds(s, w, c, f, w.rows, c.decode_beside_train_flops_per_s)["seconds"]
+    train_busy = training_seconds(s, w, f, w.rows * w.async_trained_fraction,
+                                  c.train_beside_decode_flops_per_s)["seconds"]
+    # Both roles compute at their beside-each-other rates until the faster one is done; the
+    # slower one's remaining work then runs at its alone rate.
+    if train_busy >= gen_busy:
+        gen_s, train_s = gen_busy, gen_busy + (train_busy - gen_busy) / c.train_alone_speedup
+    else:
+        gen_s, train_s = train_busy + (gen_busy - train_busy) / c.decode_alone_speedup, train_busy
     sync = weight_sync_seconds(s, c)
     step = max(gen_s, train_s + sync["seconds"]) + f.step_overhead_s
     return {"step_s": step, "generation_s": gen_s, "training_s": train_s,

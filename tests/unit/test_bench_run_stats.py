@@ -50,9 +50,16 @@ def test_busy_fraction_is_the_mean_over_a_roles_ranks():
     assert role_fractions(spans, 0, 4)["actor"]["busy_fraction"] == pytest.approx((1 + 0.5) / 2)
 
 
-def test_phase_seconds_per_step_average_over_ranks_and_steps():
-    # generate 6 s, train 6 s, score 0.5 s over 2 steps
-    assert phase_seconds_per_step(ASYNC, 3, 12, steps=2) == {"generate": 3, "score": 0.25, "train": 3}
+def test_phase_seconds_per_step_are_medians_over_steps_of_the_mean_over_ranks():
+    # steps 3-8 and 8-12: generate 4 and 2 s, train 3 and 3, score 0.5 and 0
+    assert phase_seconds_per_step(ASYNC, 3) == {"generate": 3, "score": 0.25, "train": 3}
+    # a sync run of two actor ranks, three steps (0-4, 4-6, 6-8); the first is slow (train 3 s on
+    # rank 0, 2 s on rank 1): per step train 2.5, 1.5, 1.5 -> median 1.5 (the mean would be 1.83)
+    sync = [span("actor", "generate", 0, 1, rank=r) for r in (0, 1)] + [
+        span("actor", "train", 1, 4), span("actor", "train", 1, 3, rank=1),
+        *(span("actor", state, t, t + d, rank=r) for r in (0, 1)
+          for t0 in (4, 6) for state, t, d in (("generate", t0, 0.5), ("train", t0 + 0.5, 1.5)))]
+    assert phase_seconds_per_step(sync, 0) == {"generate": 0.5, "score": 0.0, "train": 1.5}
 
 
 def test_accuracy_curve_puts_version_0_at_time_0_and_finds_the_first_eval_at_target():
