@@ -105,11 +105,10 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _worker(rank: int, port: int, shapes: dict, model_args, nbytes: int, out: str) -> None:
+def _worker(rank: int, port: int, shapes: dict, seconds: dict, model_args, nbytes: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     kernels = {"decode": _decode_kernel(*shapes["decode"]), "train": _train_kernel(model_args, *shapes["train"])}
-    seconds = {"decode": MATMUL_SECONDS, "train": TRAIN_SECONDS}
     result = {}
     # Rank 0 measures `mine` while rank 1 runs `other` until told, so rank 0 is never measured
     # alone: sync pairs a role with its twin (both actor ranks run the same phase), async the
@@ -151,14 +150,15 @@ def _worker(rank: int, port: int, shapes: dict, model_args, nbytes: int, out: st
 
 
 def measure_cpu_constants(*, model_args, decode_rows: int, train_rows: int, train_seq: int,
-                          weight_bytes: int) -> dict:
+                          weight_bytes: int, seconds: dict | None = None) -> dict:
     """The fields of `sim.cpu.CpuMeasured`, plus `shapes`, `weight_bytes` and `seconds`.
     Shapes: decode [decode_rows, dim] x [dim, ffn]; train a [train_rows, train_seq] micro-batch."""
     shapes = {"decode": (decode_rows, model_args.dim, model_args.ffn_dim), "train": (train_rows, train_seq)}
+    seconds = seconds or {"decode": MATMUL_SECONDS, "train": TRAIN_SECONDS}  # per kernel and condition
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="llamarl-cpu-constants-") as d:
         out = os.path.join(d, "constants.pt")
-        mp.start_processes(_worker, args=(_free_port(), shapes, model_args, int(weight_bytes), out), nprocs=2,
+        mp.start_processes(_worker, args=(_free_port(), shapes, seconds, model_args, int(weight_bytes), out), nprocs=2,
                            start_method="spawn", join=True)
         r = torch.load(out, weights_only=True)  # a dict of floats it wrote itself
     return {"decode_flops_per_s": r["decode_beside_decode"], "train_flops_per_s": r["train_beside_train"],

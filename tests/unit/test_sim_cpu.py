@@ -112,3 +112,16 @@ def test_each_mode_is_priced_with_the_constants_measured_around_its_runs():
     c = bracketing_constants([m("sync", 10), m("async", 20), m("sync", 30), m("async", 40), m(None, 50)])
     assert c["sync"].train_flops_per_s == 25    # median of 10, 20 (around sync_0) and 30, 40 (sync_1)
     assert c["async"].train_flops_per_s == 35   # median of 20, 30 and 40, 50
+
+
+def test_the_measured_constants_are_the_fields_the_twin_prices_with():
+    from llamarl_core.bench.cpu_constants import measure_cpu_constants
+    from llamarl_core.models import get_preset, with_overrides
+
+    tiny = with_overrides(get_preset("tiny-2m"), dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64)
+    r = measure_cpu_constants(model_args=tiny, decode_rows=8, train_rows=4, train_seq=8, weight_bytes=4096,
+                              seconds={"decode": 0.05, "train": 0.1})
+    c = CpuMeasured(**{f: r[f] for f in CpuMeasured.__dataclass_fields__})
+    assert all(v > 0 for v in c.to_dict().values())
+    assert c.decode_alone_speedup >= 1 and c.train_alone_speedup >= 1
+    assert r["shapes"] == {"decode": [8, 32, 64], "train": [4, 8]}
