@@ -3,7 +3,8 @@
 Per run, from its run directory (llamarl_core/bench/run_stats.py, transport/idle.py): the
 roles' busy fractions over the RL window, `both_idle_fraction` (trainer and generator both
 idle), per step after the first the bottleneck role's busy fraction (the busier of generator
-and trainer over the whole window), step times and the held-out accuracy gain.
+and trainer over the whole window) and the busier role's in each step, step times and the
+held-out accuracy gain.
 
     python scripts/compare_streaming_runs.py --streaming RUN_A --chunked RUN_B \
         --command "how the runs were started" --out benchmarks/results/streaming_default_run_cpu.json
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import sys
 
-from llamarl_core.bench.run_stats import read_timeline, rl_window, role_fractions, step_times
+from llamarl_core.bench.run_stats import read_timeline, rl_window, role_fractions, step_ends, step_times
 from llamarl_core.transport.idle import both_idle_frac, busy_intervals
 
 
@@ -26,14 +27,17 @@ def summarize(run_dir: str) -> dict:
     t0, t1 = rl_window(spans)
     roles = role_fractions(spans, t0, t1)
     bottleneck = max(("generator", "trainer"), key=lambda r: roles.get(r, {}).get("busy_fraction", 0.0))
-    ends = sorted(s["t1"] for s in spans if s["role"] == "trainer" and s["rank"] == 0 and s["state"] == "train")
-    per_step = []
+    # a step ends with its last train span (a trainer streaming groups runs several a step)
+    ends = step_ends([s for s in spans if s["role"] == "trainer" and s["rank"] == 0])
+    per_step = {r: [] for r in ("generator", "trainer")}
     for a, b in zip([t0] + ends[:-1], ends):
-        busy = sum(y - x for x, y in busy_intervals(spans, {bottleneck}, a, b))
-        per_step.append(busy / (b - a) if b > a else 0.0)
+        for r in per_step:
+            busy = sum(y - x for x, y in busy_intervals(spans, {r}, a, b))
+            per_step[r].append(busy / (b - a) if b > a else 0.0)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
-    after_first = per_step[1:]
+    after_first = per_step[bottleneck][1:]
+    busier = [max(g, t) for g, t in zip(per_step["generator"][1:], per_step["trainer"][1:])]
     return {"run_dir": run_dir, "rl_wall_s": t1 - t0, "steps": len(ends),
             "step_s_median": statistics.median(step_times(spans, t0)),
             "busy_fraction": {r: v["busy_fraction"] for r, v in roles.items()},
@@ -42,6 +46,9 @@ def summarize(run_dir: str) -> dict:
             "bottleneck_busy_per_step_after_first": {
                 "min": min(after_first), "median": statistics.median(after_first),
                 "steps_at_or_above_0.95": sum(x >= 0.95 for x in after_first), "steps": len(after_first)},
+            "busier_role_busy_per_step_after_first": {  # the busier of the two in each step
+                "min": min(busier), "median": statistics.median(busier),
+                "steps_busy_95pct": sum(x >= 0.95 for x in busier), "steps": len(busier)},
             "accuracy_before": summary.get("accuracy_before"), "accuracy_after": summary.get("accuracy_after"),
             "accuracy_gain_points": (100 * (summary["accuracy_after"] - summary["accuracy_before"])
                                      if summary.get("accuracy_after") is not None else None),

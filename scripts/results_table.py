@@ -137,12 +137,16 @@ ROWS: list[Row] = [
                    f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
         "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
     Row("Default job, streaming (the async default) vs chunked (`generation.streaming=false`), from the same "
-        "warm start, one run each: held-out gain; both idle", "streaming_default_run_cpu.json",
+        "warm start, one run each: held-out gain; both idle; the busier role per step", "streaming_default_run_cpu.json",
         {"gs": "streaming.accuracy_gain_points", "gc": "chunked.accuracy_gain_points", "d": "gain_difference_points",
+         "es": "streaming.busier_role_busy_per_step_after_first.steps_busy_95pct",
+         "ec": "chunked.busier_role_busy_per_step_after_first.steps_busy_95pct",
+         "n": "streaming.busier_role_busy_per_step_after_first.steps",
          "ns": "streaming.steps", "nc": "chunked.steps", "bs": "streaming.both_idle_fraction",
          "bc": "chunked.both_idle_fraction"},
         lambda v: (f"{v['gs']:+.1f} vs {v['gc']:+.1f} points ({v['d']:+.1f}) in {v['ns']} / {v['nc']} RL steps; "
-                   f"both idle {100 * v['bs']:.1f}% vs {100 * v['bc']:.1f}%"),
+                   f"both idle {100 * v['bs']:.1f}% vs {100 * v['bc']:.1f}%"
+                   f"; busier role ≥ 0.95 in {v['es']} vs {v['ec']} of {v['n']} steps after the first"),
         "gain within noise of chunked (±5 points between runs)", lambda v: abs(v["d"]) <= 5),
     Row("Default job, same machine and hour: current main vs commit 69903e8 (whose run on a faster day was "
         "the previous default_run_cpu.json: 0.500 → 0.815 in 150 steps, 116 s)", "default_run_vs_69903e8_cpu.json",
@@ -174,6 +178,14 @@ ROWS: list[Row] = [
                  "streaming", json_name="quality_streaming_k2_cpu.json"),
     _quality_row("Quality per RL sample, third run: async k=2 AIPO, streaming (`streaming_k2`)",
                  "streaming_k2", json_name="quality_streaming_k2_cpu.json"),
+    Row("Quality per RL sample, fourth run (the trainer streams groups): sync k=0 (3 seeds; its warm start made "
+        "as the third run's, and sync reproduced that run per seed)", "quality_stream_groups_cpu.json",
+        _quality("sync_k0") | {"w": "warmstart_accuracy"},
+        lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})"),
+    _quality_row("Quality per RL sample, fourth run: async k=1 AIPO, streaming (the async default)",
+                 "streaming", json_name="quality_stream_groups_cpu.json"),
+    _quality_row("Quality per RL sample, fourth run: async k=2 AIPO, streaming (`streaming_k2`)",
+                 "streaming_k2", json_name="quality_stream_groups_cpu.json"),
     Row("Sync vs async step time on this CPU (`cpu_tiny`, 10 steps × 2 repeats, alternated)",
         "sync_vs_async_cpu.json",
         {"x": "speedup", "i": "ideal_speedup", "s": "sync.step_s_median", "a": "async.step_s_median"},
