@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 MATMUL_SECONDS = 0.4  # per shape and condition
-TRAIN_SECONDS = 1.2  # per condition: a micro-batch's forward and backward takes ~0.1-0.5 s
+TRAIN_SECONDS = 1.2  # per condition: a 16-row micro-batch's forward and backward takes ~0.1 s
 
 
 def _free_port() -> int:
@@ -69,8 +69,8 @@ def _train_kernel(model_args, rows: int, seq: int):
 
 
 def _best_rate(kernel, seconds: float) -> float:
-    """FLOP/s of `kernel` (run, flops per run): the best of four windows of `seconds` / 4 (at least
-    one run each), after two runs to warm up."""
+    """FLOP/s of `kernel` (run, flops per run): the best window of `seconds` / 4 (at least one run
+    each) while `seconds` pass, after two runs to warm up."""
     run, flops = kernel
     for _ in range(2):
         run()
