@@ -126,6 +126,16 @@ ROWS: list[Row] = [
                                  "m0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.mean_ms",
                                  "d0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.median_ms"},
         lambda v: f"{v['m']:.0f} ms (median {v['d']:.0f} ms), against {v['m0']:.0f} ms (median {v['d0']:.0f} ms)"),
+    Row("Default job (streaming, k = 1) with a busy loop holding one of the 2 cores (a slower machine, emulated): "
+        "the busier role's busy share of each RL step after the first; both idle; held-out gain",
+        "default_run_cpu_one_core_busy.json", {"lo": "pipeline_from_timelines.busier_role_busy_min",
+                                               "n": "pipeline_from_timelines.steps",
+                                               "e": "pipeline_from_timelines.trainer_or_generator_busy_95pct",
+                                               "b": "pipeline.both_idle_frac", "g": "accuracy_gain_points",
+                                               "r": "rl_steps", "s": "step_s.median"},
+        lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.2f}); both idle "
+                   f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
+        "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
     Row("Default job with `algorithm.max_offpolicy_steps=2` (k = 2): the busier role's busy share of each RL "
         "step after the first; both idle; held-out gain",
         "default_run_k2_cpu.json", {"lo": "pipeline_from_timelines.busier_role_busy_min",
