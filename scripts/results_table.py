@@ -147,7 +147,8 @@ ROWS: list[Row] = [
                    f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
         "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
     Row("Default job, streaming (the async default) vs chunked (`generation.streaming=false`), from the same "
-        "warm start, one run each: held-out gain; both idle; the busier role per step", "streaming_default_run_cpu.json",
+        "warm start, one run each: held-out gain; both idle; the busier role per step",
+        "streaming_default_run_cpu.json",
         {"gs": "streaming.accuracy_gain_points", "gc": "chunked.accuracy_gain_points", "d": "gain_difference_points",
          "es": "streaming.busier_role_busy_per_step_after_first.steps_busy_95pct",
          "ec": "chunked.busier_role_busy_per_step_after_first.steps_busy_95pct",
