@@ -107,3 +107,15 @@ def fsdp_rows(dim0: int, world: int, rank: int) -> tuple[int, int]:
     The DDMA plan (transport/ddma_plan.py) reads each trainer rank's shard with this rule."""
     per = math.ceil(dim0 / world) if dim0 else 0
     return min(rank * per, dim0), min((rank + 1) * per, dim0)
+
+
+def serving_replica(generator: int, tp_size: int, trainer_replicas: int) -> int:
+    """The trainer replica (of an HSDP trainer's `trainer_replicas` identical copies) whose shards
+    send generator rank ``generator`` its weights: (its replica + its TP rank) mod the replicas,
+    so consecutive TP ranks of a generator replica alternate copies and the pattern shifts by one
+    per generator replica. The DDMA plan (transport/ddma_plan.py) and the simulator's byte count
+    both use it. Choosing by ``generator % trainer_replicas`` aliased with the TP rank whenever
+    tp_size was a multiple of the replicas: a dim-0 slice's rows then always came from one copy,
+    so half the trainer ranks sent 1.55x the bytes of the busiest generator's receive (405B:
+    2 x 256 HSDP to 64 x TP 8) and the others a third of it."""
+    return (generator // tp_size + generator % tp_size) % trainer_replicas

@@ -2,8 +2,8 @@
 
 The transport's plan (transport/ddma_plan.py `build_plan`, wired in executors/weights.py) sends
 trainer rank t's rows of each parameter, `fsdp_rows(dim0, s, t % s)` over the s ranks one copy
-is sharded over (s = T unless HSDP keeps T/s replicas; replica `g % (T/s)` serves generator
-rank g), to every generator rank g whose TP slice (`tp_slice`, generator rank g = TP rank
+is sharded over (s = T unless HSDP keeps T/s replicas; replica `serving_replica(g, tp, T/s)`
+serves generator rank g), to every generator rank g whose TP slice (`tp_slice`, generator rank g = TP rank
 g % tp) overlaps them, in the wire dtype. Both rules live in models/tp_slices.py, so this module and the plan
 count the same rows; tests/unit/test_sim_ddma_bytes.py checks it against `build_plan` itself.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.models.tp_slices import fsdp_rows, is_block_linear, tp_slice
+from llamarl_core.models.tp_slices import fsdp_rows, is_block_linear, serving_replica, tp_slice
 
 SCALE_BYTES = 4  # a float32 scale per row of an fp8 matrix (transport/ddma_plan.py)
 
@@ -62,7 +62,8 @@ def link_bytes(model: ModelArgs, *, trainer_ranks: int, generator_ranks: int, tp
             width = s.size if s.dim == 1 else cols
             row_bytes = width * 1 + SCALE_BYTES if fp8 else width * bytes_per_elem
             recv[r] += times * (r1 - r0) * row_bytes
-            served = Counter((i * tp + r) % trainer_replicas for i in range(replicas))  # trainer replica → generators
+            served = Counter(serving_replica(i * tp + r, tp, trainer_replicas)  # trainer replica -> how many
+                             for i in range(replicas))                        # generators of TP rank r
             for j in range(shards):
                 a0, a1 = fsdp_rows(shape[0], shards, j)
                 block = times * max(0, min(a1, r1) - max(a0, r0)) * row_bytes

@@ -34,7 +34,7 @@ import torch
 from llamarl_core.config.choices import WEIGHT_SLOTS
 from llamarl_core.config.schema import ControllerConfig, GeneratorResources
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.models.tp_slices import fsdp_rows, tp_slice  # fsdp_rows re-exported: the plan's row rule
+from llamarl_core.models.tp_slices import fsdp_rows, serving_replica, tp_slice  # fsdp_rows re-exported: the plan's row rule
 
 ALIGN_BYTES = 64
 FP8_DTYPE = torch.float8_e4m3fn
@@ -112,10 +112,10 @@ class DdmaPlan:
         return fsdp_rows(dict(self.dim0)[name], shards, trainer % shards)
 
     def senders_of(self, generator: int) -> range:
-        """The trainer ranks that send to ``generator``: one replica's shards (replicas take
-        turns over the generator ranks, so every replica sends, each to its share)."""
+        """The trainer ranks that send to ``generator``: one replica's shards (`serving_replica`:
+        every replica sends, each to an even share of the generator ranks and TP slices)."""
         shards = self.trainer_shards or self.trainer_ranks
-        replica = generator % (self.trainer_ranks // shards)
+        replica = serving_replica(generator, self.tp_size, self.trainer_ranks // shards)
         return range(replica * shards, (replica + 1) * shards)
 
     def wire_dtype(self, name: str) -> torch.dtype:
@@ -210,7 +210,7 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
             if quantized:
                 fp8_names.add(name)
             band = max(1, max_piece_bytes // max(1, (c1 - c0) * itemsize))
-            replica = g % replicas  # one replica sends to g; replicas take turns over the generators
+            replica = serving_replica(g, tp_size, replicas)  # one replica's shards send to g
             for t in range(replica * shards, (replica + 1) * shards):
                 a0, a1 = fsdp_rows(rows, shards, t % shards)
                 lo, hi = max(a0, r0), min(a1, r1)

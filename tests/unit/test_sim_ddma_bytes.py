@@ -37,7 +37,8 @@ def test_fp8_blocks_travel_as_one_byte_per_weight_plus_a_scale_per_row():
 
 
 @pytest.mark.parametrize("T,G,tp,fp8,shards", [(2, 2, 2, False, 0), (2, 4, 2, False, 0), (3, 2, 1, False, 0),
-                                                (2, 4, 2, True, 0), (4, 2, 2, False, 2), (4, 6, 2, False, 2)])
+                                                (2, 4, 2, True, 0), (4, 2, 2, False, 2), (4, 6, 2, False, 2),
+                                                (4, 4, 2, False, 2), (8, 8, 4, True, 4)])
 def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8, shards):
     args = get_preset("tiny-2m")
     shapes = param_shapes(args)
@@ -50,3 +51,19 @@ def test_link_bytes_equal_the_transport_plans(T, G, tp, fp8, shards):
                    trainer_shards=shards)
     assert b["send_per_trainer_rank"] == [sum(plan.link_nbytes(t, g) for g in range(G)) for t in range(T)]
     assert b["recv_per_tp_rank"] == [sum(plan.link_nbytes(t, g) for t in range(T)) for g in range(tp)]
+
+
+def test_under_hsdp_every_trainer_rank_sends_an_even_share():
+    # T=4 as 2 replicas x 2 shards, G=4 as 2 generator replicas x TP 2. The 4 trainer ranks send
+    # what the 4 generator ranks receive (each generator replica its TP slices, the replicated
+    # norms on both of its ranks), a quarter each. Choosing the copy by generator rank parity
+    # (g % 2) sent TP rank 0's rows always from replica 0: 1.62x the even share on two ranks.
+    import torch
+    args = get_preset("tiny-2m")
+    plan = build_plan({n: (s, torch.bfloat16) for n, s in param_shapes(args).items()}, trainer_ranks=4,
+                      generator_ranks=4, tp_size=2, args=args, trainer_shards=2)
+    sent = [sum(plan.link_nbytes(t, g) for g in range(4)) for t in range(4)]
+    received = [sum(plan.link_nbytes(t, g) for t in range(4)) for g in range(4)]
+    assert received[0] + received[1] == received[2] + received[3] >= 2_506_496 * 2  # a replica: a copy
+    assert sent == [sum(received) // 4] * 4
+    assert [list(plan.senders_of(g)) for g in range(4)] == [[0, 1], [2, 3], [2, 3], [0, 1]]
