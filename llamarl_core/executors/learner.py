@@ -54,7 +54,8 @@ def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torc
     return tokens, behavior, mask
 
 
-def _device(model: torch.nn.Module) -> torch.device:
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's (first) parameters: where its inputs go."""
     return next(model.parameters()).device
 
 
@@ -134,7 +135,7 @@ class Learner:
         # reading it back from the device would stall it once per number.
         host_mask = mask
         batch_metrics = self.batch_metrics(batch, staleness, lr, prepared)
-        device = _device(self.model)
+        device = model_device(self.model)
         tokens, behavior, mask, advantages, staleness = (
             x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
         # pi_old: the policy before this batch's first update, the anchor of every later ratio.
@@ -370,7 +371,7 @@ class WarmStart:
         for r, (t, p) in enumerate(seqs):
             tokens[r, :len(t)] = torch.tensor(t)
             loss_mask[r, p - 1:len(t) - 1] = 1.0
-        device = _device(self.model)
+        device = model_device(self.model)
         tokens, loss_mask = tokens.to(device), loss_mask.to(device)
         logp, _ = self.model(tokens, head=lambda h, output: chunked_sampled_logprobs(
             h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]

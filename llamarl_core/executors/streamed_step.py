@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from llamarl_core.executors.learner import Learner, _device, add_micro_metrics, completion_targets
+from llamarl_core.executors.learner import Learner, add_micro_metrics, completion_targets, model_device
 from llamarl_core.wire.rollout import Rollout, concat
 
 
@@ -108,7 +108,7 @@ class StreamedStep:
         tokens, behavior, mask = completion_targets(micro)                         # [m, w], [m, w-1] x2
         mask = mask & ~filtered[now][:, None]
         weight = float(mask.sum()) if self.token_mean else int(mask.any(dim=1).sum())
-        device = _device(learner.model)
+        device = model_device(learner.model)
         start = learner.first_target(micro, torch.arange(micro.num_rows))
         tokens, behavior, mask_d, adv, stale = (x.to(device) for x in (tokens, behavior, mask, advantages[now],
                                                                        staleness[now]))
