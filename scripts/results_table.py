@@ -127,8 +127,8 @@ ROWS: list[Row] = [
                                  "d0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.median_ms"},
         lambda v: f"{v['m']:.0f} ms (median {v['d']:.0f} ms), against {v['m0']:.0f} ms (median {v['d0']:.0f} ms)"),
     Row("Default job (streaming, k = 1), every run of this code measured so far (the run above, a fresh clone "
-        "of 40b1c48, one with a core held busy, a fresh clone of 1147a64): steps after the first with the busier "
-        "role busy ≥ 0.95",
+        "of 40b1c48, one with a core held busy, a fresh clone of 1147a64, two more runs back to back): steps "
+        "after the first with the busier role busy ≥ 0.95",
         "default_run_cpu.json", {"e": "session_runs[*].busy_95pct", "n": "session_runs[*].steps",
                                  "lo": "session_runs[*].min"},
         lambda v: "; ".join(f"{e} of {n} (min {lo:.3f})" for e, n, lo in zip(v["e"], v["n"], v["lo"])),
