@@ -74,6 +74,24 @@ def _quality_row(claim: str, name: str, target: bool = True, json_name: str = "q
                (lambda v: round(100 * (v["sync"] - v["mean"]), 1) <= 3.0) if target else None)
 
 
+def _sync_quality_row(claim: str, json_name: str) -> Row:
+    """A quality run's sync k=0 baseline: its mean ± sd and the warm start it began from."""
+    return Row(claim, json_name, _quality("sync_k0") | {"w": "warmstart_accuracy"},
+               lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})")
+
+
+def _pipeline_row(claim: str, json_name: str) -> Row:
+    """A default-job run's busier-role share per step, both idle, and gain (a summarize_run.py JSON)."""
+    return Row(claim, json_name, {"lo": "pipeline_from_timelines.busier_role_busy_min",
+                                  "n": "pipeline_from_timelines.steps",
+                                  "e": "pipeline_from_timelines.trainer_or_generator_busy_95pct",
+                                  "b": "pipeline.both_idle_frac", "g": "accuracy_gain_points",
+                                  "r": "rl_steps", "s": "step_s.median"},
+               lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.2f}); both idle "
+                          f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
+               "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95)
+
+
 def _sim_row(recipe: str, gpus: str) -> Row:
     return Row(f"Simulator as built, `{recipe}` ({gpus} H100, predicted, never run): async speed-up over sync",
                f"simulator_{recipe}.json",
@@ -133,26 +151,11 @@ ROWS: list[Row] = [
                                  "lo": "session_runs[*].min"},
         lambda v: "; ".join(f"{e} of {n} (min {lo:.3f})" for e, n, lo in zip(v["e"], v["n"], v["lo"])),
         "≥ 0.95 of each step, every run", lambda v: min(v["lo"]) >= 0.95),
-    Row("Default job (streaming, k = 1) with a busy loop holding one of the 2 cores (a slower machine, emulated): "
-        "the busier role's busy share of each RL step after the first; both idle; held-out gain",
-        "default_run_cpu_one_core_busy.json", {"lo": "pipeline_from_timelines.busier_role_busy_min",
-                                               "n": "pipeline_from_timelines.steps",
-                                               "e": "pipeline_from_timelines.trainer_or_generator_busy_95pct",
-                                               "b": "pipeline.both_idle_frac", "g": "accuracy_gain_points",
-                                               "r": "rl_steps", "s": "step_s.median"},
-        lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.2f}); both idle "
-                   f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
-        "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
-    Row("Default job with `algorithm.max_offpolicy_steps=2` (k = 2): the busier role's busy share of each RL "
-        "step after the first; both idle; held-out gain",
-        "default_run_k2_cpu.json", {"lo": "pipeline_from_timelines.busier_role_busy_min",
-                                    "n": "pipeline_from_timelines.steps",
-                                    "e": "pipeline_from_timelines.trainer_or_generator_busy_95pct",
-                                    "b": "pipeline.both_idle_frac", "g": "accuracy_gain_points",
-                                    "r": "rl_steps", "s": "step_s.median"},
-        lambda v: (f"≥ 0.95 in {v['e']} of {v['n']} steps (min {v['lo']:.2f}); both idle "
-                   f"{100 * v['b']:.1f}%; {v['g']:+.1f} points in {v['r']} steps, median step {v['s']:.2f} s"),
-        "≥ 0.95 of each step", lambda v: v["lo"] >= 0.95),
+    _pipeline_row("Default job (streaming, k = 1) with a busy loop holding one of the 2 cores (a slower machine, "
+                  "emulated): the busier role's busy share of each RL step after the first; both idle; held-out gain",
+                  "default_run_cpu_one_core_busy.json"),
+    _pipeline_row("Default job with `algorithm.max_offpolicy_steps=2` (k = 2): the busier role's busy share of "
+                  "each RL step after the first; both idle; held-out gain", "default_run_k2_cpu.json"),
     Row("Default job, streaming (the async default) vs chunked (`generation.streaming=false`), from the same "
         "warm start, one run each: held-out gain; both idle; the busier role per step",
         "streaming_default_run_cpu.json",
@@ -175,31 +178,27 @@ ROWS: list[Row] = [
         "default_run_cpu_slow_machine.json", {"g": "accuracy_gain_points", "w": "run_wall_s", "n": "rl_steps"},
         lambda v: f"{span(v['g'], '+.1f')} points in {span(v['w'], '.0f')} s ({span(v['n'], 'd')} RL steps)",
         "≥ +20 points in ≤ 300 s", lambda v: min(v["g"]) >= 20 and max(v["w"]) <= 300),
-    Row("Quality per RL sample, sync k=0 (3 seeds × 3,840 samples from one warm start)", "quality_cpu.json",
-        _quality("sync_k0") | {"w": "warmstart_accuracy"},
-        lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})"),
+    _sync_quality_row("Quality per RL sample, sync k=0 (3 seeds × 3,840 samples from one warm start)",
+                      "quality_cpu.json"),
     _quality_row("Quality per RL sample, async k=1 AIPO", "async_k1_aipo"),
     _quality_row("Quality per RL sample, async k=4 AIPO", "async_k4_aipo"),
     _quality_row("Quality per RL sample, async k=4 uncorrected", "async_k4_none", target=False),
     _quality_row("Quality per RL sample, async k=4 PPO-clip", "async_k4_ppo_clip"),
-    Row("Quality per RL sample, second run: sync k=0 (3 seeds, its own warm start)", "quality_streaming_cpu.json",
-        _quality("sync_k0") | {"w": "warmstart_accuracy"},
-        lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})"),
+    _sync_quality_row("Quality per RL sample, second run: sync k=0 (3 seeds, its own warm start)",
+                      "quality_streaming_cpu.json"),
     _quality_row("Quality per RL sample, second run: async k=1 AIPO, chunked (`generation.streaming=false`)",
                  "async_k1_aipo", json_name="quality_streaming_cpu.json"),
     _quality_row("Quality per RL sample, second run: async k=1 AIPO, streaming (the async default)",
                  "streaming", json_name="quality_streaming_cpu.json"),
-    Row("Quality per RL sample, third run: sync k=0 (3 seeds, its own warm start)", "quality_streaming_k2_cpu.json",
-        _quality("sync_k0") | {"w": "warmstart_accuracy"},
-        lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})"),
+    _sync_quality_row("Quality per RL sample, third run: sync k=0 (3 seeds, its own warm start)",
+                      "quality_streaming_k2_cpu.json"),
     _quality_row("Quality per RL sample, third run: async k=1 AIPO, streaming (the async default)",
                  "streaming", json_name="quality_streaming_k2_cpu.json"),
     _quality_row("Quality per RL sample, third run: async k=2 AIPO, streaming (`streaming_k2`)",
                  "streaming_k2", json_name="quality_streaming_k2_cpu.json"),
-    Row("Quality per RL sample, fourth run (the trainer streams groups): sync k=0 (3 seeds; its warm start made "
-        "as the third run's, and sync reproduced that run per seed)", "quality_stream_groups_cpu.json",
-        _quality("sync_k0") | {"w": "warmstart_accuracy"},
-        lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})"),
+    _sync_quality_row("Quality per RL sample, fourth run (the trainer streams groups): sync k=0 (3 seeds; its warm "
+                      "start made as the third run's, and sync reproduced that run per seed)",
+                      "quality_stream_groups_cpu.json"),
     _quality_row("Quality per RL sample, fourth run: async k=1 AIPO, streaming (the async default)",
                  "streaming", json_name="quality_stream_groups_cpu.json"),
     _quality_row("Quality per RL sample, fourth run: async k=2 AIPO, streaming (`streaming_k2`)",
