@@ -97,8 +97,7 @@ class CpuSystem:
     streaming: bool = False  # generation.streaming as built: the async generator pays no tail
 
 
-def generation_seconds(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted,
-                       rows: int, flops_per_s: float) -> dict:
+def generation_seconds(s: CpuSystem, w: CpuWorkload, f: CpuFitted, rows: int, flops_per_s: float) -> dict:
     """One replica generating `rows` samples on one thread at a decode rate `flops_per_s`."""
     nm, m = matmul_params(s.model), s.model
     ctx = w.prompt_tokens + w.new_tokens / 2
@@ -135,7 +134,7 @@ def weight_sync_seconds(s: CpuSystem, c: CpuMeasured) -> dict:
 
 def simulate_sync(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
     per_rank = w.rows / s.sync_ranks
-    gen = generation_seconds(s, w, c, f, math.ceil(per_rank), c.decode_flops_per_s)
+    gen = generation_seconds(s, w, f, math.ceil(per_rank), c.decode_flops_per_s)
     train = training_seconds(s, w, f, per_rank, c.train_flops_per_s)
     # DDP's all-reduce of the gradients over gloo, measured as such (a ring from the point-to-
     # point rate, 2(n-1)/n of the bytes, came out a third of it: gloo's reduction and latency)
@@ -149,7 +148,7 @@ def simulate_sync(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) ->
 def simulate_async(s: CpuSystem, w: CpuWorkload, c: CpuMeasured, f: CpuFitted) -> dict:
     if s.streaming and s.batching == "continuous":
         s = replace(s, batching="streaming")
-    gen_busy = generation_seconds(s, w, c, f, w.rows, c.decode_beside_train_flops_per_s)["seconds"]
+    gen_busy = generation_seconds(s, w, f, w.rows, c.decode_beside_train_flops_per_s)["seconds"]
     train_busy = training_seconds(s, w, f, w.rows * w.async_trained_fraction,
                                   c.train_beside_decode_flops_per_s)["seconds"]
     # Both roles compute at their beside-each-other rates until the faster one is done; the

@@ -37,10 +37,10 @@ def test_a_chunk_decodes_until_its_longest_row_ends_continuous_or_static():
 
 
 def test_generation_is_flops_over_the_engines_rate_plus_host_cost_per_layer_step():
-    g = generation_seconds(SYSTEM, LOAD, MEASURED, FITTED, rows=4, flops_per_s=2016.0)
+    g = generation_seconds(SYSTEM, LOAD, FITTED, rows=4, flops_per_s=2016.0)
     assert g["flops"] == 2016 and g["decode_steps"] == 6
     assert g["seconds"] == pytest.approx(1.0 + 6 * 1 * 0.1)
-    slower = generation_seconds(SYSTEM, LOAD, MEASURED, FITTED, rows=4, flops_per_s=1008.0)
+    slower = generation_seconds(SYSTEM, LOAD, FITTED, rows=4, flops_per_s=1008.0)
     assert slower["seconds"] == pytest.approx(2.0 + 0.6)  # the host cost does not slow down
 
 
