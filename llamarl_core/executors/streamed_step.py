@@ -48,13 +48,16 @@ class StreamedStep:
         self.waiting: list[tuple[Rollout, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.waiting_rows = 0
         self.total_tokens, self.total_rows = 0.0, 0   # over every row added, trained or not
+        self.prepared: list[tuple[torch.Tensor, ...]] = []  # each add's `Learner.prepare`, for the metrics
         self.sums: dict[str, float] = {}
         self.weight_sum, self.micro_batches, self.compute_s = 0.0, 0, 0.0
 
     def add(self, groups: Rollout, staleness: torch.Tensor) -> None:
         """Complete prompt groups (rows grouped contiguously) and each row's staleness."""
         t0 = time.perf_counter()
-        _, advantages, filtered, trained = self.learner.prepare(groups)           # [n] each
+        prepared = self.learner.prepare(groups)
+        self.prepared.append(prepared)
+        _, advantages, filtered, trained = prepared                                # [n] each
         _, _, mask = completion_targets(groups)
         mask = mask & ~filtered[:, None]                                           # [n, L'-1]
         self.total_tokens += float(mask.sum())
@@ -80,7 +83,8 @@ class StreamedStep:
 
     def finish(self, batch: Rollout, staleness: torch.Tensor) -> dict:
         """The rest of the step once all its groups were added: `batch` and `staleness` are
-        the step's whole rows (for its metrics, as `Learner.rl_step` reports them)."""
+        the step's whole rows, the groups in the order they were added (for its metrics, as
+        `Learner.rl_step` reports them, from what `add` prepared)."""
         self.run_waiting()
         learner, t0 = self.learner, time.perf_counter()
         total = max(1.0, self.total_tokens) if self.token_mean else max(1, self.total_rows)
@@ -90,7 +94,10 @@ class StreamedStep:
                     p.grad.div_(total)
         # micro-batch metrics are weighted means either way: unnormalized weights divide out
         update = learner.optimizer_step(self.sums, self.weight_sum, bool(self.micro_batches), record_ratios=True)
-        batch_metrics = learner.batch_metrics(batch, staleness, self.lr)
+        prepared = tuple(torch.cat(parts) for parts in zip(*self.prepared)) if self.prepared else None
+        if prepared is not None and len(prepared[0]) != batch.num_rows:
+            raise ValueError(f"finish: {batch.num_rows} rows, but {len(prepared[0])} were added")
+        batch_metrics = learner.batch_metrics(batch, staleness, self.lr, prepared)
         self.compute_s += time.perf_counter() - t0
         return learner.step_metrics([update], batch_metrics, self.compute_s, staleness)
 
