@@ -159,16 +159,16 @@ def phase_seconds_per_step(spans: list[dict], t_start: float) -> dict:
     role = training_role(spans)
     ends = step_ends([s for s in spans if s["role"] == role and s["rank"] == 0])
     windows = list(zip([t_start, *ends[:-1]], ends))
+    by_rank: dict = defaultdict(lambda: defaultdict(list))  # phase -> (role, rank) -> its spans
+    for s in spans:
+        if s["state"] in PHASES:
+            by_rank[s["state"]][(s["role"], s["rank"])].append(s)
     per: dict = {}
     for phase in PHASES:
-        ranks = sorted({(s["role"], s["rank"]) for s in spans if s["state"] == phase})
-        if not ranks or not windows:
-            per[phase] = 0.0
-            continue
+        ranks = by_rank[phase].values()
         per[phase] = statistics.median(
-            statistics.mean(sum(_overlap(s, t0, t1) for s in spans
-                                if s["state"] == phase and (s["role"], s["rank"]) == rr) for rr in ranks)
-            for t0, t1 in windows)
+            statistics.mean(sum(_overlap(s, t0, t1) for s in own) for own in ranks)
+            for t0, t1 in windows) if ranks and windows else 0.0
     return per
 
 
