@@ -115,8 +115,7 @@ class DdmaPlan:
         """The trainer ranks that send to ``generator``: one replica's shards (`serving_replica`:
         every replica sends, each to an even share of the generator ranks and TP slices)."""
         shards = self.trainer_shards or self.trainer_ranks
-        replica = serving_replica(generator, self.tp_size, self.trainer_ranks // shards)
-        return range(replica * shards, (replica + 1) * shards)
+        return _senders(generator, self.tp_size, shards, self.trainer_ranks // shards)
 
     def wire_dtype(self, name: str) -> torch.dtype:
         return FP8_DTYPE if name in self.fp8_names else self.dtype
@@ -210,8 +209,7 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
             if quantized:
                 fp8_names.add(name)
             band = max(1, max_piece_bytes // max(1, (c1 - c0) * itemsize))
-            replica = serving_replica(g, tp_size, replicas)  # one replica's shards send to g
-            for t in range(replica * shards, (replica + 1) * shards):
+            for t in _senders(g, tp_size, shards, replicas):
                 a0, a1 = fsdp_rows(rows, shards, t % shards)
                 lo, hi = max(a0, r0), min(a1, r1)
                 for s in range(lo, hi, band):
@@ -220,6 +218,12 @@ def build_plan(named_shapes: NamedShapes, *, trainer_ranks: int, generator_ranks
     dim0 = tuple((n, _as_2d(tuple(named_shapes[n][0]))[0]) for n in sorted(named_shapes))
     return DdmaPlan(trainer_ranks, generator_ranks, tp_size, dtype, tuple(pieces),
                     tuple(tuple(s) for s in slots), tuple(sizes), frozenset(fp8_names), shards, dim0, num_slots)
+
+
+def _senders(generator: int, tp_size: int, shards: int, replicas: int) -> range:
+    """The trainer ranks that send to `generator`: the shards of its `serving_replica`."""
+    replica = serving_replica(generator, tp_size, replicas)
+    return range(replica * shards, (replica + 1) * shards)
 
 
 def _slot_order(named_shapes: NamedShapes, groups) -> tuple[list[str], dict[str, str]]:
