@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 
-from llamarl_core.bench.run_stats import read_timeline, rl_window, role_fractions, step_ends, step_times
-from llamarl_core.transport.idle import both_idle_frac, busy_intervals
+from llamarl_core.bench.run_stats import (read_timeline, rl_window, role_fractions, step_busy_shares, step_ends,
+                                          step_times)
+from llamarl_core.transport.idle import both_idle_frac
 
 
 def summarize(run_dir: str) -> dict:
@@ -27,18 +28,13 @@ def summarize(run_dir: str) -> dict:
     t0, t1 = rl_window(spans)
     roles = role_fractions(spans, t0, t1)
     bottleneck = max(("generator", "trainer"), key=lambda r: roles.get(r, {}).get("busy_fraction", 0.0))
-    # a step ends with its last train span (a trainer streaming groups runs several a step)
-    ends = step_ends([s for s in spans if s["role"] == "trainer" and s["rank"] == 0])
-    per_step = {r: [] for r in ("generator", "trainer")}
-    for a, b in zip([t0] + ends[:-1], ends):
-        for r in per_step:
-            busy = sum(y - x for x, y in busy_intervals(spans, {r}, a, b))
-            per_step[r].append(busy / (b - a) if b > a else 0.0)
+    per_step = step_busy_shares(spans)  # steps after the first
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
-    after_first = per_step[bottleneck][1:]
-    busier = [max(g, t) for g, t in zip(per_step["generator"][1:], per_step["trainer"][1:])]
-    return {"run_dir": run_dir, "rl_wall_s": t1 - t0, "steps": len(ends),
+    after_first = [r[bottleneck] for r in per_step]
+    busier = [max(r["generator"], r["trainer"]) for r in per_step]
+    steps = len(step_ends([x for x in spans if x["role"] == "trainer" and x["rank"] == 0]))
+    return {"run_dir": run_dir, "rl_wall_s": t1 - t0, "steps": steps,
             "step_s_median": statistics.median(step_times(spans, t0)),
             "busy_fraction": {r: v["busy_fraction"] for r, v in roles.items()},
             "both_idle_fraction": both_idle_frac(spans, ("trainer", "generator"), t0, t1),

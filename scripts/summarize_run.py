@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 from llamarl_core.bench.provenance import git_commit
-from llamarl_core.bench.run_stats import read_timeline, rl_window, step_spans
-from llamarl_core.transport.idle import busy_intervals
+from llamarl_core.bench.run_stats import read_timeline, step_busy_shares
 
 
 # metric keys before wave 3's role/quantity renames (README changelog), so older run dirs summarize too
@@ -61,19 +60,13 @@ def timeline_steps(spans: list[dict], floor: float = 0.95) -> dict:
     generator, busy >= `floor`, and each step where the trainer is not, with the generator's
     share and the trainer's wait for its rows in it (a miss where the generator is busy is a
     step the generator bounds; one where both idle is waste)."""
-    t0, _ = rl_window(spans)
-    trains = step_spans([s for s in spans if s["role"] == "trainer" and s["rank"] == 0])  # one per step
-
-    def share(role: str, a: float, b: float) -> float:
-        return sum(y - x for x, y in busy_intervals(spans, {role}, a, b)) / (b - a)
-
     rows = []
-    for prev, s in zip(trains, trains[1:]):
-        a, b = prev["t1"], s["t1"]
+    for r in step_busy_shares(spans):
+        a, b = r["t0"], r["t1"]
         wait = sum(min(w["t1"], b) - max(w["t0"], a) for w in spans if w["role"] == "trainer" and w["rank"] == 0
                    and w["state"] == "wait" and w["t1"] > a and w["t0"] < b)
-        rows.append({"step": s["step"] + 1, "s": b - a, "trainer": share("trainer", a, b),
-                     "generator": share("generator", a, b), "trainer_wait_s": wait})
+        rows.append({"step": r["step"] + 1, "s": b - a, "trainer": r["trainer"],
+                     "generator": r["generator"], "trainer_wait_s": wait})
     pct = f"{100 * floor:.0f}pct"
     busier = [max(r["trainer"], r["generator"]) for r in rows]  # each step's bottleneck role's share
     return {"steps": len(rows), f"trainer_busy_{pct}": sum(r["trainer"] >= floor for r in rows),

@@ -20,7 +20,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from llamarl_core.transport.idle import both_idle_frac
+from llamarl_core.transport.idle import both_idle_frac, busy_intervals
 
 BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart", "log")
 PHASES = ("generate", "score", "train")
@@ -136,6 +136,18 @@ def step_spans(own: list[dict]) -> list[dict]:
 def step_ends(own: list[dict]) -> list[float]:
     """Each RL step's end on one rank (`step_spans`)."""
     return [s["t1"] for s in step_spans(own)]
+
+
+def step_busy_shares(spans: list[dict], roles: tuple[str, ...] = ("trainer", "generator")) -> list[dict]:
+    """Per RL step after the first (between two of the trainer rank 0's step ends): {"step" (of
+    its last train span), "t0", "t1", and each of `roles`' busy share of that window}."""
+    ends = step_spans([s for s in spans if s["role"] == "trainer" and s["rank"] == 0])
+    out = []
+    for prev, s in zip(ends, ends[1:]):
+        a, b = prev["t1"], s["t1"]
+        out.append({"step": s.get("step"), "t0": a, "t1": b,
+                    **{r: sum(y - x for x, y in busy_intervals(spans, {r}, a, b)) / (b - a) for r in roles}})
+    return out
 
 
 def step_times(spans: list[dict], t_start: float) -> list[float]:
