@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from llamarl_core.bench.provenance import git_commit
-from llamarl_core.bench.run_stats import read_timeline, step_busy_shares
+from llamarl_core.bench.run_stats import idle_breakdown, read_timeline, step_busy_shares
 
 
 # metric keys before wave 3's role/quantity renames (README changelog), so older run dirs summarize too
@@ -59,20 +59,23 @@ def timeline_steps(spans: list[dict], floor: float = 0.95) -> dict:
     ends; steps numbered as in metrics.jsonl): how many have the trainer, or either of trainer and
     generator, busy >= `floor`, and each step where the trainer is not, with the generator's
     share and the trainer's wait for its rows in it (a miss where the generator is busy is a
-    step the generator bounds; one where both idle is waste)."""
+    step the generator bounds; one where both idle is waste), and each step where neither role
+    reaches `floor`, with who idled while whom worked in it (`run_stats.idle_breakdown`)."""
     rows = []
     for r in step_busy_shares(spans):
         a, b = r["t0"], r["t1"]
         wait = sum(min(w["t1"], b) - max(w["t0"], a) for w in spans if w["role"] == "trainer" and w["rank"] == 0
                    and w["state"] == "wait" and w["t1"] > a and w["t0"] < b)
-        rows.append({"step": r["step"] + 1, "s": b - a, "trainer": r["trainer"],
+        rows.append({"step": r["step"] + 1, "t0": a, "t1": b, "s": b - a, "trainer": r["trainer"],
                      "generator": r["generator"], "trainer_wait_s": wait})
     pct = f"{100 * floor:.0f}pct"
     busier = [max(r["trainer"], r["generator"]) for r in rows]  # each step's bottleneck role's share
     return {"steps": len(rows), f"trainer_busy_{pct}": sum(r["trainer"] >= floor for r in rows),
             f"trainer_or_generator_busy_{pct}": sum(x >= floor for x in busier),
             "busier_role_busy_min": min(busier, default=None),
-            "trainer_misses": [r for r in rows if r["trainer"] < floor]}
+            "trainer_misses": [r for r in rows if r["trainer"] < floor],
+            "busier_role_misses": [{**r, **idle_breakdown(spans, r["t0"], r["t1"])}
+                                   for r, x in zip(rows, busier) if x < floor]}
 
 
 def weight_adoption(spans: list[dict]) -> dict:

@@ -20,7 +20,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from llamarl_core.transport.idle import both_idle_frac, busy_intervals
+from llamarl_core.transport.idle import IDLE_STATES, both_idle_frac, both_idle_s, busy_intervals
 
 BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart", "log")
 PHASES = ("generate", "score", "train")
@@ -147,6 +147,34 @@ def step_busy_shares(spans: list[dict], roles: tuple[str, ...] = ("trainer", "ge
         a, b = prev["t1"], s["t1"]
         out.append({"step": s.get("step"), "t0": a, "t1": b,
                     **{r: sum(y - x for x, y in busy_intervals(spans, {r}, a, b)) / (b - a) for r in roles}})
+    return out
+
+
+def idle_breakdown(spans: list[dict], t0: float, t1: float) -> dict:
+    """Who idled while whom worked in [t0, t1] (an RL step's window, `step_busy_shares`), seconds:
+
+        trainer_idle_while_generating_s   the trainer idle while the generator was busy: waiting
+                                          for rows still being generated
+        generator_idle_until_adoption_s   the generator idle until it took a new version (its next
+                                          span is a `sync`): the staleness gate, which only the
+                                          trainer's next version opens
+        both_idle_s                       neither busy: a bubble no staleness bound explains
+
+    A step whose busier role misses its share with `both_idle_s` near zero had no work left that
+    either idle role was allowed to do: at k = 1 the trainer's wait is for its own step's groups
+    and the generator's is for the version the trainer is still making."""
+    both = both_idle_s(spans, ("trainer", "generator"), t0, t1)
+    out = {"trainer_idle_while_generating_s": (t1 - t0) - both
+           - sum(b - a for a, b in busy_intervals(spans, {"trainer"}, t0, t1)),
+           "generator_idle_until_adoption_s": 0.0, "both_idle_s": both}
+    # the generator's idle gaps from its first busy span on, each with the state that ended it
+    gen = sorted((s for s in spans if s["role"] == "generator" and s["state"] not in IDLE_STATES),
+                 key=lambda s: s["t0"])
+    reach = gen[0]["t1"] if gen else t1
+    for s in gen[1:]:
+        if s["t0"] > reach and s["state"] == "sync":
+            out["generator_idle_until_adoption_s"] += max(0.0, min(s["t0"], t1) - max(reach, t0))
+        reach = max(reach, s["t1"])
     return out
 
 

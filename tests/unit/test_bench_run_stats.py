@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from llamarl_core.bench.run_stats import (accuracy_curve, phase_seconds_per_step, rl_window, role_fractions,
-                                          run_stats, step_times, time_to_accuracy)
+from llamarl_core.bench.run_stats import (accuracy_curve, idle_breakdown, phase_seconds_per_step, rl_window,
+                                          role_fractions, run_stats, step_times, time_to_accuracy)
 from llamarl_core.bench.sync_vs_async import aggregate_mode, compare
 
 
@@ -123,3 +123,27 @@ def test_overlap_counts_time_when_both_states_run_on_any_ranks():
     assert overlap_s(spans, "generate", "train", 0.0, 10.0) == 2.0
     assert overlap_s(spans, "generate", "train", 0.0, 5.5) == 1.5   # window clips the second
     assert overlap_s(spans, "generate", "score", 0.0, 10.0) == 0.0
+
+
+def test_idle_breakdown_tells_waits_on_the_other_role_from_both_idle():
+    # A k = 1 miss drawn by hand, window 10-20: the trainer waits 10-12 for its rows while the
+    # generator makes them, trains 12-20; the generator generates 9-17, waits 17-21 for the version
+    # the trainer publishes at 20.2 and takes it at 21 (3 s of that wait fall in the window). At
+    # 19.5-20 the trainer pauses too (a bubble: 0.5 s with both idle).
+    spans = [span("trainer", "wait", 10, 12), span("trainer", "train", 12, 19.5), span("trainer", "wait", 19.5, 20),
+             span("trainer", "train", 20, 20.1), span("trainer", "sync", 20.1, 20.2),
+             span("generator", "generate", 9, 17), span("generator", "wait", 17, 21),
+             span("generator", "sync", 21, 21.1), span("generator", "generate", 21.1, 25)]
+    got = idle_breakdown(spans, 10, 20)
+    assert got["trainer_idle_while_generating_s"] == pytest.approx(2.0)
+    assert got["both_idle_s"] == pytest.approx(0.5)
+    assert got["generator_idle_until_adoption_s"] == pytest.approx(3.0)  # 17 -> 20, clipped to the window
+
+
+def test_a_generator_gap_that_ends_in_generating_is_not_a_wait_for_weights():
+    spans = [span("trainer", "train", 0, 10),
+             span("generator", "generate", 0, 4), span("generator", "wait", 4, 6),  # ends in generate
+             span("generator", "generate", 6, 8), span("generator", "sync", 9, 9.1)]  # gap 8-9, then a sync
+    got = idle_breakdown(spans, 0, 10)
+    assert got["generator_idle_until_adoption_s"] == pytest.approx(1.0)
+    assert got["trainer_idle_while_generating_s"] == 0.0 and got["both_idle_s"] == 0.0
