@@ -49,9 +49,6 @@ class LocalWeights:
             self.later = None
         return self.staged is not None
 
-    def wait_ready(self, timeout_s):
-        return self.ready()  # one process: nothing lands during a wait but a planned publish
-
     def receive(self):
         version, state = self.staged
         self.staged = None

@@ -14,6 +14,7 @@ it with fakes in one process (tests/unit/test_pipeline_fakes.py); `GeneratorExec
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Callable, Optional
 
 from llamarl_core.executors.ports import ControlStore, WeightReceiver
@@ -80,12 +81,11 @@ class GenerateLoop:
     def wait_until_ready(self, taken: Callable[[], bool], chunk: int,
                          interrupt: Callable[[], bool] = lambda: False) -> None:
         """Until `may_generate`, or new weights arrive, or `interrupt()` (a chunk asked again),
-        or the run ends. Between looks it waits on the receiver, so the version that opens the
-        staleness gate ends the wait when it lands, not up to a poll later."""
+        or the run ends."""
         while not self.should_stop() and not self.receiver.ready() and not interrupt():
             if self.may_generate(taken(), chunk):
                 return
-            self.receiver.wait_ready(POLL_S)
+            time.sleep(POLL_S)
 
     # ---- chunks asked again: a trainer rank dropped groups of them as too stale (feeds.py) ----
     def skip_redos(self) -> None:

@@ -58,7 +58,6 @@ class WeightReceiver(Protocol):
     """The generator's end of the weight sync (transport/ddma.py: DdmaReceiver)."""
 
     def ready(self) -> bool: ...                   # a version can be taken now without waiting
-    def wait_ready(self, timeout_s: float) -> bool: ...  # ready() within timeout_s, woken by the arrival
     def receive(self) -> SyncStatsLike: ...        # adopt it (blocks until it has arrived)
     def close(self) -> None: ...
 

@@ -196,22 +196,6 @@ class DdmaReceiver(SlottedReceive, CollectiveReceive, Endpoint):
             return self._ready() is not None
         return self._wanted_slotted() if self.transport in SLOTTED else self._wanted_collective()
 
-    def wait_ready(self, timeout_s: float) -> bool:
-        """``ready()`` within `timeout_s`, woken by the version's arrival (the store's wait or the
-        receiving thread's notice), not by a poll sleep: a generator at the staleness gate waits
-        for exactly this, and a sleep there would delay each step's next chunk by half a poll."""
-        deadline = time.monotonic() + timeout_s
-        one = self.plan.num_slots == 1  # one slot: ready is the trainers' wish to write it
-        while not self.ready():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if self.transport in SLOTTED:
-                (self._wait_wanted_slotted if one else self._wait_slotted)(left)
-            else:
-                (self._wait_wanted_collective if one else self._wait_collective)(left)
-        return True
-
     def poll(self) -> SyncStats | None:
         """At a decode-step boundary: adopt the next version if it has fully arrived (one slot:
         if the trainers wait to write it, pause for it)."""

@@ -155,9 +155,7 @@ class _Inbox:
                 version = self.announced_fn(n)
                 if version is None or version == CLOSE_VERSION:
                     return
-                with self.arrived:  # a one-slot receiver waits for this (_wait_wanted_collective)
-                    self.announced = n
-                    self.arrived.notify_all()
+                self.announced = n
                 while not self.free.acquire(timeout=0.1):
                     if self.closed:
                         return
@@ -259,13 +257,6 @@ class CollectiveReceive(CollectiveLink):
         """Until the receiving thread's notice or a wait slice (no poll sleep)."""
         with self._inbox.arrived:
             if self.seq not in self._inbox.ready and self._inbox.error is None:
-                self._inbox.arrived.wait(timeout=min(left_s, WAIT_SLICE_S))
-
-    def _wait_wanted_collective(self, left_s: float) -> None:
-        """One slot: until the receiving thread's notice that every trainer announced the next
-        send, or a wait slice."""
-        with self._inbox.arrived:
-            if self._inbox.announced < self.seq and self._inbox.error is None:
                 self._inbox.arrived.wait(timeout=min(left_s, WAIT_SLICE_S))
 
     def _adopted_collective(self, n: int) -> None:

@@ -128,13 +128,6 @@ class SlottedReceive:
         except RuntimeError:
             pass  # a slice ran out: the caller checks its deadline
 
-    def _wait_wanted_slotted(self, left_s: float) -> None:
-        """One slot: until the trainers wish to write the next version, or a wait slice."""
-        try:
-            self.store.wait([f"want/{self.seq}/0"], datetime.timedelta(seconds=min(left_s, WAIT_SLICE_S)))
-        except RuntimeError:
-            pass  # a slice ran out: the caller checks its deadline
-
     def _adopted_slotted(self, n: int) -> None:
         if self.plan.num_slots > 1:  # one slot: nothing to free, the next version waits for a pause
             self._left_slot_slotted(f"adopted/{n}/{self.rank}")  # slot (n+1) % 2 is free again

@@ -97,11 +97,7 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport, slots=2):
     for v in VERSIONS:
         if receiver.poll() is not None:
             bad.append(f"v{v}: adopted before it was sent")
-        if receiver.wait_ready(0.05):  # the trainers send only once every generator polled
-            bad.append(f"v{v}: wait_ready before it was sent")
         store.set(f"e{epoch}/polled/{v}/{g}", "1")
-        if not receiver.wait_ready(30):  # woken by the send (or, one slot, the wish to write)
-            bad.append(f"v{v}: wait_ready timed out")
         stats = receiver.receive()
         want = _expected(v, g % tp, tp, dtype, fp8)
         got = {n: _sha(p.detach()) for n, p in params.items()}
