@@ -37,8 +37,9 @@ class Row:
     target: str | Callable[[Values], str] = "—"
     met: Callable[[Values], bool] | None = None  # None: no target to meet
     absent: str = "not measured"
-    command_key: str = "command"
+    command_key: str = "command"                # key paths (a run kept inside a JSON: "run_x.command")
     commit_key: str = "commit"
+    note_key: str = "note"                      # where the machine load is read, if no load_keys
     load_keys: tuple[str, ...] = field(default=())
     measured: bool = True                       # False: computed (the simulator), no machine load
 
@@ -145,12 +146,23 @@ ROWS: list[Row] = [
                                  "d0": "weight_adoption_c24ded1_fresh_clone.published_while_generating.median_ms"},
         lambda v: f"{v['m']:.0f} ms (median {v['d']:.0f} ms), against {v['m0']:.0f} ms (median {v['d0']:.0f} ms)"),
     Row("Default job (streaming, k = 1), every run of this code measured so far (the run above, a fresh clone "
-        "of 40b1c48, one with a core held busy, a fresh clone of 1147a64, two more runs back to back): steps "
-        "after the first with the busier role busy ≥ 0.95",
+        "of 40b1c48, one with a core held busy, a fresh clone of 1147a64, two more runs back to back, one at "
+        "a2e359f on a slower machine, a fresh clone of 3f612b0): steps after the first with the busier role busy "
+        "≥ 0.95",
         "default_run_cpu.json", {"e": "session_runs[*].busy_95pct", "n": "session_runs[*].steps",
                                  "lo": "session_runs[*].min"},
         lambda v: "; ".join(f"{e} of {n} (min {lo:.3f})" for e, n, lo in zip(v["e"], v["n"], v["lo"])),
         "≥ 0.95 of each step, every run", lambda v: min(v["lo"]) >= 0.95),
+    Row("Default job (streaming, k = 1), the run at a2e359f: in each step where neither role was busy ≥ 0.95, "
+        "who idled while whom worked (`run_stats.idle_breakdown`)",
+        "default_run_cpu.json", {"m": "run_base1_a2e359f.pipeline_from_timelines.busier_role_misses"},
+        lambda v: "; ".join(f"step {m['step']} ({m['s']:.2f} s): the trainer idle {m['trainer_idle_while_generating_s']:.2f} s "
+                            f"while the generator generated, the generator idle "
+                            f"{m['generator_idle_until_adoption_s']:.2f} s until it took the next version, both idle "
+                            f"{1e3 * m['both_idle_s']:.1f} ms" for m in v["m"]),
+        "—",
+        command_key="run_base1_a2e359f.command", commit_key="run_base1_a2e359f.commit",
+        note_key="run_base1_a2e359f.note"),
     _pipeline_row("Default job (streaming, k = 1) with a busy loop holding one of the 2 cores (a slower machine, "
                   "emulated): the busier role's busy share of each RL step after the first; both idle; held-out gain",
                   "default_run_cpu_one_core_busy.json"),
@@ -309,6 +321,11 @@ ROWS: list[Row] = [
                    f"joined refill prefills {v['fu']:.2f}× over separate ones"),
         "≥ 1.5×, also within repeats", lambda v: min(v["r"], v["each_med"]) >= 1.5,
         load_keys=("machine.load_at_start.load_average",)),
+    Row("Streaming generator by slot count (`resources.generator.max_batch_size`; the default recipe's "
+        "warm-start model and prompts, 1 thread): tokens/s against the recipe's 256 slots (what spreading a "
+        "chunk's group ends over the chunk would cost, README known gaps)", "generation_slots_cpu.json",
+        {"b": "medians.256.tokens_per_s", "h": "tokens_per_s_vs_baseline.128", "q": "tokens_per_s_vs_baseline.64"},
+        lambda v: f"128 slots {v['h']:.2f}×, 64 slots {v['q']:.2f}× (256: {v['b']:,.0f} tokens/s)"),
 ]
 
 LOAD_KEYS = ("machine.loadavg_at_start", "machine.load_average_at_start", "machine.loadavg", "loadavg_at_start",
@@ -346,7 +363,15 @@ def get(doc, path: str):
     return node
 
 
-def machine_load(doc: dict, keys: tuple[str, ...]) -> str:
+def _at(doc: dict, path: str):
+    """The value at key path `path`, or None where the JSON has none."""
+    try:
+        return get(doc, path)
+    except MissingKey:
+        return None
+
+
+def machine_load(doc: dict, keys: tuple[str, ...], note_key: str = "note") -> str:
     """1-minute load average when the JSON was written (2 cores), else what its note says."""
     for key in keys + LOAD_KEYS:
         try:
@@ -355,7 +380,7 @@ def machine_load(doc: dict, keys: tuple[str, ...]) -> str:
             continue
         if isinstance(x, list) and x and all(isinstance(y, (int, float)) for y in x):
             return f"{x[0]:.1f}"
-    m = re.search(r"load average[s]? ([0-9][^;()]*)", str(doc.get("note", "")))
+    m = re.search(r"load average[s]? ([0-9][^;()]*)", str(_at(doc, note_key) or ""))
     return m.group(1).strip().rstrip(",.") if m else "not recorded"
 
 
@@ -364,7 +389,7 @@ def _cell(text: str) -> str:
 
 
 def _command(doc: dict, key: str) -> str:
-    cmd = doc.get(key)
+    cmd = _at(doc, key)
     if not cmd:
         return "not recorded"
     return "`" + _cell(re.sub(r"^\S*/bin/python3?\b", "python", cmd)) + "`"
@@ -389,9 +414,9 @@ def render_row(row: Row, results: Path, warn: Callable[[str], None]) -> str:
         except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as e:  # a value of another shape
             warn(f"{row.json}: cannot show {values!r} (row {row.claim!r}): {e}")
             value, target, met = f"**cannot show the JSON's value: {type(e).__name__}**", "?", "?"
-    commit = str(doc.get(row.commit_key) or "not recorded")
+    commit = str(_at(doc, row.commit_key) or "not recorded")
     commit = re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}(?=\+dirty$|$)", r"\1", commit)  # short hash, +dirty kept
-    load = machine_load(doc, row.load_keys) if row.measured else "n/a (computed)"
+    load = machine_load(doc, row.load_keys, row.note_key) if row.measured else "n/a (computed)"
     return (f"| {_cell(row.claim)} | {_cell(value)} | {_cell(target)} | {met} | `{row.json}` @ {commit} | "
             f"{_command(doc, row.command_key)} | {_cell(load)} |")
 
