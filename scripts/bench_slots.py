@@ -84,6 +84,9 @@ def main(argv=None) -> int:
               "runs": {str(s): rs for s, rs in runs.items()},
               "medians": {str(s): m for s, m in med.items()},
               "tokens_per_s_vs_baseline": {str(s): med[s]["tokens_per_s"] / med[base]["tokens_per_s"] for s in slots},
+              # the same ratio within each repeat (its cases ran back to back): how far the machine moved
+              "tokens_per_s_vs_baseline_per_repeat": {
+                  str(s): [x["tokens_per_s"] / b["tokens_per_s"] for x, b in zip(runs[s], runs[base])] for s in slots},
               "baseline_slots": base,
               "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                           "loadavg_at_start": load_at_start}}
