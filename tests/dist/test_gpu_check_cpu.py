@@ -23,14 +23,21 @@ def _run(tmp_path, *args, timeout=400):
 
 def test_gpu_check_on_cpu_gives_every_section_a_verdict_with_its_thresholds(tmp_path):
     proc, result = _run(tmp_path, "--only", "train_step", "weight_sync", "mismatch")
-    failed = {k: result[k] for k in SECTIONS if result[k]["verdict"] == "fail"}
-    assert proc.returncode == 0 and result["verdict"] == "pass" and not failed, (failed, proc.stdout[-2000:])
+    ran = ("train_step", "weight_sync", "mismatch")
+    errors = {k: result[k]["error"] for k in SECTIONS if "error" in result[k]}
+    assert not errors, (errors, proc.stdout[-2000:])
     assert result["commit"] and result["command"].startswith("python scripts/gpu_check.py")
     assert {result[k]["verdict"] for k in ("env", "logits_parity", "generation", "fp8", "train")} == {"skip"}
-    for name in ("train_step", "weight_sync", "mismatch"):
+    # Every check of a correctness kind passes. The speed floors (a transport's bytes/s over a
+    # copy's) are the GPU's verdict: on a shared 2-core CPU they are numbers, not assertions.
+    failed = [f"{n}.{c}" for n in ran for c, ok in result[n]["checks"].items() if not ok]
+    assert [c for c in failed if not c.endswith("gbps_over_copy")] == [], (failed, proc.stdout[-2000:])
+    # the verdicts and the exit code follow the checks
+    assert (proc.returncode, result["verdict"]) == ((1, "fail") if failed else (0, "pass"))
+    for name in ran:
         section = result[name]
-        assert section["verdict"] == "pass" and set(section["thresholds"]) == set(section["checks"]), name
-        assert all(section["checks"].values()), name
+        assert set(section["thresholds"]) == set(section["checks"]), name
+        assert section["verdict"] == ("pass" if all(section["checks"].values()) else "fail"), name
     sync = result["weight_sync"]
     for transport in ("shm", "gloo"):  # each against a copy_ of the same bytes
         assert sync[transport]["received_equal"] and 0 < sync[transport]["gbps"]
