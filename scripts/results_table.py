@@ -156,8 +156,8 @@ ROWS: list[Row] = [
     Row("Default job (streaming, k = 1), the run at a2e359f: in each step where neither role was busy ≥ 0.95, "
         "who idled while whom worked (`run_stats.idle_breakdown`)",
         "default_run_cpu.json", {"m": "run_base1_a2e359f.pipeline_from_timelines.busier_role_misses"},
-        lambda v: "; ".join(f"step {m['step']} ({m['s']:.2f} s): the trainer idle {m['trainer_idle_while_generating_s']:.2f} s "
-                            f"while the generator generated, the generator idle "
+        lambda v: "; ".join(f"step {m['step']} ({m['s']:.2f} s): the trainer idle "
+                            f"{m['trainer_idle_while_generating_s']:.2f} s while the generator generated, the generator idle "
                             f"{m['generator_idle_until_adoption_s']:.2f} s until it took the next version, both idle "
                             f"{1e3 * m['both_idle_s']:.1f} ms" for m in v["m"]),
         "—",
