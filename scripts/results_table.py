@@ -376,10 +376,7 @@ def _at(doc: dict, path: str):
 def machine_load(doc: dict, keys: tuple[str, ...], note_key: str = "note") -> str:
     """1-minute load average when the JSON was written (2 cores), else what its note says."""
     for key in keys + LOAD_KEYS:
-        try:
-            x = get(doc, key)
-        except MissingKey:
-            continue
+        x = _at(doc, key)
         if isinstance(x, list) and x and all(isinstance(y, (int, float)) for y in x):
             return f"{x[0]:.1f}"
     m = re.search(r"load average[s]? ([0-9][^;()]*)", str(_at(doc, note_key) or ""))
