@@ -413,6 +413,24 @@ class LoggingConfig:
 
 
 @dataclass
+class RewardSettings:
+    max_abs: float = 1e6                 # a reward that is not a number, or |r| above this, is an
+                                         # error for that sample (scored 0, counted in reward/errors)
+
+    def __post_init__(self):
+        _check_number("reward.max_abs", self.max_abs, above=0)
+
+
+@dataclass
+class TrainerSettings:
+    max_nonfinite_steps: int = 3         # steps in a row whose loss or grad norm is not finite
+                                         # (each skipped, trainer/nonfinite_steps) before the run stops
+
+    def __post_init__(self):
+        _check_positive("trainer.max_nonfinite_steps", self.max_nonfinite_steps)
+
+
+@dataclass
 class LlamaRLConfig:
     recipe: str = "cpu_tiny"             # the recipe's name, filled in by the CLI
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -425,3 +443,5 @@ class LlamaRLConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    trainer: TrainerSettings = field(default_factory=TrainerSettings)
