@@ -8,8 +8,9 @@ nothing and look like a normal run with reward 0.000:
 (`warnings`: metrics.jsonl's and the live view's `warnings`, summary.json's `warnings`).
 A run whose every scored sample errored ends with exit 1 (`all_errored`, raised by the trainer).
 
-The reward counters are cumulative over the run (`reward/errors`, `reward/timeouts`,
-`reward/scored`: metrics_log.py); a step is judged on what was scored since the last line.
+The reward counters are cumulative since each reward rank's start (`reward/errors`,
+`reward/timeouts`, `reward/scored`: metrics_log.py); a step is judged on what was scored
+since the last line, and a counter that goes down (a restarted rank) starts again from 0.
 The reward role publishes its counters when a chunk is whole, so a line may see no new
 samples: that step keeps the previous step's verdict.
 """
@@ -35,7 +36,8 @@ class RewardsAllErrored(RuntimeError):
 class LearningSignal:
     def __init__(self, constant_steps: int = CONSTANT_REWARD_STEPS):
         self.constant_steps = constant_steps
-        self.failed = self.scored = 0          # cumulative, as last seen
+        self.failed = self.scored = 0          # over the run, across reward restarts
+        self._seen = (0, 0)                    # (failed, scored) as the last line reported them
         self.first_error = ""                  # the first reward traceback's last line
         self.errored_spans: list[list[int]] = []   # [first step, last step] with every sample errored
         self.constant_spans: list[list] = []       # [first step, last step, value]
@@ -45,10 +47,13 @@ class LearningSignal:
         step = int(line["step"])
         failed = int(line.get("reward/errors", 0)) + int(line.get("reward/timeouts", 0))
         scored = int(line.get("reward/scored", 0))
-        new_failed, new_scored = failed - self.failed, scored - self.scored
+        if scored < self._seen[1]:  # a restarted reward rank counts from 0 again
+            self._seen = (0, 0)
+        new_failed, new_scored = failed - self._seen[0], scored - self._seen[1]
+        self._seen = (failed, scored)
         if new_scored > 0:
             self._errored = new_failed >= new_scored
-        self.failed, self.scored = max(failed, self.failed), max(scored, self.scored)
+        self.failed, self.scored = self.failed + new_failed, self.scored + new_scored
         self.first_error = self.first_error or last_line(line.get("reward/first_error"))
         if self._errored:
             _extend(self.errored_spans, step)

@@ -74,6 +74,15 @@ def test_timeouts_count_as_errors_and_a_line_with_no_new_samples_keeps_the_last_
     assert s.all_errored()
 
 
+def test_a_restarted_reward_rank_counting_from_zero_again_is_judged_on_its_new_counts():
+    s = LearningSignal()
+    s.observe(line(1, 0, 8))     # 8 good samples
+    s.observe(line(2, 4, 4))     # the rank restarted: its 4 new samples all errored
+    s.observe(line(3, 12, 12))
+    assert s.warnings() == ["every reward errored at steps 2-3"]
+    assert (s.failed, s.scored) == (12, 20) and not s.all_errored()
+
+
 def test_no_reward_counters_never_warn_of_errors():
     s = LearningSignal()
     s.observe({"step": 1, "reward/mean": 0.5, "reward/std": 0.5})
