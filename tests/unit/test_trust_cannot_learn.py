@@ -15,7 +15,7 @@ from llamarl_core.config.schema import LoggingConfig
 from llamarl_core.executors.learning_signal import CONSTANT_REWARD_STEPS, LearningSignal, last_line
 from llamarl_core.executors.metrics_log import MetricsLog
 from llamarl_core.runtime import procs
-from llamarl_core.runtime.live_view import plain_line
+from llamarl_core.runtime.live_view import PANEL_WIDTH, plain_line, render
 
 
 def line(step, errors, scored, mean=0.0, std=0.0, timeouts=0, first_error=None):
@@ -136,6 +136,15 @@ def test_metrics_line_and_live_view_carry_the_warning_and_the_counters(tmp_path)
     written = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert written["warnings"] == out["warnings"]
     assert plain_line(out).endswith("  warning: every reward errored at step 1: ValueError: boom")
+
+
+def test_the_live_panel_shows_each_warning_in_words_within_its_width():
+    m = {"step": 3, "reward/mean": 0.0, "warnings": ["every reward errored at steps 1-3: ValueError: boom"]}
+    console = Console(width=PANEL_WIDTH, record=True)
+    console.print(render(m, {}, {}, title="llamarl", max_steps=10))
+    text = console.export_text()
+    assert "warning" in text and "every reward errored at steps 1-3: ValueError: boom" in text
+    assert max(len(l) for l in text.splitlines()) <= PANEL_WIDTH
 
 
 def test_the_final_console_repeats_summary_warnings_for_a_failed_and_a_finished_run(tmp_path, capsys):
