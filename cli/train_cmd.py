@@ -61,10 +61,16 @@ def resume_command(recipe: str, overrides: list[str], run_dir: str) -> str:
 
 def report(result, console: Console, resume_with: str | None = None) -> int:
     summary_path = os.path.join(result.run_dir, "summary.json")
+    s = {}
+    try:  # a failed run may have none, or half of one
+        with open(summary_path) as f:
+            s = json.load(f)
+    except (OSError, ValueError):
+        pass
+    for w in s.get("warnings", ()):  # a run that could not learn says so last (learning_signal.py)
+        console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     if result.ok:
-        if os.path.exists(summary_path):
-            with open(summary_path) as f:
-                s = json.load(f)
+        if s:
             before, after = s.get("accuracy_before"), s.get("accuracy_after")
             if before is not None and after is not None:
                 console.print(f"held-out accuracy: {before:.3f} → {after:.3f} "

@@ -14,6 +14,8 @@ from llamarl_core.config.hardware import DEVICES
 
 LOSS_KINDS = ("aipo", "pg", "ppo", "clamp")              # algorithm.name
 ADVANTAGE_MODES = ("mean", "loo", "std")                 # algorithm.advantage
+# the modes that subtract the group's mean: a group of one sample has advantage 0, nothing to learn
+GROUP_RELATIVE_ADVANTAGES = ("mean", "loo", "std")
 AGGREGATIONS = ("token_mean", "sequence_mean")           # algorithm.aggregation
 OVERLONG_MODES = ("keep", "filter", "penalty")           # algorithm.overlong
 LR_SCHEDULES = ("constant", "linear", "cosine")          # algorithm.lr_schedule

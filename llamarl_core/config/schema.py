@@ -15,7 +15,7 @@ from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_T
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
-                                         EVAL_POLICIES, SPLITS)
+                                         EVAL_POLICIES, SPLITS, GROUP_RELATIVE_ADVANTAGES)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -190,6 +190,10 @@ class AlgorithmConfig:
         if self.dynamic_sampling and self.group_size < 2:
             raise ConfigError("algorithm.dynamic_sampling=true needs algorithm.group_size >= 2: a group of "
                               "one sample always scores alike and would always be dropped")
+        if self.advantage in GROUP_RELATIVE_ADVANTAGES and self.group_size < 2:
+            raise ConfigError(f"algorithm.group_size={self.group_size}: with a group-relative advantage "
+                              f"(algorithm.advantage={self.advantage}) every advantage is 0, so nothing is "
+                              f"learned; use >= 2")
         if self.overlong == "penalty" and self.overlong_buffer_tokens < 1:
             raise ConfigError("algorithm.overlong=penalty needs algorithm.overlong_buffer_tokens >= 1 "
                               "(the length over which the penalty ramps from 0 to -1)")

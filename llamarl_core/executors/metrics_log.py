@@ -4,7 +4,9 @@ Keys are `role/quantity` with units in the name; values are written as measured 
 shortest repr of each float), never rounded. The trainer's rank 0 writes; it reads the
 other roles' counters (busy/idle seconds, tokens, syncs) from the store's stats keys. Each line
 also goes to TensorBoard (`tensorboard_log.py`) unless `logging.tensorboard=false`, and to
-Weights & Biases (`wandb_log.py`) with `logging.wandb=true`.
+Weights & Biases (`wandb_log.py`) with `logging.wandb=true`. While the run cannot learn
+(every reward errored, or one reward value for every sample: learning_signal.py) a line
+also holds `warnings`, a list of sentences (text: the scalar sinks skip it).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 import torch
 
 from llamarl_core.config.schema import LoggingConfig
+from llamarl_core.executors.learning_signal import LearningSignal
 from llamarl_core.executors.tensorboard_log import TensorBoardLog
 from llamarl_core.executors.wandb_log import WandbLog
 from llamarl_core.transport.control import ControlPlane
@@ -36,6 +39,7 @@ class MetricsLog:
         # are there when they share its file system; the key is left out otherwise)
         self.timelines = TimelineTail(run_dir, ("trainer", "generator"))
         self.rl_start: float | None = None  # set by the trainer when its RL loop begins
+        self.signal = LearningSignal()  # whether the run can learn: summary.json's warnings
 
     def role_stats(self) -> dict:
         out: dict = {}
@@ -52,6 +56,10 @@ class MetricsLog:
                 pools = [s.get("pool", {}) for s in stats]
                 out["reward/errors"] = sum(p.get("errors", 0) for p in pools)
                 out["reward/timeouts"] = sum(p.get("timeouts", 0) for p in pools)
+                out["reward/scored"] = sum(p.get("items", 0) for p in pools)
+                errors = [s["first_error"] for s in stats if s.get("first_error")]
+                if errors:  # text, for LearningSignal's words; not a metric
+                    out["reward/first_error"] = errors[0]
             if role == "generator":
                 out["generator/tokens_per_s"] = sum(s["tokens_per_s"] for s in stats)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
@@ -65,6 +73,11 @@ class MetricsLog:
 
     def write(self, line: dict, histograms: dict[str, torch.Tensor] | None = None) -> dict:
         line = {"wall_s": time.time() - self.t_start, **line, **self.role_stats()}
+        self.signal.observe(line)
+        line.pop("reward/first_error", None)
+        warnings = self.signal.warnings(current_step=line["step"])
+        if warnings:  # a run that cannot learn says so on every line while it lasts
+            line["warnings"] = warnings
         if line.get("trainer/wall_s"):
             line["trainer/busy_frac"] = line.get("trainer/busy_s", 0.0) / line["trainer/wall_s"]
         line.update(self.pipeline_idle())

@@ -25,6 +25,7 @@ from llamarl_core.config.schema import AlgorithmConfig, DataConfig, ModelConfig,
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
+from llamarl_core.executors.learning_signal import last_line
 from llamarl_core.executors.setup import load_split, reward_name
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
@@ -128,7 +129,8 @@ class RewardExecutor:
         if rollout is None:
             return
         ctx.control.set_stats("reward", ctx.local_rank, {
-            "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals()})
+            "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals(),
+            "first_error": last_line(self.pool.first_error)})  # for the trainer's words (learning_signal.py)
 
     def _slices(self, replica: int) -> list[tuple[int, int, int]]:
         """(trainer rank, first row, end row) of each trainer rank's slice of `replica`'s chunks."""

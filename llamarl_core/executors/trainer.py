@@ -30,6 +30,7 @@ from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.feeds import merge_positions
 from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
+from llamarl_core.executors.learning_signal import RewardsAllErrored
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
 from llamarl_core.executors.progress import StoreProgress
@@ -142,6 +143,8 @@ class TrainerExecutor:
                 break
         self.checkpoint("final")
         self._write_summary(time.time() - t_rl)
+        if self.log is not None and self.log.signal.all_errored():  # exit 1, not a run that "worked"
+            raise RewardsAllErrored(self.log.signal.failure())
         if self.rank == 0:
             ctx.control.mark_done()
 
@@ -321,7 +324,8 @@ class TrainerExecutor:
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,
                    "accuracy_by_version": self.accuracy,
                    "dropped_chunks": self._dropped_total(),
-                   "data_skipped_lines": self.data_skipped}
+                   "data_skipped_lines": self.data_skipped,
+                   "warnings": self.log.signal.warnings()}  # why the run could not learn, in words
         with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 

@@ -4,7 +4,7 @@
 On a terminal: one rich panel, at most 80 columns wide, redrawn 4 times a second: step of
 max steps with a bar and ETA, reward, held-out accuracy, staleness, IS ratio, sync time,
 each role's busy share as a bar, progress bars for the warm start and a held-out eval while
-they run, and the ranks' states. Not a terminal (CI, a log file): one plain line per step.
+they run, the ranks' states, and the metrics line's `warnings` (a run that cannot learn). Not a terminal (CI, a log file): one plain line per step.
 """
 from __future__ import annotations
 
@@ -81,6 +81,8 @@ def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: in
     if restarts:
         grid.add_row("restarts", "  ".join(f"{r} {n}" for r, n in sorted(restarts.items())))
     grid.add_row("ranks", _rank_states(statuses))
+    for w in m.get("warnings", ()):  # the run cannot learn (executors/learning_signal.py)
+        grid.add_row("[yellow]warning[/]", Text(w, style="yellow", overflow="fold"))
     return Panel(grid, title=title, width=PANEL_WIDTH, title_align="left")
 
 
@@ -99,7 +101,8 @@ def plain_line(m: dict) -> str:
                        if k.startswith("restarts/") and v)
     return (f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward/mean', 0):.3f}"
             f"{acc}  staleness {m.get('trainer/staleness_mean', 0):.2f}  "
-            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('trainer/step_s', 0):.2f} s{restarts}")
+            f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('trainer/step_s', 0):.2f} s{restarts}"
+            + "".join(f"  warning: {w}" for w in m.get("warnings", ())))
 
 
 class LiveView:
