@@ -64,12 +64,19 @@ def split_recipe_arg(words: Sequence[str]) -> tuple[str, list[str]]:
 
 def compose_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> DictConfig:
     """Hydra-compose `recipe` + overrides on top of the schema; raises ConfigError."""
+    return _compose(recipe, overrides)[0]
+
+
+def _compose(recipe: str, overrides: Sequence[str]) -> tuple[DictConfig, dict]:
+    """The composed config, and {dotted key: its `${oc.env:...}` text as written}."""
     path = resolve_recipe_path(recipe)
+    refuse_aliases(path)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3",
                                    job_name="llamarl"):
             cfg = compose(config_name=path.stem, overrides=list(overrides))
+        env_texts = _env_interpolations(OmegaConf.to_container(cfg, resolve=False))
         # A user's file without `defaults: [llamarl_schema, _self_]` is still bound to the schema.
         # Merging a plain container also rejects keys that `+key=value` appended.
         cfg = OmegaConf.merge(OmegaConf.structured(LlamaRLConfig),
@@ -82,16 +89,81 @@ def compose_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) 
         raise ConfigError(yaml_message(e, path)) from None
     finally:
         GlobalHydra.instance().clear()
-    return cfg
+    return cfg, env_texts
 
 
 def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> LlamaRLConfig:
     """Compose and bind to dataclasses: unknown keys, wrong types and field checks fail here."""
-    cfg = compose_config(recipe, overrides)
+    cfg, env_texts = _compose(recipe, overrides)
     try:
-        return OmegaConf.to_object(cfg)
+        obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError(_clean_message(e, resolve_recipe_path(recipe))) from None
+    obj.__dict__[WRITTEN_AS] = env_texts
+    return obj
+
+
+# The run uses the resolved value of `${oc.env:VAR}`; files written to disk (plan.json,
+# config.yaml) keep the text as written, so a token in the environment never lands on disk.
+# Workers rebuild the config from plan.json with OmegaConf, which resolves it from their own
+# (inherited) environment.
+WRITTEN_AS = "_llamarl_env_texts"
+
+
+def env_texts(cfg: LlamaRLConfig) -> dict:
+    """{dotted key: `${oc.env:...}` text} for the fields load_config resolved from the environment."""
+    return dict(getattr(cfg, "__dict__", {}).get(WRITTEN_AS, {}))
+
+
+def _env_interpolations(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        found = {}
+        for k, v in node.items():
+            found.update(_env_interpolations(v, f"{prefix}{k}."))
+        return found
+    if isinstance(node, list):
+        found = {}
+        for i, v in enumerate(node):
+            found.update(_env_interpolations(v, f"{prefix}{i}."))
+        return found
+    if isinstance(node, str) and "${oc.env:" in node:
+        return {prefix[:-1]: node}
+    return {}
+
+
+def refuse_aliases(path: Path, seen: set | None = None) -> None:
+    """Refuse YAML anchors and aliases in the recipe and the files its defaults list pulls in.
+
+    OmegaConf copies every alias when it builds a node, so a 'billion laughs' file (ten
+    aliases of ten aliases...) would hang every verb; recipes never need them. Scanning tokens
+    is linear in the file's size and expands nothing, so this runs before any loader does.
+    """
+    seen = set() if seen is None else seen
+    if path in seen or not path.is_file():
+        return
+    seen.add(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for token in yaml.scan(f):
+                if isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
+                    mark = token.start_mark
+                    raise ConfigError(
+                        f"recipe {path}, line {mark.line + 1}, column {mark.column + 1}: YAML "
+                        f"{'alias' if isinstance(token, yaml.AliasToken) else 'anchor'} "
+                        f"'{token.value}' refused (anchors and aliases are not allowed in "
+                        "recipes; write the values out)")
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(yaml_message(e, path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read recipe {path}: {e}") from None
+    defaults = doc.get("defaults") if isinstance(doc, dict) else None
+    for entry in defaults if isinstance(defaults, list) else []:
+        names = [entry] if isinstance(entry, str) else (
+            [f"{k}/{v}" for k, v in entry.items()] if isinstance(entry, dict) else [])
+        for name in names:
+            refuse_aliases(path.parent / f"{str(name).lstrip('/')}.yaml", seen)
 
 
 def _recipe_keys(path: Path) -> set:

@@ -18,6 +18,7 @@ import time
 from omegaconf import OmegaConf
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.load import env_texts
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import default_run_dir
 from llamarl_core.runtime import resume, run_lock
@@ -82,7 +83,7 @@ def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str
                     run_id: str | None = None) -> dict:
     """plan.json (what the workers read: plan + config + store address + run id) and config.yaml.
     A fresh random run id unless one is given (a SLURM script fixes it for a requeued job)."""
-    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    container = as_written(cfg)
     full = {**plan_dict, "run_dir": run_dir, "run_id": run_id or secrets.token_hex(4),
             "controller": {"host": host, "port": port}, "config": container}
     with open(os.path.join(run_dir, "plan.json"), "w") as f:
@@ -90,3 +91,20 @@ def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str
     with open(os.path.join(run_dir, "config.yaml"), "w") as f:
         f.write(OmegaConf.to_yaml(container))
     return full
+
+
+def as_written(cfg: LlamaRLConfig) -> dict:
+    """The config for files: every `${oc.env:...}` field back to its text (load.env_texts)."""
+    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    for key, text in env_texts(cfg).items():
+        *parents, last = key.split(".")
+        node = container
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if node is None:
+                break
+        if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+            node[int(last)] = text
+        elif isinstance(node, dict) and last in node:
+            node[last] = text
+    return container
