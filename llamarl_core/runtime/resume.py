@@ -10,6 +10,7 @@ it starts at, so the credit rule (chunk n is trained at step n - dropped) still 
 """
 from __future__ import annotations
 
+import json
 import os
 
 from llamarl_core.config.errors import ConfigError
@@ -37,11 +38,11 @@ def run_dir_of(cfg: LlamaRLConfig) -> str | None:
     raise ConfigError("run.resume=auto needs run.dir=<the run directory to continue>")
 
 
-def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
-    """The stable checkpoint to load ('' when `auto` finds none)."""
+def resolve(cfg: LlamaRLConfig, run_dir: str, log=print) -> str:
+    """The stable, verified checkpoint to load ('' when `auto` finds none)."""
     r, checkpoints = cfg.run, _checkpoints()
     if r.resume == "auto":
-        path = checkpoints.latest_stable(run_dir) or ""
+        path = newest_valid(run_dir, log, refuse=True) or ""
     else:
         path = os.path.abspath(r.resume)
         if not os.path.isdir(path):
@@ -49,6 +50,7 @@ def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
         if not checkpoints.is_stable(path):
             raise ConfigError(f"run.resume={r.resume}: no {checkpoints.STABLE} marker "
                               "(the checkpoint was not finished)")
+        verify(path)
     if path:
         step = read_state(path)["step"]
         if step >= r.max_steps:
@@ -66,23 +68,92 @@ def read_state(path: str) -> dict:
 
 
 def verify(path: str) -> None:
-    """Read (safely) every file of `path` the trainer will read: a planted one is refused here,
-    in the controller, before any role starts."""
+    """Read (safely) every file of `path` the trainer will read, and check that every shard
+    holds the bytes its metadata points at: a planted or truncated one is refused here, in the
+    controller, before any role starts."""
     checkpoints = _checkpoints()
     try:
+        _check_shard_sizes(os.path.join(path, "trainer"))  # first: the plainest message
         checkpoints.verify(path)
     except checkpoints.UnsafeCheckpoint as e:
         raise ConfigError(f"run.resume: refusing checkpoint {path}: {e}") from None
 
 
-def restore_controller_state(control: ControlPlane, run_dir: str, path: str) -> None:
+def _check_shard_sizes(dcp_dir: str) -> None:
+    """A copy cut short (full disk, killed rsync) keeps its metadata and STABLE marker; only
+    the shard sizes show it, and otherwise the trainer finds it after launch."""
+    from llamarl_core.models.dcp_metadata import UnsafeCheckpoint, read_metadata
+
+    need: dict[str, int] = {}
+    for info in (read_metadata(os.path.join(dcp_dir, ".metadata")).storage_data or {}).values():
+        name = str(info.relative_path)
+        need[name] = max(need.get(name, 0), int(info.offset) + int(info.length))
+    for name, size in sorted(need.items()):
+        file = os.path.join(dcp_dir, name)
+        have = os.path.getsize(file) if os.path.isfile(file) else None
+        if have is None or have < size:
+            raise UnsafeCheckpoint(f"{file} is {'missing' if have is None else f'truncated: {have} bytes'}"
+                                   f", the metadata needs {size}")
+
+
+def newest_valid(run_dir: str, log=print, refuse: bool = False) -> str | None:
+    """The newest stable checkpoint that passes `verify`; each newer one that fails is named
+    (log=None: silently), so neither a resume nor the resume hint lands on a broken one.
+    With `refuse`, stable checkpoints that all fail raise the newest one's error."""
+    checkpoints = _checkpoints()
+    stable = [path for _, path in checkpoints.step_dirs(run_dir) if checkpoints.is_stable(path)]
+    first_error = None
+    for path in reversed(stable):
+        try:
+            verify(path)
+            return path
+        except ConfigError as e:
+            first_error = first_error or e
+            if log:
+                log(f"run.resume=auto: skipping {path}: {str(e).split(': ', 2)[-1]}")
+    if refuse and first_error:
+        raise first_error
+    return None
+
+
+def cut_jsonl(path: str, last_step: int, log=print) -> None:
+    """Keep the lines with "step" <= last_step: a resumed run continues at last_step + 1.
+
+    A run killed mid-write leaves a torn last line; it is dropped and said so. A bad line
+    anywhere else is not a crash artefact: it is refused, naming the file and line."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    kept = []
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+            step = row.get("step", 0) if isinstance(row, dict) else None
+        except ValueError:
+            step = None
+        if step is None and i >= len(lines) - 2 and not any(x.strip() for x in lines[i + 1:]):
+            log(f"resume: ignored a torn last line of {path} ({len(raw)} bytes)")
+            continue
+        if not isinstance(step, (int, float)):
+            raise ConfigError(f"run.resume: {path}, line {i + 1} is not a JSON object with a numeric "
+                              "'step' (edit or remove that line)")
+        if step <= last_step:
+            kept.append(raw + b"\n")
+    with open(path, "wb") as f:
+        f.writelines(kept)
+
+
+def restore_controller_state(control: ControlPlane, run_dir: str, path: str, log=print) -> None:
     """Store keys and log files as they were at the checkpoint ('' = a fresh start)."""
     if not path and not any(os.path.exists(os.path.join(run_dir, name)) for name in LOGS):
         return  # a fresh start in a new directory: nothing to cut, nothing to restore
     checkpoints = _checkpoints()
     state = checkpoints.read_state(path) if path else {"step": 0, "next_chunk": {}, "dropped": {}}
     for name in LOGS:
-        checkpoints.truncate_jsonl(os.path.join(run_dir, name), state["step"])
+        cut_jsonl(os.path.join(run_dir, name), state["step"], log)
     for replica, chunk in state["next_chunk"].items():
         control.set_next_chunk(int(replica), chunk)
     for replica, n in state["dropped"].items():

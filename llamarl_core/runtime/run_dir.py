@@ -50,11 +50,10 @@ def resolve_resume(cfg: LlamaRLConfig, path: str, log=print) -> None:
             f"starting a fresh run there")
         cfg.run.resume = ""
         return
-    found = resume.resolve(cfg, path)
+    found = resume.resolve(cfg, path, log)
     if not found:
         raise ConfigError(f"run.resume=auto: no checkpoint to resume in {path}; newest files: "
                           f"{newest_files(path)} (without run.resume a new run goes beside it)")
-    resume.verify(found)
     cfg.run.resume = found
 
 

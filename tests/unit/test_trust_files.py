@@ -86,3 +86,87 @@ def test_a_worker_rebuilding_the_config_from_plan_json_resolves_the_secret_itsel
     plan = json.loads((run_dir / "plan.json").read_text())
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
     assert cfg.logging.wandb_project == "tok-worker"  # as runtime/worker.py rebuilds it
+
+
+# ---- resume: a torn metrics line, a truncated checkpoint -----------------------------------
+def _save_step(run_dir, step):
+    import torch
+
+    from llamarl_core.executors import checkpoints
+    from llamarl_core.models import Llama, ModelArgs
+    tiny = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=128)
+    model = Llama(tiny)
+    path = run_dir / "checkpoints" / f"step_{step}"
+    checkpoints.save(str(path), model, torch.optim.AdamW(model.parameters()), None, 0,
+                     {"step": step, "next_chunk": {}, "dropped": {}}, 2, str(run_dir))
+    return path
+
+
+def _truncate_a_shard(path, cut_bytes=16):
+    """Cut the tail of the shard: tensor data only, which the old verify (values) never read."""
+    shard = next((path / "trainer").glob("*.distcp"))
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-cut_bytes])
+    return shard, len(data) - cut_bytes
+
+
+def test_a_torn_last_metrics_line_is_dropped_and_said_so_not_a_crash(tmp_path):
+    # Before: json.loads raised in the controller and run.resume=auto could never continue.
+    import json
+
+    from llamarl_core.runtime import resume
+    path = tmp_path / "metrics.jsonl"
+    torn = b'{"step": 8, "trainer/lo'
+    path.write_bytes(b"".join(json.dumps({"step": s}).encode() + b"\n" for s in range(1, 8)) + torn)
+    said = []
+    resume.cut_jsonl(str(path), 5, said.append)
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2, 3, 4, 5]
+    assert said == [f"resume: ignored a torn last line of {path} ({len(torn)} bytes)"]
+
+
+def test_a_bad_line_in_the_middle_of_metrics_is_refused_naming_the_line(tmp_path):
+    from llamarl_core.config.errors import ConfigError
+    from llamarl_core.runtime import resume
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(ConfigError, match=r"metrics.jsonl, line 2 is not a JSON object"):
+        resume.cut_jsonl(str(path), 5, print)
+
+
+def test_resume_auto_skips_a_truncated_checkpoint_for_the_newest_valid_one(tmp_path):
+    # Before: step_10 was chosen and the trainer failed on it after launch.
+    from llamarl_core.config.schema import LlamaRLConfig
+    from llamarl_core.runtime import resume
+    run = tmp_path / "run"
+    good = _save_step(run, 5)
+    bad = _save_step(run, 10)
+    shard, size = _truncate_a_shard(bad)
+    cfg = LlamaRLConfig()
+    cfg.run.dir, cfg.run.resume, cfg.run.max_steps = str(run), "auto", 30
+    said = []
+    assert resume.resolve(cfg, str(run), said.append) == str(good)
+    assert len(said) == 1 and str(bad) in said[0] and f"{shard} is truncated: {size} bytes" in said[0]
+
+
+def test_resuming_a_truncated_checkpoint_by_path_exits_2_before_launch(tmp_path, capsys, monkeypatch):
+    from llamarl_core.runtime import procs
+    monkeypatch.setattr(procs, "start_role", lambda *a, **k: pytest.fail("a role started"))
+    run = tmp_path / "run"
+    shard, _ = _truncate_a_shard(_save_step(run, 5))
+    refused(capsys, "train", f"run.resume={run / 'checkpoints' / 'step_5'}",
+            words=("run.resume: refusing checkpoint", f"{shard} is truncated"))
+    assert not (run / "plan.json").exists()
+
+
+def test_the_resume_hint_of_a_failed_run_names_the_newest_valid_checkpoint(tmp_path, capsys):
+    # Before: the hint named the truncated step_10, which fails again.
+    from rich.console import Console
+
+    from llamarl_cli.train_cmd import report
+    from llamarl_core.runtime.controller import RunResult
+    run = tmp_path / "run"
+    good = _save_step(run, 5)
+    _truncate_a_shard(_save_step(run, 10))
+    result = RunResult(False, str(run), "role trainer rank 0 (pid 7) was killed by SIGKILL")
+    assert report(result, Console(file=open(os.devnull, "w")), "llamarl train run.resume=auto") == 1
+    assert f"continue from {good} with:" in capsys.readouterr().err
