@@ -170,3 +170,25 @@ def test_the_resume_hint_of_a_failed_run_names_the_newest_valid_checkpoint(tmp_p
     result = RunResult(False, str(run), "role trainer rank 0 (pid 7) was killed by SIGKILL")
     assert report(result, Console(file=open(os.devnull, "w")), "llamarl train run.resume=auto") == 1
     assert f"continue from {good} with:" in capsys.readouterr().err
+
+
+# ---- report on junk ------------------------------------------------------------------------
+@pytest.mark.parametrize("name,text,says", [
+    ("metrics.jsonl", 'null\n{"step": 1}\n', "metrics.jsonl:1: a JSON NoneType, not an object"),
+    ("metrics.jsonl", '{"step": "x", "trainer/loss": 1}\n', "metrics.jsonl: row 1 has step='x'"),
+    ("metrics.jsonl", '{"step": 1, "wall_s": "soon"}\n', "metrics.jsonl: row 1 has wall_s='soon'"),
+    ("metrics.jsonl", '{"loss": 1}\n', "metrics.jsonl: row 1 has no step"),
+    ("metrics.jsonl", 'garbage\n{"step": 1}\n', "metrics.jsonl:1: not a JSON line"),
+    ("summary.json", "[1, 2]", "summary.json: a JSON list, not an object"),
+    ("plan.json", '{"config": {"algorithm": {"group_size": "many"}}}', "config group_size='many'"),
+    ("timeline/trainer_0.jsonl", '{"role": "trainer"}\n', "trainer_0.jsonl: span 1 lacks a role"),
+])
+def test_report_on_junk_run_files_is_one_line_naming_the_file_and_exit_2(tmp_path, capsys, name, text, says):
+    # Before: a TypeError traceback (exit 1) from deep in the plots.
+    run = tmp_path / "run"
+    (run / "timeline").mkdir(parents=True)
+    if name != "metrics.jsonl":
+        (run / "metrics.jsonl").write_text('{"step": 1, "wall_s": 1.0}\n')
+    (run / name).write_text(text)
+    refused(capsys, "report", str(run), words=["llamarl report:", says])
+    assert not (run / "report").exists()
