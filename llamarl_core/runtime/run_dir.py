@@ -32,6 +32,7 @@ def resolve_run_dir(cfg: LlamaRLConfig, log=print) -> str:
     """
     if cfg.run.resume:
         path = resume.run_dir_of(cfg)
+        check_writable(path)
         resolve_resume(cfg, path, log)
         return path
     base = os.path.abspath(default_run_dir(cfg))
@@ -39,7 +40,27 @@ def resolve_run_dir(cfg: LlamaRLConfig, log=print) -> str:
     while os.path.isdir(path) and os.listdir(path):
         n += 1
         path = f"{base}-{n}"
+    check_writable(path)
     return path  # created by the controller, once every check has passed
+
+
+def check_writable(path: str) -> None:
+    """Refuse (exit 2, before launch) a run directory that cannot be written: the directory,
+    or its nearest existing parent, must take a file. A probe file rather than os.access: it
+    does what the run will do, whoever runs it and whatever the mount."""
+    where = os.path.abspath(path)
+    while not os.path.isdir(where):
+        parent = os.path.dirname(where)
+        if parent == where:
+            break
+        where = parent
+    probe = os.path.join(where, f".llamarl-write-probe-{os.getpid()}")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"run.dir {path}: cannot write in {where}: {(e.strerror or str(e)).lower()} "
+                          "(choose a writable run.dir)") from None
 
 
 def resolve_resume(cfg: LlamaRLConfig, path: str, log=print) -> None:

@@ -192,3 +192,63 @@ def test_report_on_junk_run_files_is_one_line_naming_the_file_and_exit_2(tmp_pat
     (run / name).write_text(text)
     refused(capsys, "report", str(run), words=["llamarl report:", says])
     assert not (run / "report").exists()
+
+
+# ---- disks: a read-only run dir, a full disk ---------------------------------------------
+# Tests run as root, which writes through 0555; the faults are raised where the OS would
+# raise them (os.open, open) for paths under one folder, and the real code runs around them.
+def _fail_writes_under(monkeypatch, folder, err):
+    import builtins
+    real_os_open, real_open = os.open, builtins.open
+    text = os.strerror(err)
+
+    def inside(path):
+        return str(path).startswith(str(folder))
+
+    def os_open(path, flags, *a, **k):
+        if inside(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(err, text, str(path))
+        return real_os_open(path, flags, *a, **k)
+
+    def open_(file, mode="r", *a, **k):
+        if inside(file) and any(c in mode for c in "wax+"):
+            raise OSError(err, text, str(file))
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", open_)
+
+
+@pytest.mark.parametrize("verb", ["train", "plan"])
+def test_a_read_only_run_dir_is_one_line_and_exit_2_before_launch(tmp_path, capsys, monkeypatch, verb):
+    # Before: a PermissionError/OSError traceback from the controller's makedirs or run lock.
+    import errno
+
+    from llamarl_core.runtime import procs
+    monkeypatch.setattr(procs, "start_role", lambda *a, **k: pytest.fail("a role started"))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    _fail_writes_under(monkeypatch, ro, errno.EROFS)
+    where = ["run.dir=" + str(ro / "run")] if verb == "train" else ["--out", str(ro / "run")]
+    refused(capsys, verb, *where, words=[f"run.dir {ro / 'run'}: cannot write in {ro}",
+                                         "read-only file system"])
+    assert list(ro.iterdir()) == []
+
+
+def test_a_full_disk_while_writing_run_files_is_one_line_naming_the_path_exit_1(tmp_path, capsys, monkeypatch):
+    # Before: an OSError traceback.
+    import errno
+    run = tmp_path / "run"
+    run.mkdir()
+    real_open = open
+
+    def full_for_plan_json(file, mode="r", *a, **k):
+        if str(file).endswith("plan.json") and "w" in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr("builtins.open", full_for_plan_json)
+    assert main(["plan", "--out", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (f"llamarl: error: no space left on device writing {run / 'plan.json'} "
+                           "(free some space or point run.dir elsewhere)"), err
