@@ -99,7 +99,9 @@ def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> 
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError(_clean_message(e, resolve_recipe_path(recipe))) from None
-    obj.__dict__[WRITTEN_AS] = env_texts
+    # (text, value resolved now): a field the run changes later (run.resume=auto → a path) is
+    # written as changed, not as its text
+    obj.__dict__[WRITTEN_AS] = {k: (text, OmegaConf.select(cfg, k)) for k, text in env_texts.items()}
     return obj
 
 
@@ -111,7 +113,8 @@ WRITTEN_AS = "_llamarl_env_texts"
 
 
 def env_texts(cfg: LlamaRLConfig) -> dict:
-    """{dotted key: `${oc.env:...}` text} for the fields load_config resolved from the environment."""
+    """{dotted key: (`${oc.env:...}` text, resolved value)} for the fields load_config resolved
+    from the environment."""
     return dict(getattr(cfg, "__dict__", {}).get(WRITTEN_AS, {}))
 
 

@@ -134,7 +134,7 @@ def cut_jsonl(path: str, last_step: int, log=print) -> None:
             step = row.get("step", 0) if isinstance(row, dict) else None
         except ValueError:
             step = None
-        if step is None and i >= len(lines) - 2 and not any(x.strip() for x in lines[i + 1:]):
+        if step is None and not any(x.strip() for x in lines[i + 1:]):  # the last line
             log(f"resume: ignored a torn last line of {path} ({len(raw)} bytes)")
             continue
         if not isinstance(step, (int, float)):

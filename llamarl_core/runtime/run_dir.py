@@ -114,17 +114,18 @@ def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str
 
 
 def as_written(cfg: LlamaRLConfig) -> dict:
-    """The config for files: every `${oc.env:...}` field back to its text (load.env_texts)."""
+    """The config for files: every `${oc.env:...}` field the run has not changed since loading
+    back to its text (load.env_texts)."""
     container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    for key, text in env_texts(cfg).items():
+    for key, (text, resolved) in env_texts(cfg).items():
         *parents, last = key.split(".")
         node = container
         for part in parents:
             node = node[int(part)] if isinstance(node, list) else node.get(part)
             if node is None:
                 break
-        if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        if isinstance(node, list) and last.isdigit() and int(last) < len(node) and node[int(last)] == resolved:
             node[int(last)] = text
-        elif isinstance(node, dict) and last in node:
+        elif isinstance(node, dict) and node.get(last, object()) == resolved:
             node[last] = text
     return container

@@ -252,3 +252,17 @@ def test_a_full_disk_while_writing_run_files_is_one_line_naming_the_path_exit_1(
     err = capsys.readouterr().err
     assert err.strip() == (f"llamarl: error: no space left on device writing {run / 'plan.json'} "
                            "(free some space or point run.dir elsewhere)"), err
+
+
+def test_an_env_field_the_run_changes_after_loading_is_written_as_changed(monkeypatch):
+    # run.resume=${oc.env:R} with R=auto becomes the checkpoint path; writing the text back
+    # would make every worker resolve 'auto' again.
+    from llamarl_core.config.load import load_config
+    from llamarl_core.runtime.run_dir import as_written
+    monkeypatch.setenv("H7_RESUME", "auto")
+    monkeypatch.setenv("H7_PROJECT", "tok-kept")
+    cfg = load_config("cpu_tiny", ["run.resume=${oc.env:H7_RESUME}", "logging.wandb_project=${oc.env:H7_PROJECT}"])
+    cfg.run.resume = "/runs/x/checkpoints/step_5"
+    written = as_written(cfg)
+    assert written["run"]["resume"] == "/runs/x/checkpoints/step_5"
+    assert written["logging"]["wandb_project"] == "${oc.env:H7_PROJECT}"
