@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.env_texts import env_interpolations, remember
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.yaml_files import refuse_aliases, yaml_message
 
 DEFAULT_RECIPE = "cpu_tiny"
 SCHEMA_NAME = "llamarl_schema"
@@ -76,7 +78,7 @@ def _compose(recipe: str, overrides: Sequence[str]) -> tuple[DictConfig, dict]:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3",
                                    job_name="llamarl"):
             cfg = compose(config_name=path.stem, overrides=list(overrides))
-        env_texts = _env_interpolations(OmegaConf.to_container(cfg, resolve=False))
+        env_texts = env_interpolations(OmegaConf.to_container(cfg, resolve=False))
         # A user's file without `defaults: [llamarl_schema, _self_]` is still bound to the schema.
         # Merging a plain container also rejects keys that `+key=value` appended.
         cfg = OmegaConf.merge(OmegaConf.structured(LlamaRLConfig),
@@ -99,74 +101,8 @@ def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> 
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError(_clean_message(e, resolve_recipe_path(recipe))) from None
-    # (text, value resolved now): a field the run changes later (run.resume=auto → a path) is
-    # written as changed, not as its text
-    obj.__dict__[WRITTEN_AS] = {k: (text, OmegaConf.select(cfg, k)) for k, text in env_texts.items()}
+    remember(obj, env_texts, cfg)
     return obj
-
-
-# The run uses the resolved value of `${oc.env:VAR}`; files written to disk (plan.json,
-# config.yaml) keep the text as written, so a token in the environment never lands on disk.
-# Workers rebuild the config from plan.json with OmegaConf, which resolves it from their own
-# (inherited) environment.
-WRITTEN_AS = "_llamarl_env_texts"
-
-
-def env_texts(cfg: LlamaRLConfig) -> dict:
-    """{dotted key: (`${oc.env:...}` text, resolved value)} for the fields load_config resolved
-    from the environment."""
-    return dict(getattr(cfg, "__dict__", {}).get(WRITTEN_AS, {}))
-
-
-def _env_interpolations(node, prefix: str = "") -> dict:
-    if isinstance(node, dict):
-        found = {}
-        for k, v in node.items():
-            found.update(_env_interpolations(v, f"{prefix}{k}."))
-        return found
-    if isinstance(node, list):
-        found = {}
-        for i, v in enumerate(node):
-            found.update(_env_interpolations(v, f"{prefix}{i}."))
-        return found
-    if isinstance(node, str) and "${oc.env:" in node:
-        return {prefix[:-1]: node}
-    return {}
-
-
-def refuse_aliases(path: Path, seen: set | None = None) -> None:
-    """Refuse YAML anchors and aliases in the recipe and the files its defaults list pulls in.
-
-    OmegaConf copies every alias when it builds a node, so a 'billion laughs' file (ten
-    aliases of ten aliases...) would hang every verb; recipes never need them. Scanning tokens
-    is linear in the file's size and expands nothing, so this runs before any loader does.
-    """
-    seen = set() if seen is None else seen
-    if path in seen or not path.is_file():
-        return
-    seen.add(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            for token in yaml.scan(f):
-                if isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
-                    mark = token.start_mark
-                    raise ConfigError(
-                        f"recipe {path}, line {mark.line + 1}, column {mark.column + 1}: YAML "
-                        f"{'alias' if isinstance(token, yaml.AliasToken) else 'anchor'} "
-                        f"'{token.value}' refused (anchors and aliases are not allowed in "
-                        "recipes; write the values out)")
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise ConfigError(yaml_message(e, path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read recipe {path}: {e}") from None
-    defaults = doc.get("defaults") if isinstance(doc, dict) else None
-    for entry in defaults if isinstance(defaults, list) else []:
-        names = [entry] if isinstance(entry, str) else (
-            [f"{k}/{v}" for k, v in entry.items()] if isinstance(entry, dict) else [])
-        for name in names:
-            refuse_aliases(path.parent / f"{str(name).lstrip('/')}.yaml", seen)
 
 
 def _recipe_keys(path: Path) -> set:
@@ -176,20 +112,6 @@ def _recipe_keys(path: Path) -> set:
         raise ConfigError(yaml_message(e, path)) from None
     except Exception as e:  # a YAML list or scalar, not a mapping
         raise ConfigError(f"cannot parse recipe {path}: {e}") from None
-
-
-def yaml_message(e: yaml.YAMLError, path: Path) -> str:
-    """'recipe FILE, line L, column C: problem' (YAML marks count from 0)."""
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    if mark is None:
-        return f"cannot parse recipe {path}: {problem}"
-    where = mark.name if mark.name and not mark.name.startswith("<") else str(path)
-    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if context and start is not None and start is not mark:
-        context += f" that starts at line {start.line + 1}, column {start.column + 1}"
-    return (f"cannot parse recipe {where}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
-            + (f" ({context})" if context else ""))
 
 
 def _clean_message(e: Exception, path: Path) -> str:

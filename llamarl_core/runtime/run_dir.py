@@ -18,7 +18,7 @@ import time
 from omegaconf import OmegaConf
 
 from llamarl_core.config.errors import ConfigError
-from llamarl_core.config.load import env_texts
+from llamarl_core.config.env_texts import env_texts
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import default_run_dir
 from llamarl_core.runtime import resume, run_lock
@@ -115,7 +115,7 @@ def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str
 
 def as_written(cfg: LlamaRLConfig) -> dict:
     """The config for files: every `${oc.env:...}` field the run has not changed since loading
-    back to its text (load.env_texts)."""
+    back to its text (config/env_texts.py)."""
     container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key, (text, resolved) in env_texts(cfg).items():
         *parents, last = key.split(".")

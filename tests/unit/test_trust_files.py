@@ -52,7 +52,8 @@ def test_an_alias_bomb_in_a_file_the_defaults_list_pulls_in_is_refused_too(tmp_p
 
 
 def test_no_shipped_recipe_uses_anchors_or_aliases():
-    from llamarl_core.config.load import list_recipes, refuse_aliases, resolve_recipe_path
+    from llamarl_core.config.load import list_recipes, resolve_recipe_path
+    from llamarl_core.config.yaml_files import refuse_aliases
     for name in list_recipes():
         refuse_aliases(resolve_recipe_path(name))  # raises ConfigError on one
 
