@@ -71,29 +71,14 @@ def verify(path: str) -> None:
     """Read (safely) every file of `path` the trainer will read, and check that every shard
     holds the bytes its metadata points at: a planted or truncated one is refused here, in the
     controller, before any role starts."""
+    from llamarl_core.models.step_checkpoint import check_shard_sizes
+
     checkpoints = _checkpoints()
     try:
-        _check_shard_sizes(os.path.join(path, "trainer"))  # first: the plainest message
+        check_shard_sizes(path)  # first: the plainest message (metadata read by the allow-list unpickler)
         checkpoints.verify(path)
-    except checkpoints.UnsafeCheckpoint as e:
+    except (checkpoints.UnsafeCheckpoint, ValueError) as e:
         raise ConfigError(f"run.resume: refusing checkpoint {path}: {e}") from None
-
-
-def _check_shard_sizes(dcp_dir: str) -> None:
-    """A copy cut short (full disk, killed rsync) keeps its metadata and STABLE marker; only
-    the shard sizes show it, and otherwise the trainer finds it after launch."""
-    from llamarl_core.models.dcp_metadata import UnsafeCheckpoint, read_metadata
-
-    need: dict[str, int] = {}
-    for info in (read_metadata(os.path.join(dcp_dir, ".metadata")).storage_data or {}).values():
-        name = str(info.relative_path)
-        need[name] = max(need.get(name, 0), int(info.offset) + int(info.length))
-    for name, size in sorted(need.items()):
-        file = os.path.join(dcp_dir, name)
-        have = os.path.getsize(file) if os.path.isfile(file) else None
-        if have is None or have < size:
-            raise UnsafeCheckpoint(f"{file} is {'missing' if have is None else f'truncated: {have} bytes'}"
-                                   f", the metadata needs {size}")
 
 
 def newest_valid(run_dir: str, log=print, refuse: bool = False) -> str | None:
