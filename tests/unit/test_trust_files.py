@@ -267,3 +267,19 @@ def test_an_env_field_the_run_changes_after_loading_is_written_as_changed(monkey
     written = as_written(cfg)
     assert written["run"]["resume"] == "/runs/x/checkpoints/step_5"
     assert written["logging"]["wandb_project"] == "${oc.env:H7_PROJECT}"
+
+
+def test_a_truncated_step_checkpoint_given_as_the_model_is_refused_before_launch(tmp_path):
+    # Before: its shapes matched config.json, so the check passed and the load failed later.
+    import torch
+
+    from llamarl_core.models import ByteTokenizer, ModelArgs
+    from llamarl_core.models.checkpoint import save_model_files
+    from llamarl_core.models.checkpoint_check import check_checkpoint
+    path = _save_step(tmp_path / "run", 5)
+    tiny = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=128)
+    save_model_files(path, tiny, ByteTokenizer(), torch.float32)
+    check_checkpoint(path)  # whole: passes
+    shard, size = _truncate_a_shard(path)
+    with pytest.raises(ValueError, match=f"{shard} is truncated: {size} bytes"):
+        check_checkpoint(path)
