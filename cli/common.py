@@ -6,6 +6,7 @@ Bad input prints one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Callable, Sequence
 
@@ -89,7 +90,23 @@ def run_guarded(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print("llamarl: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # a full disk or a read-only directory: say where, not a traceback
+        if e.errno not in DISK_FAULTS:
+            raise
+        print(f"llamarl: error: {disk_fault(e)}", file=sys.stderr)
+        return EXIT_USAGE if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else EXIT_FAILED
 
 
-__all__ = ["make_parser", "parse", "print_resolved", "run_guarded", "load_config",
+DISK_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
+def disk_fault(e: OSError) -> str:
+    """'no space left on device writing /runs/x/metrics.jsonl': what and where, in one line."""
+    where = f" writing {e.filename}" if e.filename else ""
+    what = (e.strerror or str(e)).lower()
+    return f"{what}{where}" + (" (free some space or point run.dir elsewhere)"
+                               if e.errno in (errno.ENOSPC, errno.EDQUOT) else "")
+
+
+__all__ = ["make_parser", "parse", "print_resolved", "run_guarded", "load_config", "disk_fault",
            "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "UsageError"]

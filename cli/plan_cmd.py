@@ -54,11 +54,12 @@ def main(argv) -> int:
 
 def _write(cfg, out: str, run_id: str | None) -> int:
     from llamarl_core.runtime.node import check_outputs
-    from llamarl_core.runtime.run_dir import resolve_resume, write_run_files
+    from llamarl_core.runtime.run_dir import check_writable, resolve_resume, write_run_files
     from llamarl_core.runtime.run_lock import check_free
     from llamarl_core.transport.control import free_port
 
     run_dir = os.path.abspath(out)
+    check_writable(run_dir)
     check_free(run_dir)
     if cfg.run.resume:  # the plan names the checkpoint: every node reads the same one
         resolve_resume(cfg, run_dir)

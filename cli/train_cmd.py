@@ -82,8 +82,8 @@ def report(result, console: Console, resume_with: str | None = None) -> int:
         role, rank = result.failed
         print(f"--- last lines of {role} rank {rank}'s log ---\n{result.log_tail}", file=sys.stderr)
     print(f"logs: {os.path.join(result.run_dir, 'logs')}", file=sys.stderr)
-    from llamarl_core.executors.checkpoints import latest_stable
-    stable = latest_stable(result.run_dir)
+    from llamarl_core.runtime.resume import newest_valid
+    stable = newest_valid(result.run_dir, log=None)  # never a truncated or planted one
     if stable and resume_with:
         print(f"continue from {stable} with: {resume_with}", file=sys.stderr)
     return EXIT_FAILED

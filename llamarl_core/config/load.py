@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.env_texts import env_interpolations, remember
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.yaml_files import refuse_aliases, yaml_message
 
 DEFAULT_RECIPE = "cpu_tiny"
 SCHEMA_NAME = "llamarl_schema"
@@ -64,12 +66,19 @@ def split_recipe_arg(words: Sequence[str]) -> tuple[str, list[str]]:
 
 def compose_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> DictConfig:
     """Hydra-compose `recipe` + overrides on top of the schema; raises ConfigError."""
+    return _compose(recipe, overrides)[0]
+
+
+def _compose(recipe: str, overrides: Sequence[str]) -> tuple[DictConfig, dict]:
+    """The composed config, and {dotted key: its `${oc.env:...}` text as written}."""
     path = resolve_recipe_path(recipe)
+    refuse_aliases(path)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3",
                                    job_name="llamarl"):
             cfg = compose(config_name=path.stem, overrides=list(overrides))
+        env_texts = env_interpolations(OmegaConf.to_container(cfg, resolve=False))
         # A user's file without `defaults: [llamarl_schema, _self_]` is still bound to the schema.
         # Merging a plain container also rejects keys that `+key=value` appended.
         cfg = OmegaConf.merge(OmegaConf.structured(LlamaRLConfig),
@@ -82,16 +91,18 @@ def compose_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) 
         raise ConfigError(yaml_message(e, path)) from None
     finally:
         GlobalHydra.instance().clear()
-    return cfg
+    return cfg, env_texts
 
 
 def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> LlamaRLConfig:
     """Compose and bind to dataclasses: unknown keys, wrong types and field checks fail here."""
-    cfg = compose_config(recipe, overrides)
+    cfg, env_texts = _compose(recipe, overrides)
     try:
-        return OmegaConf.to_object(cfg)
+        obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError(_clean_message(e, resolve_recipe_path(recipe))) from None
+    remember(obj, env_texts, cfg)
+    return obj
 
 
 def _recipe_keys(path: Path) -> set:
@@ -101,20 +112,6 @@ def _recipe_keys(path: Path) -> set:
         raise ConfigError(yaml_message(e, path)) from None
     except Exception as e:  # a YAML list or scalar, not a mapping
         raise ConfigError(f"cannot parse recipe {path}: {e}") from None
-
-
-def yaml_message(e: yaml.YAMLError, path: Path) -> str:
-    """'recipe FILE, line L, column C: problem' (YAML marks count from 0)."""
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    if mark is None:
-        return f"cannot parse recipe {path}: {problem}"
-    where = mark.name if mark.name and not mark.name.startswith("<") else str(path)
-    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if context and start is not None and start is not mark:
-        context += f" that starts at line {start.line + 1}, column {start.column + 1}"
-    return (f"cannot parse recipe {where}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
-            + (f" ({context})" if context else ""))
 
 
 def _clean_message(e: Exception, path: Path) -> str:

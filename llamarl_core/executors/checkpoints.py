@@ -143,16 +143,6 @@ def prune(run_dir: str, keep: int) -> list[str]:
     return removed
 
 
-def truncate_jsonl(path: str, last_step: int) -> None:
-    """Keep the lines with "step" <= last_step: a resumed run continues at last_step + 1."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        lines = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= last_step]
-    with open(path, "w") as f:
-        f.writelines(lines)
-
-
 # ---- save / load (collective over the trainer group) -----------------------------------
 def save(path: str, model, optimizer, group, rank: int, state: dict, keep: int, run_dir: str) -> None:
     """Every trainer rank calls this; rank 0 writes state.json, then STABLE, then prunes."""

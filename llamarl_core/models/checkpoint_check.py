@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from .checkpoint import _IGNORED_RE, _weight_files, build_empty, hf_to_ours, ours_to_hf
-from .step_checkpoint import is_step_checkpoint, step_shapes
+from .step_checkpoint import check_shard_sizes, is_step_checkpoint, step_shapes
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
              "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
@@ -58,6 +58,7 @@ def check_checkpoint(path) -> None:
     model, args = build_empty(path)  # meta device: shapes, no memory
     if is_step_checkpoint(path):  # a run's resumable checkpoint: shapes from the DCP metadata
         _check_step(path, {n: tuple(p.shape) for n, p in model.named_parameters()})
+        check_shard_sizes(path)
         return
     expected = {ours_to_hf(n): tuple(p.shape) for n, p in model.named_parameters()}
     seen: set[str] = set()

@@ -67,6 +67,23 @@ def step_shapes(path) -> dict[str, tuple[int, ...]]:
             if key.startswith(MODEL_PREFIX) and hasattr(md, "chunks")}
 
 
+def check_shard_sizes(path) -> None:
+    """Raise ValueError naming the shard when one is missing or shorter than the metadata says:
+    a copy cut short (full disk, killed rsync) keeps its metadata and STABLE marker, and only
+    the sizes show it before the trainer reads it."""
+    trainer_dir = Path(path) / TRAINER_DIR
+    need: dict[str, int] = {}
+    for info in (_metadata(trainer_dir).storage_data or {}).values():
+        name = str(info.relative_path)
+        need[name] = max(need.get(name, 0), int(info.offset) + int(info.length))
+    for name, size in sorted(need.items()):
+        file = trainer_dir / name
+        have = file.stat().st_size if file.is_file() else None
+        if have is None or have < size:
+            raise ValueError(f"{file} is {'missing' if have is None else f'truncated: {have} bytes'}"
+                             f", the metadata needs {size}")
+
+
 def step_tensors(path) -> Iterator[tuple[str, str, torch.Tensor, Path]]:
     """(stored key, our parameter name, full tensor, file) for each model tensor of a
     `step_<N>` directory, one at a time, in the order they were saved."""

@@ -22,12 +22,69 @@ def read_jsonl_tolerant(path: str) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             if i == len(lines):  # no newline after it yet: still being written
                 break
             raise ValueError(f"{path}:{i}: not a JSON line ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: a JSON {type(row).__name__}, not an object")
+        rows.append(row)
     return rows
+
+
+def _metrics(path: str) -> list[dict]:
+    """metrics.jsonl rows, each with an integer step and numeric timings (what the plots use)."""
+    rows = read_jsonl_tolerant(path)
+    for i, row in enumerate(rows, 1):
+        bad = next((k for k in ("step", "wall_s", "eval/accuracy") if k in row and
+                    not _number(row[k], whole=k == "step")), None)
+        if bad or "step" not in row:
+            raise ValueError(f"{path}: row {i} has {'no step' if not bad else f'{bad}={row[bad]!r}'}"
+                             " (not a metrics line llamarl writes)")
+    return rows
+
+
+def _timeline(run_dir: str) -> list[dict]:
+    folder = os.path.join(run_dir, "timeline")
+    if not os.path.isdir(folder):
+        return []
+    spans = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".jsonl"):
+            continue
+        path = os.path.join(folder, name)
+        for i, span in enumerate(read_jsonl_tolerant(path), 1):
+            if not (isinstance(span.get("role"), str) and isinstance(span.get("state"), str)
+                    and _number(span.get("rank"), whole=True) and all(_number(span.get(k)) for k in ("t0", "t1"))):
+                raise ValueError(f"{path}: span {i} lacks a role, state, rank, t0 or t1 (not a timeline llamarl writes)")
+            spans.append(span)
+    return spans
+
+
+def _number(value, whole: bool = False) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
+
+
+def _whole(section: dict, key: str, default: int, run_dir: str) -> int:
+    value = section.get(key, default)
+    if not _number(value, whole=True):
+        raise ValueError(f"{os.path.join(run_dir, 'plan.json')}: config {key}={value!r} is not a whole number")
+    return value
+
+
+def _json_object(path: str) -> dict:
+    """summary.json / plan.json: {} when absent, a JSON object or a one-line ValueError."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a JSON {type(data).__name__}, not an object")
+    return data
 
 
 @dataclass
@@ -53,18 +110,10 @@ class RunData:
 
 def _config(run_dir: str) -> dict:
     path = os.path.join(run_dir, "plan.json")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f).get("config", {})
-
-
-def _timeline(run_dir: str) -> list[dict]:
-    folder = os.path.join(run_dir, "timeline")
-    if not os.path.isdir(folder):
-        return []
-    return [s for name in sorted(os.listdir(folder)) if name.endswith(".jsonl")
-            for s in read_jsonl_tolerant(os.path.join(folder, name))]
+    cfg = _json_object(path).get("config", {})
+    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k, {}), dict) for k in ("algorithm", "run")):
+        raise ValueError(f"{path}: 'config' is not the config llamarl writes")
+    return cfg
 
 
 def _accuracy_points(metrics: list[dict], summary: dict, samples: list[dict]) -> list[tuple]:
@@ -81,16 +130,15 @@ def _accuracy_points(metrics: list[dict], summary: dict, samples: list[dict]) ->
 def load_run(run_dir: str) -> RunData:
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir}: not a run directory")
-    metrics = read_jsonl_tolerant(os.path.join(run_dir, "metrics.jsonl"))
+    metrics = _metrics(os.path.join(run_dir, "metrics.jsonl"))
     if not metrics and not os.path.exists(os.path.join(run_dir, "plan.json")):
         raise FileNotFoundError(f"{run_dir}: no metrics.jsonl or plan.json (is it a llamarl run directory?)")
-    summary_path = os.path.join(run_dir, "summary.json")
-    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
+    summary = _json_object(os.path.join(run_dir, "summary.json"))
     cfg = _config(run_dir)
     algo = cfg.get("algorithm", {})
     samples = read_jsonl_tolerant(os.path.join(run_dir, "samples.jsonl"))
     return RunData(run_dir=run_dir, label=os.path.basename(os.path.normpath(run_dir)),
                    metrics=metrics, spans=_timeline(run_dir),
-                   samples_per_step=int(algo.get("prompts_per_step", 1)) * int(algo.get("group_size", 1)),
-                   max_steps=int(cfg.get("run", {}).get("max_steps", 0)), summary=summary,
+                   samples_per_step=_whole(algo, "prompts_per_step", 1, run_dir) * _whole(algo, "group_size", 1, run_dir),
+                   max_steps=_whole(cfg.get("run", {}), "max_steps", 0, run_dir), summary=summary,
                    accuracy=_accuracy_points(metrics, summary, samples))

@@ -10,6 +10,7 @@ it starts at, so the credit rule (chunk n is trained at step n - dropped) still 
 """
 from __future__ import annotations
 
+import json
 import os
 
 from llamarl_core.config.errors import ConfigError
@@ -37,11 +38,11 @@ def run_dir_of(cfg: LlamaRLConfig) -> str | None:
     raise ConfigError("run.resume=auto needs run.dir=<the run directory to continue>")
 
 
-def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
-    """The stable checkpoint to load ('' when `auto` finds none)."""
+def resolve(cfg: LlamaRLConfig, run_dir: str, log=print) -> str:
+    """The stable, verified checkpoint to load ('' when `auto` finds none)."""
     r, checkpoints = cfg.run, _checkpoints()
     if r.resume == "auto":
-        path = checkpoints.latest_stable(run_dir) or ""
+        path = newest_valid(run_dir, log, refuse=True) or ""
     else:
         path = os.path.abspath(r.resume)
         if not os.path.isdir(path):
@@ -49,6 +50,7 @@ def resolve(cfg: LlamaRLConfig, run_dir: str) -> str:
         if not checkpoints.is_stable(path):
             raise ConfigError(f"run.resume={r.resume}: no {checkpoints.STABLE} marker "
                               "(the checkpoint was not finished)")
+        verify(path)
     if path:
         step = read_state(path)["step"]
         if step >= r.max_steps:
@@ -66,23 +68,77 @@ def read_state(path: str) -> dict:
 
 
 def verify(path: str) -> None:
-    """Read (safely) every file of `path` the trainer will read: a planted one is refused here,
-    in the controller, before any role starts."""
+    """Read (safely) every file of `path` the trainer will read, and check that every shard
+    holds the bytes its metadata points at: a planted or truncated one is refused here, in the
+    controller, before any role starts."""
+    from llamarl_core.models.step_checkpoint import check_shard_sizes
+
     checkpoints = _checkpoints()
     try:
+        check_shard_sizes(path)  # first: the plainest message (metadata read by the allow-list unpickler)
         checkpoints.verify(path)
-    except checkpoints.UnsafeCheckpoint as e:
+    except (checkpoints.UnsafeCheckpoint, ValueError) as e:
         raise ConfigError(f"run.resume: refusing checkpoint {path}: {e}") from None
 
 
-def restore_controller_state(control: ControlPlane, run_dir: str, path: str) -> None:
+def newest_valid(run_dir: str, log=print, refuse: bool = False) -> str | None:
+    """The newest stable checkpoint that passes `verify`; each newer one that fails is named
+    (log=None: silently), so neither a resume nor the resume hint lands on a broken one.
+    With `refuse`, stable checkpoints that all fail raise the newest one's error."""
+    checkpoints = _checkpoints()
+    stable = [path for _, path in checkpoints.step_dirs(run_dir) if checkpoints.is_stable(path)]
+    first_error = None
+    for path in reversed(stable):
+        try:
+            verify(path)
+            return path
+        except ConfigError as e:
+            first_error = first_error or e
+            if log:
+                log(f"run.resume=auto: skipping {path}: {str(e).split(': ', 2)[-1]}")
+    if refuse and first_error:
+        raise first_error
+    return None
+
+
+def cut_jsonl(path: str, last_step: int, log=print) -> None:
+    """Keep the lines with "step" <= last_step: a resumed run continues at last_step + 1.
+
+    A run killed mid-write leaves a torn last line; it is dropped and said so. A bad line
+    anywhere else is not a crash artefact: it is refused, naming the file and line."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    kept = []
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+            step = row.get("step", 0) if isinstance(row, dict) else None
+        except ValueError:
+            step = None
+        if step is None and not any(x.strip() for x in lines[i + 1:]):  # the last line
+            log(f"resume: ignored a torn last line of {path} ({len(raw)} bytes)")
+            continue
+        if not isinstance(step, (int, float)):
+            raise ConfigError(f"run.resume: {path}, line {i + 1} is not a JSON object with a numeric "
+                              "'step' (edit or remove that line)")
+        if step <= last_step:
+            kept.append(raw + b"\n")
+    with open(path, "wb") as f:
+        f.writelines(kept)
+
+
+def restore_controller_state(control: ControlPlane, run_dir: str, path: str, log=print) -> None:
     """Store keys and log files as they were at the checkpoint ('' = a fresh start)."""
     if not path and not any(os.path.exists(os.path.join(run_dir, name)) for name in LOGS):
         return  # a fresh start in a new directory: nothing to cut, nothing to restore
     checkpoints = _checkpoints()
     state = checkpoints.read_state(path) if path else {"step": 0, "next_chunk": {}, "dropped": {}}
     for name in LOGS:
-        checkpoints.truncate_jsonl(os.path.join(run_dir, name), state["step"])
+        cut_jsonl(os.path.join(run_dir, name), state["step"], log)
     for replica, chunk in state["next_chunk"].items():
         control.set_next_chunk(int(replica), chunk)
     for replica, n in state["dropped"].items():

@@ -18,6 +18,7 @@ import time
 from omegaconf import OmegaConf
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.env_texts import env_texts
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import default_run_dir
 from llamarl_core.runtime import resume, run_lock
@@ -31,6 +32,7 @@ def resolve_run_dir(cfg: LlamaRLConfig, log=print) -> str:
     """
     if cfg.run.resume:
         path = resume.run_dir_of(cfg)
+        check_writable(path)
         resolve_resume(cfg, path, log)
         return path
     base = os.path.abspath(default_run_dir(cfg))
@@ -38,7 +40,27 @@ def resolve_run_dir(cfg: LlamaRLConfig, log=print) -> str:
     while os.path.isdir(path) and os.listdir(path):
         n += 1
         path = f"{base}-{n}"
+    check_writable(path)
     return path  # created by the controller, once every check has passed
+
+
+def check_writable(path: str) -> None:
+    """Refuse (exit 2, before launch) a run directory that cannot be written: the directory,
+    or its nearest existing parent, must take a file. A probe file rather than os.access: it
+    does what the run will do, whoever runs it and whatever the mount."""
+    where = os.path.abspath(path)
+    while not os.path.isdir(where):
+        parent = os.path.dirname(where)
+        if parent == where:
+            break
+        where = parent
+    probe = os.path.join(where, f".llamarl-write-probe-{os.getpid()}")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"run.dir {path}: cannot write in {where}: {(e.strerror or str(e)).lower()} "
+                          "(choose a writable run.dir)") from None
 
 
 def resolve_resume(cfg: LlamaRLConfig, path: str, log=print) -> None:
@@ -49,11 +71,10 @@ def resolve_resume(cfg: LlamaRLConfig, path: str, log=print) -> None:
             f"starting a fresh run there")
         cfg.run.resume = ""
         return
-    found = resume.resolve(cfg, path)
+    found = resume.resolve(cfg, path, log)
     if not found:
         raise ConfigError(f"run.resume=auto: no checkpoint to resume in {path}; newest files: "
                           f"{newest_files(path)} (without run.resume a new run goes beside it)")
-    resume.verify(found)
     cfg.run.resume = found
 
 
@@ -82,7 +103,7 @@ def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str
                     run_id: str | None = None) -> dict:
     """plan.json (what the workers read: plan + config + store address + run id) and config.yaml.
     A fresh random run id unless one is given (a SLURM script fixes it for a requeued job)."""
-    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    container = as_written(cfg)
     full = {**plan_dict, "run_dir": run_dir, "run_id": run_id or secrets.token_hex(4),
             "controller": {"host": host, "port": port}, "config": container}
     with open(os.path.join(run_dir, "plan.json"), "w") as f:
@@ -90,3 +111,21 @@ def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str
     with open(os.path.join(run_dir, "config.yaml"), "w") as f:
         f.write(OmegaConf.to_yaml(container))
     return full
+
+
+def as_written(cfg: LlamaRLConfig) -> dict:
+    """The config for files: every `${oc.env:...}` field the run has not changed since loading
+    back to its text (config/env_texts.py)."""
+    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    for key, (text, resolved) in env_texts(cfg).items():
+        *parents, last = key.split(".")
+        node = container
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if node is None:
+                break
+        if isinstance(node, list) and last.isdigit() and int(last) < len(node) and node[int(last)] == resolved:
+            node[int(last)] = text
+        elif isinstance(node, dict) and node.get(last, object()) == resolved:
+            node[last] = text
+    return container

@@ -239,8 +239,11 @@ def test_the_signal_that_killed_a_rank_is_read_from_its_torchrun_log(tmp_path):
     assert procs.exit_cause(str(log), 4243, wait_s=0) == ""
 
 
-def test_a_failed_run_prints_the_resume_command_when_a_stable_checkpoint_exists(tmp_path, capsys):
+def test_a_failed_run_prints_the_resume_command_when_a_stable_checkpoint_exists(tmp_path, capsys, monkeypatch):
     from rich.console import Console
+
+    from llamarl_core.runtime import resume
+    monkeypatch.setattr(resume, "verify", lambda path: None)  # a marker-only checkpoint passes here
 
     from llamarl_cli.train_cmd import report, resume_command
     from llamarl_core.runtime.controller import RunResult

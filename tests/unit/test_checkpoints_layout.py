@@ -49,7 +49,7 @@ def test_prune_keeps_the_newest_stable_ones_and_drops_older_leftovers(tmp_path):
 def test_truncate_keeps_lines_up_to_the_checkpoint_step(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 8)))
-    checkpoints.truncate_jsonl(str(path), 5)
+    resume.cut_jsonl(str(path), 5)
     assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2, 3, 4, 5]
 
 
@@ -60,7 +60,13 @@ def config(**run) -> LlamaRLConfig:
     return cfg
 
 
-def test_resume_auto_picks_the_newest_stable_checkpoint(tmp_path):
+@pytest.fixture
+def shards_unchecked(monkeypatch):
+    """These layout checkpoints hold no shards; what verify refuses is tested in test_trust_files."""
+    monkeypatch.setattr(resume, "verify", lambda path: None)
+
+
+def test_resume_auto_picks_the_newest_stable_checkpoint(tmp_path, shards_unchecked):
     make_checkpoint(tmp_path, 5)
     make_checkpoint(tmp_path, 10, stable=False)
     cfg = config(dir=str(tmp_path), resume="auto", max_steps=30)
@@ -80,7 +86,7 @@ def test_resume_from_an_unstable_path_is_a_config_error(tmp_path):
         resume.resolve(cfg, str(tmp_path))
 
 
-def test_resume_past_max_steps_is_a_config_error_not_a_silent_zero_step_run(tmp_path):
+def test_resume_past_max_steps_is_a_config_error_not_a_silent_zero_step_run(tmp_path, shards_unchecked):
     make_checkpoint(tmp_path, 30)
     cfg = config(dir=str(tmp_path), resume="auto", max_steps=30)
     with pytest.raises(ConfigError, match="run.max_steps=30"):
