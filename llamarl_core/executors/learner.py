@@ -21,7 +21,8 @@ from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, WarmStartConfig
 from llamarl_core.wire.rollout import Rollout
-from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
+from llamarl_core.generation.sampling import (chunked_policy_logprobs, chunked_sampled_logprobs,
+                                              sampled_token_logprobs)
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
 SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
@@ -246,7 +247,7 @@ class Learner:
         old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
         for rows, width in self._micro_batches(batch, self.cfg.micro_batch_size, trained):
             t = tokens[rows, :width]                                                       # [m, w]
-            logprobs, _ = self.model(t, head=self._head(t[:, 1:], start=self.first_target(batch, rows)))
+            logprobs, _, _ = self.model(t, head=self._head(t[:, 1:], start=self.first_target(batch, rows)))
             old[rows, :width - 1] = logprobs.float()
         return old
 
@@ -276,8 +277,10 @@ class Learner:
             return 0
         return max(0, int(batch.prompt_lens[rows].min()) - 1)
 
-    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True, start: int = 0):
-        """The model's `head`: log-probs of `targets` [m, w-1] (and the entropy) chunk by chunk
+    def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True, start: int = 0,
+              untruncated: bool = False):
+        """The model's `head`: log-probs of `targets` [m, w-1] (and the entropy, and with
+        `untruncated` their untruncated log-probs: `chunked_policy_logprobs`) chunk by chunk
         from the hidden states, never the [m, L'-1, V] logits (generation.sampling). Positions
         before `start` are not computed: they come back as zeros (no gradient), which the loss's
         mask never counts. At 45 prompt and 18 completion tokens that is 1.3x faster a
@@ -286,30 +289,37 @@ class Learner:
         top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
 
         def head(h, output):
-            lp, ent = chunked_sampled_logprobs(h[:, start:-1], output, targets[:, start:], self.temperature,
-                                               top_k, top_p, entropy)
+            out = chunked_policy_logprobs(h[:, start:-1], output, targets[:, start:], self.temperature,
+                                          top_k, top_p, entropy, untruncated)
             pad = lambda x: x if x is None or not start else torch.nn.functional.pad(x, (start, 0))  # noqa: E731
-            return pad(lp), pad(ent)
+            return tuple(pad(x) for x in out)
         return head
 
     def micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
                    start: int = 0):
         """One micro-batch's loss (before any scaling by its share of the step) and its metrics; the
-        whole-batch step (`rl_step`) and the streamed step (`StreamedStep`) both call it."""
+        whole-batch step (`rl_step`) and the streamed step (`StreamedStep`) both call it.
+
+        The KL to the reference is defined on softmax(logits / T) without top-k/top-p on both
+        sides (as TRL and veRL do): the reference is scored untruncated, and so is the policy's
+        side of the KL, from the same hidden states, while π/μ keeps the sampling distribution."""
         a = self.cfg.algorithm
-        logprobs, entropy = self.model(tokens, head=self._head(tokens[:, 1:], a.entropy_coef > 0,
-                                                               start=start))              # [m, L'-1]
+        kl = a.kl_coef > 0 and self.ref_model is not None
+        truncated = bool(self.top_k) or self.top_p < 1.0
+        logprobs, entropy, whole = self.model(tokens, head=self._head(
+            tokens[:, 1:], a.entropy_coef > 0, start=start, untruncated=kl and truncated))  # [m, L'-1] each
         if record_ratios:  # the batch's pi/mu as sampled: the first update's only
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         ref = None
-        if a.kl_coef > 0 and self.ref_model is not None:
+        if kl:
             with torch.no_grad():  # log softmax(logits / T) at the targets, no truncation
-                ref, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False, start=start))
+                ref, _, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False, start=start))
         low, high = a.clip_range()
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
-                         kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef, staleness=staleness)
+                         kl_logprobs=whole, kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef,
+                         staleness=staleness)
 
 
 def add_micro_metrics(sums: dict, metrics: dict, weight: float) -> None:
