@@ -19,7 +19,8 @@ from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
 from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
-from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, WarmStartConfig
+from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings, WarmStartConfig
+from llamarl_core.executors.nonfinite import NonFiniteGuard
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import (chunked_policy_logprobs, chunked_sampled_logprobs,
                                               sampled_token_logprobs)
@@ -37,6 +38,7 @@ class LearnerConfig:
     micro_batch_size: int         # resources.trainer.micro_batch_size: sequences per forward/backward
     max_steps: int                # run.max_steps: the length of the LR schedule
     stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, streamed_step.py)
+    max_nonfinite_steps: int = TrainerSettings.max_nonfinite_steps  # skipped steps in a row before the run stops
 
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -86,6 +88,12 @@ class Learner:
         # skips its forward and backward. Data-parallel ranks run the same number of
         # micro-batches (each is a collective), so they keep every row.
         self.skip_zero_advantage = not data_parallel and a.kl_coef == 0 and a.entropy_coef == 0
+        # A non-finite update is skipped (executors/nonfinite.py). Data-parallel ranks decide on
+        # the grad norm alone, which the all-reduce made the same on every rank: a rank's own loss
+        # could differ, and ranks that disagree on stepping would hold different weights.
+        self.data_parallel = data_parallel
+        self.nonfinite = NonFiniteGuard(cfg.max_nonfinite_steps)
+        self._skipped_updates = 0  # of the current step
         if a.overlong == "filter" and not eos_ids:
             raise ValueError("algorithm.overlong=filter needs the tokenizer's eos_ids to tell a truncated "
                              "completion from one that ended at the limit")
@@ -119,6 +127,7 @@ class Learner:
             group["lr"] = lr
         self.steps_done += 1
         self._ratios = []
+        self._skipped_updates = 0
         return lr
 
     def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
@@ -156,6 +165,8 @@ class Learner:
                      staleness: torch.Tensor) -> dict:
         """The step's metrics from its updates' and its batch's; sets the histograms."""
         sums = _combine(updates)
+        self.nonfinite.end_step(self.steps_done, self._skipped_updates > 0)  # raises on the limit
+        sums["nonfinite_steps"] = float(self.nonfinite.total)
         sums["tokens_total"] = sums.pop("tokens")  # every trained token of every update of the step
         sums.update(batch_metrics, tokens_per_s=batch_metrics["completion_tokens"] / max(compute_s, 1e-9))
         # For TensorBoard's histograms: every counted token's pi/mu (before the batch's first
@@ -236,9 +247,13 @@ class Learner:
                 if p.requires_grad:
                     p.grad = torch.zeros_like(p)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         sums["grad_norm"] = as_float(grad_norm)
+        finite = math.isfinite(sums["grad_norm"]) and (self.data_parallel or math.isfinite(sums.get("loss", 0.0)))
+        if finite:
+            self.optimizer.step()
+        else:  # a NaN/inf would reach every weight (and Adam's moments): skip, counted per step
+            self._skipped_updates += 1
+        self.optimizer.zero_grad(set_to_none=True)
         return sums
 
     @torch.no_grad()
