@@ -31,7 +31,9 @@ PPO clips:
 - ``clamp``: unchanged, ``-min(pi/mu, rho) * A`` (its cap is on the whole ratio)
 
 Optional terms: ``kl_coef * k3(pi || ref)`` with k3 = exp(ref - logp) - (ref - logp) - 1,
-and ``-entropy_coef * entropy``. Metrics are plain floats computed under no_grad.
+and ``-entropy_coef * entropy``. Both sides of the KL must be log-probs of one distribution:
+``kl_logprobs`` (the policy's, untruncated, when the sampling truncates) replaces ``logprobs``
+in it, so that pi = ref gives exactly 0. Metrics are plain floats computed under no_grad.
 """
 from __future__ import annotations
 
@@ -68,6 +70,8 @@ def aipo_loss(
     clip_eps_high: float | None = None,
     old_logprobs: torch.Tensor | None = None,  # [B, T] log pi_old, when a batch gets several updates
     ref_logprobs: torch.Tensor | None = None,  # [B, T] reference-policy log-probs
+    kl_logprobs: torch.Tensor | None = None,  # [B, T] the policy's log-probs on the reference's distribution
+                                              # (untruncated, with grad); None: `logprobs`
     kl_coef: float = AlgorithmConfig.kl_coef,
     entropy: torch.Tensor | None = None,  # [B, T] per-token policy entropy
     entropy_coef: float = AlgorithmConfig.entropy_coef,
@@ -101,7 +105,8 @@ def aipo_loss(
         per_token = -ratio.clamp(max=rho) * advantages  # [B, T]
     metrics: dict[str, float] = {}
     if ref_logprobs is not None:
-        ref_minus_log = ref_logprobs.detach().to(logprobs.dtype) - logprobs  # [B, T]
+        policy = logprobs if kl_logprobs is None else kl_logprobs.to(logprobs.dtype)  # [B, T]
+        ref_minus_log = ref_logprobs.detach().to(logprobs.dtype) - policy  # [B, T]
         kl = torch.exp(ref_minus_log) - ref_minus_log - 1.0  # [B, T] k3, >= 0
         if kl_coef:
             per_token = per_token + kl_coef * kl  # [B, T]

@@ -112,7 +112,7 @@ def mismatch(device: str, size: dict) -> dict:
     learner = Learner(master, learner_config(cfg))
     tokens, behavior, mask = (t.to(dev) for t in completion_targets(rollout))
     with torch.no_grad():
-        logp, _ = master(tokens, head=learner._head(tokens[:, 1:]))
+        logp, _, _ = master(tokens, head=learner._head(tokens[:, 1:]))
     log_ratio = (logp.float() - behavior)[mask]  # [n] log π/μ over every completion token
     metrics = importance_metrics(torch.exp(logp.float() - behavior), mask.float(),
                                  cfg.algorithm.rho, cfg.algorithm.clip_eps)

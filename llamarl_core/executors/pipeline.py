@@ -149,7 +149,7 @@ def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
 
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
     return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
-                         cfg.run.max_steps, stream_groups_active(cfg))
+                         cfg.run.max_steps, stream_groups_active(cfg), cfg.trainer.max_nonfinite_steps)
 
 
 def trainer_config(cfg: LlamaRLConfig):

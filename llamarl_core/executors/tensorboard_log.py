@@ -61,8 +61,10 @@ class TensorBoardLog:
         for tag, value in scalar_items(line):
             self.writer.add_scalar(tag, value, step)
         for tag, values in (histograms or {}).items():
+            values = values.detach().float().cpu()
+            values = values[torch.isfinite(values)]  # all NaN: "The histogram is empty" (ValueError)
             if values.numel():
-                self.writer.add_histogram(tag, values.detach().float().cpu(), step)
+                self.writer.add_histogram(tag, values, step)
 
     def close(self) -> None:
         self.writer.close()

@@ -146,13 +146,13 @@ LOGPROB_CHUNK_BYTES = 256 << 20  # fp32 logits of one chunk of positions (traine
 
 
 def _chunk_logprobs(h: torch.Tensor, targets: torch.Tensor, head, temperature: float, top_k: int,
-                    top_p: float, entropy: bool):
+                    top_p: float, entropy: bool, untruncated: bool = False):
     logits = head(h).float()  # [B, t, V]
     logp = sampled_token_logprobs(logits, targets, temperature, top_k, top_p)  # [B, t]
-    if not entropy:
-        return logp, None
-    full = torch.log_softmax(logits / temperature, dim=-1)  # [B, t, V]
-    return logp, -(full.exp() * full).sum(-1)  # [B, t]
+    full = torch.log_softmax(logits / temperature, dim=-1) if entropy or untruncated else None  # [B, t, V]
+    ent = -(full.exp() * full).sum(-1) if entropy else None  # [B, t]
+    whole = full.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1) if untruncated else None  # [B, t]
+    return logp, ent, whole
 
 
 def chunked_sampled_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
@@ -166,18 +166,33 @@ def chunked_sampled_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, 
     (`torch.utils.checkpoint`), so forward and backward hold one chunk's logits and their
     gradient at a time: the fp32 [B, T, V] logits, their temperature-scaled copy, the log
     softmax and its gradient (four full-size tensors, more with top-k/top-p) are never made."""
+    logp, ent, _ = chunked_policy_logprobs(hidden, head, targets, temperature, top_k, top_p, entropy,
+                                           chunk_bytes=chunk_bytes)
+    return logp, ent
+
+
+def chunked_policy_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
+                            top_k: int = 0, top_p: float = 1.0, entropy: bool = False,
+                            untruncated: bool = False, chunk_bytes: int | None = None):
+    """`chunked_sampled_logprobs`'s (log-probs, entropy), plus with `untruncated` the targets'
+    log softmax(logits / T) [B, T] without top-k/top-p, from the same chunk of logits (no second
+    pass over the head): the distribution the KL to the reference is defined on, which a
+    reference scored untruncated must share (a truncated π against an untruncated reference
+    is not 0 at π = reference)."""
     B, T, _ = hidden.shape
     vocab = head.weight.shape[0]
     per = max(1, (chunk_bytes or LOGPROB_CHUNK_BYTES) // max(1, B * vocab * 4))
     grad = torch.is_grad_enabled() and hidden.requires_grad
-    logps, ents = [], []
+    parts: tuple[list, list, list] = ([], [], [])
     for s in range(0, T, per):
-        args = (hidden[:, s:s + per], targets[:, s:s + per], head, temperature, top_k, top_p, entropy)
-        lp, ent = (torch.utils.checkpoint.checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad
-                   else _chunk_logprobs(*args))
-        logps.append(lp)
-        ents.append(ent)
-    return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if entropy else None)
+        args = (hidden[:, s:s + per], targets[:, s:s + per], head, temperature, top_k, top_p, entropy, untruncated)
+        out = (torch.utils.checkpoint.checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad
+               else _chunk_logprobs(*args))
+        for part, x in zip(parts, out):
+            part.append(x)
+    logp, ents, whole = parts
+    return (torch.cat(logp, dim=1), torch.cat(ents, dim=1) if entropy else None,
+            torch.cat(whole, dim=1) if untruncated else None)
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams,
