@@ -34,10 +34,14 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
     checkpoint = cfg.eval.checkpoint or cfg.model.checkpoint
     if not checkpoint:
         raise ConfigError("eval.checkpoint is required with eval.policy=model (a Hugging Face-format "
-                          "directory, e.g. checkpoint=runs/cpu_tiny/checkpoint); or use policy=reference")
+                          "directory, e.g. checkpoint=runs/cpu_tiny/checkpoints/final); or use policy=reference")
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise ConfigError(f"eval.checkpoint={checkpoint}: no config.json there (not a checkpoint directory)")
+    pickled = sorted(path.glob("*.bin")) + sorted(path.glob("*.pt")) + sorted(path.glob("*.pth"))
+    if pickled:  # loading one would unpickle it: code from a file would run in this process
+        raise ConfigError(f"eval.checkpoint={checkpoint}: {pickled[0]} is a pickled weight file; llamarl "
+                          "never unpickles (it can run code): keep only *.safetensors in the directory")
     try:
         max_seq_len = args_from_hf_config(read_config(path), source=str(path / "config.json")).max_seq_len
         tokenizer = load_tokenizer(path)
