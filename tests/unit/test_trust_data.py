@@ -68,3 +68,45 @@ def test_with_on_error_skip_a_chat_row_ending_with_the_answer_is_skipped_and_cou
     assert f"data: skipped 1 bad line(s) of {path} (data.on_error=skip; line 2: field 'messages' ends with an " \
            "assistant turn" in out
     assert "data: 2 train / 2 held-out examples checked" in out  # 4 good rows, the last 2 held out
+
+
+HANGS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"  # 1e10 steps
+RAISES = "{{ raise_exception('this template only works with tools') }}"
+HF = ["data.name=gsm8k", "generation.max_prompt_tokens=64", "generation.max_new_tokens=16"]
+
+
+def _gsm8k(tmp_path):
+    return _jsonl(tmp_path / "g.jsonl", [{"question": f"What is {i}+1?", "answer": f"#### {i + 1}"} for i in range(4)])
+
+
+def _checkpoint(tmp_path, chat_template):
+    from hf_tiny import save_tiny
+    return save_tiny("smollm2", tmp_path / "ckpt", chat_template=chat_template)
+
+
+def test_a_chat_template_that_loops_for_ever_exits_2_naming_its_file_and_the_limit(no_launch, capsys, tmp_path):
+    import time
+
+    from llamarl_core.runtime.template_check import RENDER_LIMIT_S, template_file
+    ckpt = _checkpoint(tmp_path, HANGS)
+    start = time.monotonic()
+    err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
+    assert time.monotonic() - start < 90  # the child's start (transformers) + one 5 s render
+    assert (f"{template_file(ckpt)}: the chat template did not render one prompt within {RENDER_LIMIT_S} s "
+            "(at ") in err and "a loop in the template?" in err
+
+
+def test_a_chat_template_that_raises_is_one_line_naming_its_file_and_the_error(no_launch, capsys, tmp_path):
+    from llamarl_core.runtime.template_check import template_file
+    ckpt = _checkpoint(tmp_path, RAISES)
+    err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
+    assert (f"{template_file(ckpt)}: the chat template failed: TemplateError: this template only works with "
+            "tools (at ") in err
+
+
+def test_a_truncated_tokenizer_json_is_one_line_naming_the_file(no_launch, capsys, tmp_path):
+    ckpt = _checkpoint(tmp_path, None)
+    tok = ckpt / "tokenizer.json"
+    tok.write_text(tok.read_text()[:300])  # a copy cut short
+    err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
+    assert f"model.checkpoint={ckpt}: {tok}: not valid JSON (" in err and "a truncated copy?" in err
