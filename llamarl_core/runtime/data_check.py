@@ -23,7 +23,7 @@ from llamarl_core.data import DataFormatError, NoVerifier, prompt_format, resolv
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards.custom import check_importable, is_custom
-from llamarl_core.runtime.template_check import check_template
+from llamarl_core.data.template_check import check_template
 
 SPLITS = (("train", "train"), ("test", "held-out"))
 

@@ -87,7 +87,7 @@ def _checkpoint(tmp_path, chat_template):
 def test_a_chat_template_that_loops_for_ever_exits_2_naming_its_file_and_the_limit(no_launch, capsys, tmp_path):
     import time
 
-    from llamarl_core.runtime.template_check import RENDER_LIMIT_S, template_file
+    from llamarl_core.data.template_check import RENDER_LIMIT_S, template_file
     ckpt = _checkpoint(tmp_path, HANGS)
     start = time.monotonic()
     err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
@@ -97,7 +97,7 @@ def test_a_chat_template_that_loops_for_ever_exits_2_naming_its_file_and_the_lim
 
 
 def test_a_chat_template_that_raises_is_one_line_naming_its_file_and_the_error(no_launch, capsys, tmp_path):
-    from llamarl_core.runtime.template_check import template_file
+    from llamarl_core.data.template_check import template_file
     ckpt = _checkpoint(tmp_path, RAISES)
     err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
     assert (f"{template_file(ckpt)}: the chat template failed: TemplateError: this template only works with "

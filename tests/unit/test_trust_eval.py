@@ -81,3 +81,15 @@ def test_a_planted_pytorch_model_bin_is_refused_in_one_line_and_never_unpickled(
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert (f"eval.checkpoint={path}: {path / 'pytorch_model.bin'} is a pickled weight file; llamarl never "
                 "unpickles") in err
+
+
+def test_eval_refuses_a_checkpoint_whose_chat_template_raises_in_one_line(capsys, tmp_path):
+    from hf_tiny import save_tiny
+
+    from llamarl_core.data.template_check import template_file
+    path = save_tiny("smollm2", tmp_path / "ckpt", chat_template="{{ raise_exception('needs tools') }}")
+    code = main(["eval", f"checkpoint={path}", "data=arith", "num_examples=2", f"eval.out={tmp_path / 'e'}",
+                 "--no-progress"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"eval.checkpoint={path}: {template_file(path)}: the chat template failed: TemplateError: needs tools" in err

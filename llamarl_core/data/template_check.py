@@ -2,7 +2,7 @@
 
 A chat template is Jinja code shipped with the checkpoint: one with a huge loop hung
 `llamarl train` before launch, and one that raised printed a 45-line traceback. A thread
-cannot stop a Jinja loop, so the child (`python -m llamarl_core.runtime.template_check DIR`)
+cannot stop a Jinja loop, so the child (`python -m llamarl_core.data.template_check DIR`)
 loads the tokenizer, then renders each prompt under SIGALRM (`RENDER_LIMIT_S` per prompt);
 the parent also kills it after a generous wall limit. Either way the result is one line naming
 the template's file. Only rows travel to the child (JSON on stdin), and only the text
@@ -38,7 +38,7 @@ def check_template(directory, fmt, examples) -> str | None:
     file = template_file(directory)
     wall_s = LOAD_LIMIT_S + RENDER_LIMIT_S * min(len(rows), 10) + 0.01 * len(rows)
     try:
-        done = subprocess.run([sys.executable, "-m", "llamarl_core.runtime.template_check", str(directory)],
+        done = subprocess.run([sys.executable, "-m", "llamarl_core.data.template_check", str(directory)],
                               input=payload, capture_output=True, text=True, timeout=wall_s,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     except subprocess.TimeoutExpired:  # subprocess.run kills the child (it starts none of its own)
