@@ -79,6 +79,21 @@ def _gsm8k(tmp_path):
     return _jsonl(tmp_path / "g.jsonl", [{"question": f"What is {i}+1?", "answer": f"#### {i + 1}"} for i in range(4)])
 
 
+def _children() -> list[int]:
+    """Pids whose parent is this test process (a template child left running would be one)."""
+    import os
+    from pathlib import Path
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
 def _checkpoint(tmp_path, chat_template):
     from hf_tiny import save_tiny
     return save_tiny("smollm2", tmp_path / "ckpt", chat_template=chat_template)
@@ -92,6 +107,7 @@ def test_a_chat_template_that_loops_for_ever_exits_2_naming_its_file_and_the_lim
     start = time.monotonic()
     err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
     assert time.monotonic() - start < 90  # the child's start (transformers) + one 5 s render
+    assert _children() == []  # the rendering child is gone
     assert (f"{template_file(ckpt)}: the chat template did not render one prompt within {RENDER_LIMIT_S} s "
             "(at ") in err and "a loop in the template?" in err
 
