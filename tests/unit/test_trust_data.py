@@ -126,3 +126,12 @@ def test_a_truncated_tokenizer_json_is_one_line_naming_the_file(no_launch, capsy
     tok.write_text(tok.read_text()[:300])  # a copy cut short
     err = _refused(capsys, tmp_path, *HF, f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}")
     assert f"model.checkpoint={ckpt}: {tok}: not valid JSON (" in err and "a truncated copy?" in err
+
+
+def test_llamarl_data_renders_a_raising_chat_template_as_one_line_too(capsys, tmp_path):
+    from llamarl_core.data.template_check import template_file
+    ckpt = _checkpoint(tmp_path, RAISES)
+    code = main(["data", *HF, "data.num_eval_examples=2", f"data.path={_gsm8k(tmp_path)}", f"model.checkpoint={ckpt}"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{template_file(ckpt)}: the chat template failed: TemplateError: this template only works with tools" in err
