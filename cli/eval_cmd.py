@@ -7,10 +7,12 @@
 The short words below are `eval.<word>` overrides; every other key=value word is a Hydra
 override of the recipe (`data.path=...`, `resources.generator.num_devices=2`, ...).
 The work is `llamarl_core.eval.run.run_eval`; this file parses, renders and sets exit codes.
+A checkpoint under `<run>/checkpoints/` brings its run's config.yaml (`run_config_recipe`).
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -43,6 +45,25 @@ def words_first(argv, flags_with_value=("--out", "--cfg")) -> list[str]:
         (flags if token.startswith("-") else words).append(token)
         i += 1
     return words + flags
+
+
+def run_config_recipe(argv, recipe: str, overrides: list[str]) -> tuple[str, list[str]]:
+    """A checkpoint a run saved (`<run>/checkpoints/<name>`) is evaluated under that run's
+    config.yaml (data path, split settings, seeds) unless `recipe=` is given, so `split=test`
+    scores the rows that run held out. Outputs then go to `<run>/eval-<split>` (never over the
+    run's own summary.json) unless `run.dir=` or `out=` says where."""
+    checkpoint = next((w.split("=", 1)[1] for w in overrides if w.startswith("eval.checkpoint=")), None)
+    if not checkpoint or any(w.startswith("recipe=") for w in argv):
+        return recipe, overrides
+    path = Path(checkpoint)
+    run_config = path.parent.parent / "config.yaml"
+    if path.parent.name != "checkpoints" or not run_config.is_file():
+        return recipe, overrides
+    split = next((w.split("=", 1)[1] for w in overrides if w.startswith("eval.split=")), "test")
+    if not any(w.startswith(("run.dir=", "eval.out=")) for w in overrides):
+        overrides = [*overrides, f"run.dir={path.parent.parent / f'eval-{split}'}"]
+    print(f"eval: the run's config {run_config} (recipe=... to use another)")
+    return str(run_config), overrides
 
 
 def print_summary(summary: dict, run_dir, console: Console | None = None) -> None:
@@ -79,6 +100,7 @@ def main(argv) -> int:
     def run() -> int:
         args, recipe, overrides = parse(parser, words_first(list(argv)))
         overrides = expand_short_words(overrides)
+        recipe, overrides = run_config_recipe(argv, recipe, overrides)
         if args.cfg:
             print_resolved(recipe, overrides, data_key="eval.data", checkpoint_key="eval.checkpoint")
             return EXIT_OK
@@ -89,7 +111,8 @@ def main(argv) -> int:
         command = "llamarl eval " + " ".join(argv)
         try:
             result, run_dir = run_eval(cfg, progress=not args.no_progress and sys.stderr.isatty(),
-                                       out_file=args.out, extra={"command": command, "commit": git_commit()})
+                                       out_file=args.out, extra={"command": command, "commit": git_commit()},
+                                       say=print)
         except RuntimeError as e:  # a replica failed; torchrun ended the others
             print(f"llamarl: error: {e}", file=sys.stderr)
             return EXIT_FAILED

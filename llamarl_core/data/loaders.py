@@ -8,7 +8,8 @@ Formats (which fields hold the prompt and the reference):
 - ``generic``: ``{"prompt", "answer"}`` with an optional ``"solution"``.
 - ``auto``:    decided per row by which keys are present (only without ``Keys``).
 ``Keys`` (``data.prompt_key``, ``data.answer_key``, ``data.messages_key``) rename those
-fields; a ``messages`` field holds a chat message list whose last user turn is the prompt.
+fields; a ``messages`` field holds a chat message list whose last user turn is the prompt
+(a list ending with an assistant turn is a bad row: the answer would be in the prompt).
 Every field of a row is kept in ``Example.fields`` for a custom reward.
 
 Why JSONL is read here and not by ``datasets``: a bad line must be named by its true line
@@ -176,6 +177,9 @@ def _messages(row: dict, key: str) -> tuple:
 
 
 def _last_user_turn(messages: tuple, key: str) -> str:
+    if messages[-1]["role"] == "assistant":  # rendered as the prompt, the answer would leak into it
+        raise DataFormatError(f"field {key!r} ends with an assistant turn: it would be in the prompt, "
+                              "so the model could copy the answer; end each row's chat with the user turn")
     for message in reversed(messages):
         if message["role"] == "user" and message["content"].strip():
             return message["content"]

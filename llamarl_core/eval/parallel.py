@@ -27,6 +27,7 @@ from llamarl_core.eval.evaluate import encode_prompt, generate_predictions
 def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = None) -> dict:
     """Checked, picklable settings for the generating processes; `fmt` (default: the config's
     for `data.name`) with its template resolved against the checkpoint's tokenizer."""
+    from llamarl_core.data.template_check import check_template
     from llamarl_core.models.checkpoint_check import check_checkpoint
     from llamarl_core.models.hf_config import args_from_hf_config, read_config
     from llamarl_core.models.tokenizer import load_tokenizer
@@ -34,10 +35,14 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
     checkpoint = cfg.eval.checkpoint or cfg.model.checkpoint
     if not checkpoint:
         raise ConfigError("eval.checkpoint is required with eval.policy=model (a Hugging Face-format "
-                          "directory, e.g. checkpoint=runs/cpu_tiny/checkpoint); or use policy=reference")
+                          "directory, e.g. checkpoint=runs/cpu_tiny/checkpoints/final); or use policy=reference")
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise ConfigError(f"eval.checkpoint={checkpoint}: no config.json there (not a checkpoint directory)")
+    pickled = sorted(path.glob("*.bin")) + sorted(path.glob("*.pt")) + sorted(path.glob("*.pth"))
+    if pickled:  # loading one would unpickle it: code from a file would run in this process
+        raise ConfigError(f"eval.checkpoint={checkpoint}: {pickled[0]} is a pickled weight file; llamarl "
+                          "never unpickles (it can run code): keep only *.safetensors in the directory")
     try:
         max_seq_len = args_from_hf_config(read_config(path), source=str(path / "config.json")).max_seq_len
         tokenizer = load_tokenizer(path)
@@ -47,6 +52,10 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
         raise ConfigError(f"eval.checkpoint={checkpoint}: {text}") from None
     fmt = fmt or prompt_format(cfg.data)
     fmt = replace(fmt, template=resolve_template(fmt.template, tokenizer))
+    if fmt.template == "chat" and getattr(tokenizer, "chat_template", None):
+        reason = check_template(path, fmt, examples)  # the template is code: a child, a time limit
+        if reason:
+            raise ConfigError(f"eval.checkpoint={checkpoint}: {reason}")
     for ex in examples:
         n = len(encode_prompt(ex, fmt, tokenizer))
         if n >= max_seq_len:

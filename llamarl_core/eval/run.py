@@ -1,8 +1,11 @@
 """`run_eval`: a resolved config → examples, verifier, engine(s) → result files.
 
 What `llamarl eval` does, without the CLI, so tests and scripts call it directly:
-- data: `eval.data` (else `data.name`) at `eval.split`; the file is `data.path` for the
-  train split, else `data.eval_path` or `data.path` (a folder means `<split>.jsonl`);
+- data: `eval.data` (else `data.name`) at `eval.split`. On the run's own file that training
+  split itself (no `data.eval_path`) the rows are `data/splits.py: load_split`'s, training's
+  rule: `split=test` is exactly the held-out tail, never a training row. Otherwise the file is
+  `data.path` for the train split, else `data.eval_path` or `data.path` (a folder means
+  `<split>.jsonl`);
   the built-in task is drawn with `data.seed` and the `data` difficulty knobs, as training does;
 - verifier: `data.reward`, or from the data set (arith, gsm8k, math500 → math; a file →
   by its examples' family), always through one `RewardPool` in this process;
@@ -21,8 +24,9 @@ from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import Keys, NoVerifier, default_reward, prompt_format, resolve_dataset
+from llamarl_core.data import NoVerifier, default_reward, prompt_format, resolve_dataset
 from llamarl_core.data.datasets import DATA_SUFFIXES
+from llamarl_core.data.splits import data_keys, holds_both_splits, load_split, split_path
 from llamarl_core.eval.evaluate import EvalResult, merge_results, reference_predictions, score_predictions
 from llamarl_core.eval.metrics import summarize
 from llamarl_core.rewards import RewardPool
@@ -34,15 +38,28 @@ def eval_data_name(cfg: LlamaRLConfig) -> str:
     return cfg.eval.data or cfg.data.name
 
 
+def uses_training_split(cfg: LlamaRLConfig) -> bool:
+    """Eval reads the run's own data file, which training split itself (no `data.eval_path`):
+    then the rows are `load_split`'s, the rule training used, never the whole file."""
+    return eval_data_name(cfg) == cfg.data.name and holds_both_splits(cfg.data)
+
+
 def load_eval_examples(cfg: LlamaRLConfig) -> list:
     """The examples `eval` scores; data errors become one-line ConfigErrors."""
+    if uses_training_split(cfg):
+        try:
+            examples = load_split(cfg.data, cfg.eval.split)
+        except FileNotFoundError as e:
+            raise ConfigError(f"data.path: {e}") from None
+        except ValueError as e:
+            raise ConfigError(f"data.path={cfg.data.path}: {e}") from None
+        return examples[:cfg.eval.num_examples or None]
     name, split = eval_data_name(cfg), cfg.eval.split
-    path = cfg.data.path if split == "train" else (cfg.data.eval_path or cfg.data.path)
+    path = split_path(cfg.data, split)
     if name.endswith(DATA_SUFFIXES):
         path = None  # `data=path/to.jsonl` names the file itself
     count = cfg.eval.num_examples or None
-    d = cfg.data
-    kwargs = {"keys": Keys(prompt=d.prompt_key, answer=d.answer_key, messages=d.messages_key)}
+    kwargs = {"keys": data_keys(cfg.data)}
     if name == "arith":
         count = count or (cfg.data.num_eval_examples if split != "train" else None)
         kwargs = {**kwargs, **cfg.data.arith_knobs()}
@@ -56,6 +73,20 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
     if not examples:
         raise ConfigError(f"eval.data={name!r} split {split!r}: no examples")
     return examples
+
+
+def rows_line(cfg: LlamaRLConfig, examples) -> str:
+    """What `eval` scores, in words: how many rows, of which file, and why those."""
+    d, split, n = cfg.data, cfg.eval.split, len(examples)
+    if uses_training_split(cfg):
+        which = ("the last data.num_eval_examples={} rows, the rows training held out".format(d.num_eval_examples)
+                 if split != "train" else "the rows before the held-out tail, the rows training used")
+        return f"eval: {n} {'held-out' if split != 'train' else 'train'} rows of {d.path} (split={split}: {which})"
+    name = eval_data_name(cfg)
+    if name == "arith":
+        return f"eval: {n} rows of the built-in arith task (split={split}, data.seed={d.seed})"
+    source = name if name.endswith(DATA_SUFFIXES) else split_path(d, split)
+    return f"eval: {n} rows of {source} (split={split})"
 
 
 def eval_reward_name(cfg: LlamaRLConfig, examples) -> str:
@@ -80,17 +111,21 @@ def eval_run_dir(cfg: LlamaRLConfig) -> Path:
 
 
 def run_eval(cfg: LlamaRLConfig, *, progress: bool = False, out_file: str | None = None,
-             extra: dict | None = None) -> tuple[EvalResult, Path]:
-    """Evaluate as configured; write predictions.jsonl + summary.json (+ `out_file`)."""
+             extra: dict | None = None, say=None) -> tuple[EvalResult, Path]:
+    """Evaluate as configured; write predictions.jsonl + summary.json (+ `out_file`).
+    `say`: called with the line naming the rows scored (the CLI prints it)."""
     e = cfg.eval
     examples = load_eval_examples(cfg)
+    rows = rows_line(cfg, examples)
+    if say:
+        say(rows)
     reward = eval_reward_name(cfg, examples)
     max_new_tokens = e.max_new_tokens or cfg.generation.max_new_tokens
     start = time.perf_counter()
     info = {"data": eval_data_name(cfg), "split": e.split, "policy": e.policy, "reward": reward,
             "template": cfg.data.template, "temperature": e.temperature,
             "max_new_tokens": max_new_tokens, "seed": cfg.run.seed, "checkpoint": None,
-            "num_ranks": 1}
+            "num_ranks": 1, "rows": rows}
     with RewardPool(reward, num_workers=cfg.resources.reward.workers,
                     timeout_s=cfg.resources.reward.timeout_s) as pool:
         if e.policy == "reference":
@@ -126,5 +161,5 @@ def write_result(result: EvalResult, run_dir: Path, out_file: str | None = None)
         Path(out_file).write_text(text)
 
 
-__all__ = ["run_eval", "load_eval_examples", "eval_reward_name", "eval_run_dir", "write_result",
+__all__ = ["run_eval", "load_eval_examples", "rows_line", "uses_training_split", "eval_reward_name", "eval_run_dir", "write_result",
            "summarize"]

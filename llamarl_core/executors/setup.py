@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import DataConfig, GenerationConfig, ModelConfig
-from llamarl_core.data import (Example, Keys, default_reward, prompt_format, render_target, resolve_dataset,
-                               split_source)
+from llamarl_core.data import Example, default_reward, prompt_format, render_target
+from llamarl_core.data.splits import data_keys, load_split, split_path  # noqa: F401 (the roles' names for them)
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -69,47 +69,6 @@ def model_from_state(model_cfg: ModelConfig, state: dict[str, torch.Tensor], dty
 def reward_name(data: DataConfig) -> str:
     """`data.reward`, or the data set's built-in verifier (generic data has none: NoVerifier)."""
     return data.reward if data.reward != "auto" else default_reward(data.name)
-
-
-def data_keys(d: DataConfig) -> Keys:
-    return Keys(prompt=d.prompt_key, answer=d.answer_key, messages=d.messages_key)
-
-
-def split_path(data: DataConfig, split: str) -> str | None:
-    """The file a split is read from: `data.path` for train, `data.eval_path` (else `data.path`)."""
-    return data.path if split == "train" else (data.eval_path or data.path)
-
-
-def load_split(d: DataConfig, split: str) -> list[Example]:
-    """The split's examples; a file's list keeps its `.report` (lines skipped by on_error=skip).
-
-    Without `data.eval_path`, a file that holds both splits (one JSONL/table file, one saved
-    Dataset) gives its last `data.num_eval_examples` rows to the held-out set and the rows
-    before them to training, so no held-out prompt is ever trained on. Either split is then
-    a fixed slice of the file: every role and every restart agrees on it."""
-    if d.name == "arith":
-        n = d.num_train_examples if split == "train" else d.num_eval_examples
-        return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed,
-                               **d.arith_knobs())
-    path = split_path(d, split)
-    one_file = not d.eval_path and split_source(d.name, d.path, "train") == split_source(d.name, d.path, "test")
-    n = None if split == "train" or one_file else (d.num_eval_examples or None)
-    examples = resolve_dataset(d.name, path, split, num_examples=n, seed=d.seed, on_error=d.on_error,
-                               keys=data_keys(d))
-    if one_file:
-        held_out = _held_out_rows(d.num_eval_examples, len(examples), path or d.name)
-        examples = examples[:-held_out] if split == "train" else examples[-held_out:]
-    return examples
-
-
-def _held_out_rows(num_eval_examples: int, num_rows: int, path: str) -> int:
-    """How many tail rows of a one-file data set are held out; refuses a split with no train rows."""
-    if 0 < num_eval_examples < num_rows:
-        return num_eval_examples
-    asked = "0 (all rows)" if num_eval_examples == 0 else str(num_eval_examples)
-    raise ValueError(f"data.num_eval_examples={asked}: the held-out set is the last rows of {path} "
-                     f"(no data.eval_path), which holds {num_rows} row(s), so none would be left to "
-                     f"train on; set data.eval_path or data.num_eval_examples below {num_rows}")
 
 
 @dataclass

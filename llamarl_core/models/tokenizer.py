@@ -108,6 +108,7 @@ class HFTokenizer:
         except ImportError as err:
             raise ValueError(f"{directory}: a Hugging Face tokenizer needs `transformers` "
                              f"(pip install 'llamarl[hf]')") from err
+        _check_json_files(directory)
         try:  # local files only: nothing downloads at run time, no remote code runs
             tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
         except Exception as err:  # transformers raises OSError, ValueError, JSON errors...
@@ -188,6 +189,22 @@ class MissingTokenizer:
 
     def __bool__(self) -> bool:
         return False
+
+
+def _check_json_files(directory: Path) -> None:
+    """A truncated or hand-broken JSON file is named with its line and column here, not deep
+    inside transformers' loader."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        file = directory / name
+        if not file.is_file():
+            continue
+        try:
+            json.loads(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{file}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{file}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
+                             "a truncated copy? copy the checkpoint's tokenizer files again") from None
 
 
 def has_tokenizer(directory) -> bool:

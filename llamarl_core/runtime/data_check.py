@@ -10,6 +10,8 @@ the line, instead of a role failing after launch and being restarted for nothing
   every line is UTF-8 and JSON with the fields the config maps (true line and column), and
   some example is left; `data.on_error=skip` skips such lines instead, and how many is
   printed here (and written to summary.json by the trainer);
+- a checkpoint's chat template rendered on every prompt in a killable child under a time
+  limit first (`template_check.py`): a template that loops or raises is one line naming its file;
 - every prompt rendered with the run's template and tokenizer (`encode_prompts`, as the
   roles do), against `generation.max_prompt_tokens`: how many exceed it and the longest.
 """
@@ -17,10 +19,11 @@ from __future__ import annotations
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import DataFormatError, NoVerifier
+from llamarl_core.data import DataFormatError, NoVerifier, prompt_format, resolve_template
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards.custom import check_importable, is_custom
+from llamarl_core.data.template_check import check_template
 
 SPLITS = (("train", "train"), ("test", "held-out"))
 
@@ -28,18 +31,12 @@ SPLITS = (("train", "train"), ("test", "held-out"))
 def check_data(cfg: LlamaRLConfig) -> list[str]:
     """Raise ConfigError on the first problem; else the lines to print (counts, skips)."""
     _check_reward(cfg)
-    tokenizer = load_tokenizer(cfg.model.checkpoint) if cfg.model.checkpoint else ByteTokenizer()
+    tokenizer = _tokenizer(cfg)
     lines, counts, longest, reported = [], [], 0, set()
-    for split, label in SPLITS:
-        key = "data.path" if split == "train" or not cfg.data.eval_path else "data.eval_path"
-        try:
-            examples = load_split(cfg.data, split)
-        except (DataFormatError, FileNotFoundError) as e:
-            hint = " (data.on_error=skip would skip such lines)" if (
-                cfg.data.on_error == "raise" and ": no examples" not in str(e)) else ""
-            raise ConfigError(f"{key}: {e}{hint}") from None
-        except ValueError as e:
-            raise ConfigError(f"{key}={split_path(cfg.data, split)}: {e}") from None
+    splits = [(split, label, _load(cfg, split)) for split, label in SPLITS]
+    _check_template(cfg, tokenizer, [ex for _, _, examples in splits for ex in examples])
+    for split, label, examples in splits:
+        key = _key(cfg, split)
         try:
             prompts = encode_prompts(cfg.data, cfg.generation, examples, tokenizer)
         except ValueError as e:
@@ -55,6 +52,39 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
     lines.append(f"data: {' / '.join(counts)} examples checked; prompts up to {longest} tokens "
                  f"(generation.max_prompt_tokens={cfg.generation.max_prompt_tokens})")
     return lines
+
+
+def _key(cfg: LlamaRLConfig, split: str) -> str:
+    return "data.path" if split == "train" or not cfg.data.eval_path else "data.eval_path"
+
+
+def _load(cfg: LlamaRLConfig, split: str):
+    try:
+        return load_split(cfg.data, split)
+    except (DataFormatError, FileNotFoundError) as e:
+        hint = " (data.on_error=skip would skip such lines)" if (
+            cfg.data.on_error == "raise" and ": no examples" not in str(e)) else ""
+        raise ConfigError(f"{_key(cfg, split)}: {e}{hint}") from None
+    except ValueError as e:
+        raise ConfigError(f"{_key(cfg, split)}={split_path(cfg.data, split)}: {e}") from None
+
+
+def _tokenizer(cfg: LlamaRLConfig):
+    if not cfg.model.checkpoint:
+        return ByteTokenizer()
+    try:
+        return load_tokenizer(cfg.model.checkpoint)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"model.checkpoint={cfg.model.checkpoint}: {e}") from None
+
+
+def _check_template(cfg: LlamaRLConfig, tokenizer, examples) -> None:
+    """A checkpoint's chat template is code: rendered first in a child under a time limit."""
+    if cfg.model.checkpoint and resolve_template(cfg.data.template, tokenizer) == "chat" and getattr(
+            tokenizer, "chat_template", None):
+        reason = check_template(cfg.model.checkpoint, prompt_format(cfg.data), examples)
+        if reason:
+            raise ConfigError(reason)
 
 
 def _check_reward(cfg: LlamaRLConfig) -> None:

@@ -16,6 +16,7 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import NoVerifier, PromptFormat, prompt_format, render_prompt, render_target, resolve_template
 from llamarl_core.executors.setup import load_split, reward_name
+from llamarl_core.data.template_check import check_template
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
 from llamarl_core.rewards.custom import check_importable, is_custom
@@ -43,6 +44,10 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
         raise ConfigError(f"model.checkpoint={checkpoint}: {e}") from None
     fmt = prompt_format(cfg.data)
     fmt = replace(fmt, template=resolve_template(fmt.template, tokenizer))
+    if checkpoint and fmt.template == "chat" and getattr(tokenizer, "chat_template", None):
+        reason = check_template(checkpoint, fmt, examples)  # the template is code: a child, a time limit
+        if reason:
+            raise ConfigError(reason)
     texts = [render_prompt(ex, fmt, tokenizer) for ex in examples]
     ids = [tokenizer.encode(t) for t in texts]  # = encode_prompt, as training encodes them
     lengths = [len(i) for i in ids]

@@ -1,0 +1,57 @@
+"""`load_split`: the rule that divides a run's data into the rows it trains on and the rows it
+holds out. One place: the roles (executors/setup.py), the pre-launch check and `llamarl eval`
+all call it, so `eval split=test` scores exactly the rows training never saw.
+
+Without `data.eval_path`, a file that holds both splits (one JSONL/table file, one saved
+Dataset) gives its last `data.num_eval_examples` rows to the held-out set and the rows before
+them to training. The split is a fixed slice of the file (no shuffle, so no seed): every role,
+every restart and every later eval agrees on it. The built-in `arith` task draws each split
+with `data.seed`.
+"""
+from __future__ import annotations
+
+from llamarl_core.data.datasets import resolve_dataset, split_source
+from llamarl_core.data.example import Example
+from llamarl_core.data.loaders import Keys
+
+
+def data_keys(d) -> Keys:
+    return Keys(prompt=d.prompt_key, answer=d.answer_key, messages=d.messages_key)
+
+
+def split_path(data, split: str) -> str | None:
+    """The file a split is read from: `data.path` for train, `data.eval_path` (else `data.path`)."""
+    return data.path if split == "train" else (data.eval_path or data.path)
+
+
+def holds_both_splits(d) -> bool:
+    """True when training splits one file itself (no `data.eval_path`, same rows for both)."""
+    return d.name != "arith" and not d.eval_path and (
+        split_source(d.name, d.path, "train") == split_source(d.name, d.path, "test"))
+
+
+def load_split(d, split: str) -> list[Example]:
+    """The split's examples of a `DataConfig`; a file's list keeps its `.report` (lines skipped
+    by on_error=skip)."""
+    if d.name == "arith":
+        n = d.num_train_examples if split == "train" else d.num_eval_examples
+        return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed, **d.arith_knobs())
+    path = split_path(d, split)
+    one_file = holds_both_splits(d)
+    n = None if split == "train" or one_file else (d.num_eval_examples or None)
+    examples = resolve_dataset(d.name, path, split, num_examples=n, seed=d.seed, on_error=d.on_error,
+                               keys=data_keys(d))
+    if one_file:
+        held_out = _held_out_rows(d.num_eval_examples, len(examples), path or d.name)
+        examples = examples[:-held_out] if split == "train" else examples[-held_out:]
+    return examples
+
+
+def _held_out_rows(num_eval_examples: int, num_rows: int, path: str) -> int:
+    """How many tail rows of a one-file data set are held out; refuses a split with no train rows."""
+    if 0 < num_eval_examples < num_rows:
+        return num_eval_examples
+    asked = "0 (all rows)" if num_eval_examples == 0 else str(num_eval_examples)
+    raise ValueError(f"data.num_eval_examples={asked}: the held-out set is the last rows of {path} "
+                     f"(no data.eval_path), which holds {num_rows} row(s), so none would be left to "
+                     f"train on; set data.eval_path or data.num_eval_examples below {num_rows}")
