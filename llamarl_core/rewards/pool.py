@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from multiprocessing.connection import wait
 
-from llamarl_core.config.schema import RewardResources  # the defaults: one source
+from llamarl_core.config.schema import RewardResources, RewardSettings  # the defaults: one source
 from llamarl_core.rewards.specs import get_spec
 from llamarl_core.rewards.worker import WorkerHandle
 
@@ -27,7 +27,8 @@ class RewardPool:
     """Context manager: ``with RewardPool("math", num_workers=2) as pool: pool.score(c, r)``."""
 
     def __init__(self, name: str, num_workers: int = RewardResources.workers,
-                 timeout_s: float = RewardResources.timeout_s) -> None:
+                 timeout_s: float = RewardResources.timeout_s,
+                 max_abs: float = RewardSettings.max_abs) -> None:
         if num_workers < 1:
             raise ValueError(f"RewardPool num_workers must be >= 1, got {num_workers}")
         if not timeout_s > 0:
@@ -42,7 +43,7 @@ class RewardPool:
         self.first_timeout: str | None = None  # what the first timeout was
         self._workers: list[WorkerHandle] = []
         if self.spec.isolated is not None:
-            self._workers = [WorkerHandle(name) for _ in range(num_workers)]
+            self._workers = [WorkerHandle(name, max_abs=max_abs, index=w) for w in range(num_workers)]
 
     def __enter__(self) -> "RewardPool":
         return self
@@ -76,7 +77,11 @@ class RewardPool:
         if pending:
             if not self._workers:
                 raise RuntimeError(f"RewardPool({self.name!r}) is closed")
-            self._run_isolated(self._tasks(pending), scores)
+            try:
+                self._run_isolated(self._tasks(pending), scores)
+            finally:  # nothing a task started outlives the call
+                for worker in self._workers:
+                    worker.sweep()
         return scores
 
     def _tasks(self, pending: list[tuple[int, tuple]]) -> list[tuple[list[int], tuple]]:
@@ -114,7 +119,7 @@ class RewardPool:
                 t, _ = busy.pop(w)
                 items = tasks[t][0]
                 try:
-                    task_id, value, error = conn.recv()
+                    task_id, value, errors = conn.recv()
                 except (EOFError, OSError):
                     self.stats["worker_crashes"] += 1
                     code = self._workers[w].process.poll()
@@ -123,11 +128,12 @@ class RewardPool:
                         self._note_error(len(items), f"the reward worker process died (exit code "
                                                      f"{code}) while scoring")
                     continue
-                if error is not None:
-                    self._note_error(len(items), error)
-                elif task_id == t:
-                    for i, v in zip(items, value if isinstance(value, list) else [value]):
-                        scores[i] = v
+                if task_id != t:
+                    continue
+                for i, v in zip(items, value if isinstance(value, list) else [value]):
+                    scores[i] = v
+                for k, error in errors:  # (position in the task, why) per item that scored 0
+                    self._note_error(1, error and f"reward {self.name}, sample {items[k]}: {error}")
             now = time.monotonic()
             for w, (t, deadline) in list(busy.items()):
                 if now >= deadline:
@@ -140,9 +146,9 @@ class RewardPool:
                                               f"{self.timeout_s:g} per item): scored 0, worker restarted")
                     self._restart(w)
 
-    def _note_error(self, n_items: int, error: str) -> None:
+    def _note_error(self, n_items: int, error: str | None) -> None:
         self.stats["errors"] += n_items
-        if self.first_error is None:
+        if self.first_error is None and error:
             self.first_error = error
 
     def _restart(self, w: int) -> None:
