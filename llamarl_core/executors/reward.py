@@ -55,7 +55,8 @@ class RewardExecutor:
         self.ctx, self.algorithm, self.forward_groups = ctx, algorithm, forward_groups
         self.tokenizer = _tokenizer(model)
         r = resources
-        self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s, max_abs=max_abs)
+        self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s, max_abs=max_abs,
+                               on_progress=ctx.progress)
         # What a verifier compares against: the reference, or for a custom reward the whole row.
         examples = load_split(data, "train")
         self.references = ([ex.as_dict() for ex in examples] if self.pool.spec.custom

@@ -2,14 +2,17 @@
 
 Flow per item: ``prepare`` in this process (bounded; settles most items) -> if it still
 needs a symbolic check, the item goes to an idle worker and must answer within
-``timeout_s`` of being sent, else the worker is killed and respawned and the item scores
-0.0. A worker that dies (crash, memory limit) is respawned the same way. Workers start
+``timeout_s`` of being sent, else the worker is killed with its whole process tree
+(``proc_tree.py``) and respawned, and the item scores 0.0; the other workers go on meanwhile,
+so a reward that hangs costs one timeout per item, ``num_workers`` at a time. A worker that
+dies (crash, memory limit) is respawned the same way. When a ``score`` call ends, whatever
+its tasks started and left running is killed (``WorkerHandle.sweep``). Workers start
 when the pool is created (in the background) so their imports overlap other work; a
 worker's start-up is not counted against ``timeout_s``.
 
 ``stats`` counts: items, in_process (settled without a worker), isolated, timeouts (items),
-worker_crashes, errors (items whose verifier raised, or whose custom reward's worker died;
-scored 0.0), restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
+worker_crashes, errors (items whose verifier raised, whose custom reward's worker died, or
+whose custom reward returned no finite number within ``reward.max_abs``; scored 0.0), restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
 A custom reward (``custom.py``) settles nothing in this process; with ``batch = True`` each
 worker gets one share of a ``score`` call as two lists, due ``timeout_s`` per item.
 """
@@ -28,13 +31,17 @@ class RewardPool:
 
     def __init__(self, name: str, num_workers: int = RewardResources.workers,
                  timeout_s: float = RewardResources.timeout_s,
-                 max_abs: float = RewardSettings.max_abs) -> None:
+                 max_abs: float = RewardSettings.max_abs, on_progress=None) -> None:
+        """``on_progress()`` is called each time an item is settled (scored, failed or timed
+        out): a role's liveness signal, so a reward that hangs on every sample (each costs one
+        timeout) does not look like a hung rank to the controller's heartbeat watch."""
         if num_workers < 1:
             raise ValueError(f"RewardPool num_workers must be >= 1, got {num_workers}")
         if not timeout_s > 0:
             raise ValueError(f"RewardPool timeout_s must be > 0, got {timeout_s}")
         self.spec = get_spec(name)
         self.name, self.num_workers, self.timeout_s = name, num_workers, timeout_s
+        self.on_progress = on_progress or (lambda: None)
         self.stats = dict.fromkeys(
             ("items", "in_process", "isolated", "timeouts", "worker_crashes", "errors",
              "restarts"), 0,
@@ -115,6 +122,7 @@ class RewardPool:
             next_deadline = min(deadline for _, deadline in busy.values())
             conns = {self._workers[w].conn: w for w in busy}
             for conn in wait(list(conns), timeout=max(0.0, next_deadline - time.monotonic())):
+                self.on_progress()
                 w = conns[conn]
                 t, _ = busy.pop(w)
                 items = tasks[t][0]
@@ -137,6 +145,7 @@ class RewardPool:
             now = time.monotonic()
             for w, (t, deadline) in list(busy.items()):
                 if now >= deadline:
+                    self.on_progress()
                     busy.pop(w)
                     n = len(tasks[t][0])
                     self.stats["timeouts"] += n

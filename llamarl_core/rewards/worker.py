@@ -277,7 +277,10 @@ class WorkerHandle:
         self.start()
 
     def close(self) -> None:
-        """Ask the child to exit, then make sure it has."""
+        """Kill what the reward started (before the worker exits and its orphans escape to
+        init), ask the worker to exit, then make sure it has."""
+        if self.is_alive():
+            kill_descendants(self.process.pid)
         if self.is_alive() and self.conn is not None and not self.conn.closed:
             try:
                 self.conn.send(None)

@@ -22,9 +22,12 @@ def _note(example):
 def _detached_sleeper(example):
     if os.fork() == 0:            # child: leave the worker's session, fork the sleeper, exit
         os.setsid()
+        noted, note = os.pipe()
         if os.fork() == 0:
             _note(example)
+            os.write(note, b"x")
             os.execvp("sleep", ["sleep", "4321.5"])
+        os.read(noted, 1)         # the sleeper's pid is on file before anyone may kill it
         os._exit(0)
     os.wait()                     # the sleeper is now an orphan
 
@@ -32,10 +35,13 @@ def score(completion, example):
     if completion == "double_fork":
         _detached_sleeper(example)
     elif completion == "fork_sleep":
+        noted, note = os.pipe()
         if os.fork() == 0:
             _note(example)
+            os.write(note, b"x")
             time.sleep(4321)      # a copy of the worker, asleep in the reward
             os._exit(0)
+        os.read(noted, 1)
     elif completion == "fork_return":
         os.fork()                 # both copies return; only the worker may answer
     elif completion == "hang":
@@ -101,12 +107,15 @@ def test_an_os_fork_child_that_returns_never_answers_for_the_worker(reward, tmp_
 
 def test_a_hanging_reward_costs_one_timeout_per_sample_in_parallel_and_leaves_nothing(reward, tmp_path):
     timeout_s, workers, samples = 1.0, 2, 4
-    with RewardPool(reward, num_workers=workers, timeout_s=timeout_s) as pool:
+    settled = []  # the reward rank's liveness signal: a hang on every sample is still progress
+    with RewardPool(reward, num_workers=workers, timeout_s=timeout_s,
+                    on_progress=lambda: settled.append(1)) as pool:
         pool.score(["ok"], [{"dir": str(tmp_path)}])  # both workers started: start-up not timed
         start = time.monotonic()
         scores = pool.score(["hang"] * samples, [{"dir": str(tmp_path)}] * samples)
         elapsed_s = time.monotonic() - start
         assert scores == [0.0] * samples and pool.stats["timeouts"] == samples
+        assert len(settled) >= 1 + samples
         # 4 samples on 2 workers: 2 rounds of one timeout each (+ a restarted worker's start-up,
         # which is not timed, on a loaded 2-core machine); in series it would be 4+ s and more
         assert 2 * timeout_s <= elapsed_s < 2 * timeout_s + 8.0
@@ -114,12 +123,26 @@ def test_a_hanging_reward_costs_one_timeout_per_sample_in_parallel_and_leaves_no
         assert pool.score(["ok"], [{"dir": str(tmp_path)}]) == [1.0]
 
 
-def test_close_kills_the_workers_whole_trees(reward, tmp_path):
-    pool = RewardPool(reward, num_workers=1, timeout_s=10.0)
+HELPER_FILE = """
+import os, subprocess
+helper = subprocess.Popen(["sleep", "4321.25"], start_new_session=True)  # a server it loads with
+with open(os.path.join(os.path.dirname(__file__), "pids"), "a") as f:
+    f.write(f"{helper.pid}\\n")
+
+def score(completion, example):
+    return 1.0
+"""
+
+
+def test_what_a_reward_starts_while_loading_lives_until_close_then_dies_with_its_worker(tmp_path):
+    (tmp_path / "helper_reward.py").write_text(HELPER_FILE)
+    pool = RewardPool(f"{tmp_path / 'helper_reward.py'}:score", num_workers=1, timeout_s=10.0)
     worker_pid = pool._workers[0].process.pid
-    pool.score(["ok"], [{"dir": str(tmp_path)}])
+    assert pool.score(["a", "b"], [{}] * 2) == [1.0, 1.0]
+    [helper_pid] = _spawned(tmp_path, 1)
+    assert _alive(helper_pid)  # the sweep after score() spares what the reward loaded with
     pool.close()
-    assert _gone([worker_pid])
+    assert _gone([worker_pid, helper_pid])
 
 
 def test_a_reward_printing_50_mb_writes_at_most_the_cap_to_the_log(reward, tmp_path, capsys):
