@@ -86,8 +86,8 @@ class RewardPool:
                 raise RuntimeError(f"RewardPool({self.name!r}) is closed")
             try:
                 self._run_isolated(self._tasks(pending), scores)
-            finally:  # nothing a task started outlives the call
-                for worker in self._workers:
+            finally:  # nothing a user's reward started in the call outlives it (ours start none)
+                for worker in self._workers if self.spec.custom else ():
                     worker.sweep()
         return scores
 
