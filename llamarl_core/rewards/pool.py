@@ -12,7 +12,8 @@ worker's start-up is not counted against ``timeout_s``.
 
 ``stats`` counts: items, in_process (settled without a worker), isolated, timeouts (items),
 worker_crashes, errors (items whose verifier raised, whose custom reward's worker died, or
-whose custom reward returned no finite number within ``reward.max_abs``; scored 0.0), restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
+whose custom reward returned no finite number within ``reward.max_abs``; scored 0.0),
+restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
 A custom reward (``custom.py``) settles nothing in this process; with ``batch = True`` each
 worker gets one share of a ``score`` call as two lists, due ``timeout_s`` per item.
 """

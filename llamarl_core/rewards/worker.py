@@ -19,6 +19,7 @@ error_or_None)``: ``isolated(*args)`` for a built-in; for a custom reward ``args
 """
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import signal
@@ -176,7 +177,7 @@ def copy_capped(pipe, index: int, cap_bytes: int = MAX_OUTPUT_BYTES) -> None:
     """Copy a worker's output to this process's stdout until ``cap_bytes``, then say so once
     and drop the rest (still read, so the worker never blocks on a full pipe). The pipe holds
     everything the worker's process tree writes to fd 1/2, C code and subprocesses included."""
-    written = 0
+    written, decoder = 0, codecs.getincrementaldecoder("utf-8")("replace")  # a character may span reads
     with pipe:
         for chunk in iter(lambda: pipe.read1(65536), b""):
             if written >= cap_bytes:
@@ -184,7 +185,7 @@ def copy_capped(pipe, index: int, cap_bytes: int = MAX_OUTPUT_BYTES) -> None:
             part = chunk[:cap_bytes - written]
             written += len(part)
             try:
-                sys.stdout.write(part.decode("utf-8", "replace"))
+                sys.stdout.write(decoder.decode(part))
                 if written >= cap_bytes:
                     sys.stdout.write(f"\nreward worker {index}: output over {cap_bytes / 1024**2:g} MiB, "
                                      f"the rest dropped\n")
