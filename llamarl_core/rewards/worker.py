@@ -19,8 +19,6 @@ error_or_None)``: ``isolated(*args)`` for a built-in; for a custom reward ``args
 """
 from __future__ import annotations
 
-import codecs
-import math
 import os
 import signal
 import socket
@@ -33,12 +31,13 @@ from multiprocessing.connection import Connection
 
 from llamarl_core.config.schema import RewardSettings  # the default bound: one source
 from llamarl_core.rewards.custom import load_function
+from llamarl_core.rewards.output_cap import copy_capped
 from llamarl_core.rewards.proc_tree import descendants, kill_descendants, kill_tree, make_subreaper
 from llamarl_core.rewards.specs import get_spec
+from llamarl_core.rewards.values import checked_reward
 
 WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway sympy expansion dies, not the machine
 MAX_TRACEBACK_CHARS = 4000  # a custom reward's traceback, as sent to the reward log
-MAX_OUTPUT_BYTES = 1024**2  # what one worker process may print (stdout + stderr) to the log
 
 
 def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool,
@@ -103,30 +102,6 @@ def _reap_orphans() -> None:
             return
 
 
-def checked_reward(value, max_abs: float) -> tuple[float, str | None]:
-    """(score, None) for a usable reward, else (0.0, why not). A usable reward is a real number
-    (int, float, a numpy or 0-d torch scalar; a bool counts as 1.0 / 0.0, as ``return answer ==
-    reference`` means) that is finite with |r| <= ``max_abs``. A string is refused even when it
-    parses ("1e308"): a reward that returns text has a bug, and far-out values overflow the
-    group's advantage to NaN."""
-    why = f"a reward must be a finite number with |r| <= reward.max_abs={max_abs:g}"
-    described = f"{_short_repr(value)} (a {type(value).__name__})"
-    if isinstance(value, (str, bytes, bytearray)):
-        return 0.0, f"returned {described}: {why}"
-    try:
-        score = float(value)
-    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a torch tensor of many values
-        return 0.0, f"returned {described}: {why}"
-    if not math.isfinite(score) or abs(score) > max_abs:
-        return 0.0, f"returned {described}: {why}"
-    return score, None
-
-
-def _short_repr(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _one_call(fn, max_abs: float):
     def call(completion, example):
         score, error = checked_reward(fn(completion, example), max_abs)
@@ -171,27 +146,6 @@ def _die_with_parent(parent_is_main_thread: bool, poll_s: float = 1.0) -> None:
                 os._exit(0)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
-def copy_capped(pipe, index: int, cap_bytes: int = MAX_OUTPUT_BYTES) -> None:
-    """Copy a worker's output to this process's stdout until ``cap_bytes``, then say so once
-    and drop the rest (still read, so the worker never blocks on a full pipe). The pipe holds
-    everything the worker's process tree writes to fd 1/2, C code and subprocesses included."""
-    written, decoder = 0, codecs.getincrementaldecoder("utf-8")("replace")  # a character may span reads
-    with pipe:
-        for chunk in iter(lambda: pipe.read1(65536), b""):
-            if written >= cap_bytes:
-                continue
-            part = chunk[:cap_bytes - written]
-            written += len(part)
-            try:
-                sys.stdout.write(decoder.decode(part))
-                if written >= cap_bytes:
-                    sys.stdout.write(f"\nreward worker {index}: output over {cap_bytes / 1024**2:g} MiB, "
-                                     f"the rest dropped\n")
-                sys.stdout.flush()
-            except (OSError, ValueError):  # this process's stdout is closed: keep draining
-                pass
 
 
 class WorkerHandle:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llamarl_core.rewards import RewardPool
-from llamarl_core.rewards.worker import checked_reward
+from llamarl_core.rewards.values import checked_reward
 
 WHY = "a reward must be a finite number with |r| <= reward.max_abs=1e+06"
 
@@ -58,7 +58,8 @@ def reward_file(tmp_path):
 
 def test_the_pool_scores_bad_values_zero_and_counts_each_as_an_error(reward_file):
     completions = ["ok", "str", "huge", "np", "neg_inf", "nan", "bool"]
-    with RewardPool(f"{reward_file}:score", num_workers=2, timeout_s=5.0) as pool:
+    # one worker: the items answer in order, so the first error logged is sample 1's
+    with RewardPool(f"{reward_file}:score", num_workers=1, timeout_s=5.0) as pool:
         scores = pool.score(completions, [{}] * len(completions))
         assert scores == [0.25, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0]
         assert pool.stats["errors"] == 4 and pool.stats["timeouts"] == 0

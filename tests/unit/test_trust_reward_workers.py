@@ -10,7 +10,7 @@ import time
 import pytest
 
 from llamarl_core.rewards import RewardPool
-from llamarl_core.rewards.worker import MAX_OUTPUT_BYTES
+from llamarl_core.rewards.output_cap import MAX_OUTPUT_BYTES
 
 REWARD_FILE = """
 import os, sys, time
