@@ -127,7 +127,7 @@ def run_eval(cfg: LlamaRLConfig, *, progress: bool = False, out_file: str | None
             "max_new_tokens": max_new_tokens, "seed": cfg.run.seed, "checkpoint": None,
             "num_ranks": 1, "rows": rows}
     with RewardPool(reward, num_workers=cfg.resources.reward.workers,
-                    timeout_s=cfg.resources.reward.timeout_s) as pool:
+                    timeout_s=cfg.resources.reward.timeout_s, max_abs=cfg.reward.max_abs) as pool:
         if e.policy == "reference":
             predictions = reference_predictions(examples)
         else:

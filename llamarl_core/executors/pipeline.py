@@ -99,7 +99,7 @@ def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
         return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm,
-                              forward_groups=stream_groups_active(cfg))
+                              forward_groups=stream_groups_active(cfg), max_abs=cfg.reward.max_abs)
     if role in ("trainer", "actor"):
         from llamarl_core.executors.feeds import OwnChunks, RewardFeed
         from llamarl_core.executors.publishers import InPlace, WeightSync

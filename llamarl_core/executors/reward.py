@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from llamarl_core.config.schema import AlgorithmConfig, DataConfig, ModelConfig, RewardResources
+from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, ModelConfig, RewardResources,
+                                       RewardSettings)
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
@@ -44,16 +45,19 @@ def _tokenizer(model: ModelConfig):
 
 class RewardExecutor:
     def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
-                 algorithm: AlgorithmConfig, forward_groups: bool = False):
+                 algorithm: AlgorithmConfig, forward_groups: bool = False,
+                 max_abs: float = RewardSettings.max_abs):
         """`model`: whose tokenizer decodes completions; `data`: the train examples and their
         reward; `resources`: resources.reward (verifier workers, timeout); `algorithm`: the
         step's shape (prompts_per_step, group_size); `forward_groups`: send each group on as soon
         as it is scored (the trainer starts micro-batches on groups as they arrive), not each
-        trainer rank's slice of a chunk once the chunk is whole."""
+        trainer rank's slice of a chunk once the chunk is whole; `max_abs`: reward.max_abs (a
+        larger or non-numeric reward is an error for its sample)."""
         self.ctx, self.algorithm, self.forward_groups = ctx, algorithm, forward_groups
         self.tokenizer = _tokenizer(model)
         r = resources
-        self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s)
+        self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s, max_abs=max_abs,
+                               on_progress=ctx.progress)
         # What a verifier compares against: the reference, or for a custom reward the whole row.
         examples = load_split(data, "train")
         self.references = ([ex.as_dict() for ex in examples] if self.pool.spec.custom

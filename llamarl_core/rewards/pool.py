@@ -2,14 +2,18 @@
 
 Flow per item: ``prepare`` in this process (bounded; settles most items) -> if it still
 needs a symbolic check, the item goes to an idle worker and must answer within
-``timeout_s`` of being sent, else the worker is killed and respawned and the item scores
-0.0. A worker that dies (crash, memory limit) is respawned the same way. Workers start
+``timeout_s`` of being sent, else the worker is killed with its whole process tree
+(``proc_tree.py``) and respawned, and the item scores 0.0; the other workers go on meanwhile,
+so a reward that hangs costs one timeout per item, ``num_workers`` at a time. A worker that
+dies (crash, memory limit) is respawned the same way. When a ``score`` call ends, whatever
+its tasks started and left running is killed (``WorkerHandle.sweep``). Workers start
 when the pool is created (in the background) so their imports overlap other work; a
 worker's start-up is not counted against ``timeout_s``.
 
 ``stats`` counts: items, in_process (settled without a worker), isolated, timeouts (items),
-worker_crashes, errors (items whose verifier raised, or whose custom reward's worker died;
-scored 0.0), restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
+worker_crashes, errors (items whose verifier raised, whose custom reward's worker died, or
+whose custom reward returned no finite number within ``reward.max_abs``; scored 0.0),
+restarts. ``first_error`` / ``first_timeout`` keep the first of each for the log.
 A custom reward (``custom.py``) settles nothing in this process; with ``batch = True`` each
 worker gets one share of a ``score`` call as two lists, due ``timeout_s`` per item.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import time
 from multiprocessing.connection import wait
 
-from llamarl_core.config.schema import RewardResources  # the defaults: one source
+from llamarl_core.config.schema import RewardResources, RewardSettings  # the defaults: one source
 from llamarl_core.rewards.specs import get_spec
 from llamarl_core.rewards.worker import WorkerHandle
 
@@ -27,13 +31,18 @@ class RewardPool:
     """Context manager: ``with RewardPool("math", num_workers=2) as pool: pool.score(c, r)``."""
 
     def __init__(self, name: str, num_workers: int = RewardResources.workers,
-                 timeout_s: float = RewardResources.timeout_s) -> None:
+                 timeout_s: float = RewardResources.timeout_s,
+                 max_abs: float = RewardSettings.max_abs, on_progress=None) -> None:
+        """``on_progress()`` is called each time an item is settled (scored, failed or timed
+        out): a role's liveness signal, so a reward that hangs on every sample (each costs one
+        timeout) does not look like a hung rank to the controller's heartbeat watch."""
         if num_workers < 1:
             raise ValueError(f"RewardPool num_workers must be >= 1, got {num_workers}")
         if not timeout_s > 0:
             raise ValueError(f"RewardPool timeout_s must be > 0, got {timeout_s}")
         self.spec = get_spec(name)
         self.name, self.num_workers, self.timeout_s = name, num_workers, timeout_s
+        self.on_progress = on_progress or (lambda: None)
         self.stats = dict.fromkeys(
             ("items", "in_process", "isolated", "timeouts", "worker_crashes", "errors",
              "restarts"), 0,
@@ -42,7 +51,7 @@ class RewardPool:
         self.first_timeout: str | None = None  # what the first timeout was
         self._workers: list[WorkerHandle] = []
         if self.spec.isolated is not None:
-            self._workers = [WorkerHandle(name) for _ in range(num_workers)]
+            self._workers = [WorkerHandle(name, max_abs=max_abs, index=w) for w in range(num_workers)]
 
     def __enter__(self) -> "RewardPool":
         return self
@@ -76,7 +85,11 @@ class RewardPool:
         if pending:
             if not self._workers:
                 raise RuntimeError(f"RewardPool({self.name!r}) is closed")
-            self._run_isolated(self._tasks(pending), scores)
+            try:
+                self._run_isolated(self._tasks(pending), scores)
+            finally:  # nothing a user's reward started in the call outlives it (ours start none)
+                for worker in self._workers if self.spec.custom else ():
+                    worker.sweep()
         return scores
 
     def _tasks(self, pending: list[tuple[int, tuple]]) -> list[tuple[list[int], tuple]]:
@@ -110,11 +123,12 @@ class RewardPool:
             next_deadline = min(deadline for _, deadline in busy.values())
             conns = {self._workers[w].conn: w for w in busy}
             for conn in wait(list(conns), timeout=max(0.0, next_deadline - time.monotonic())):
+                self.on_progress()
                 w = conns[conn]
                 t, _ = busy.pop(w)
                 items = tasks[t][0]
                 try:
-                    task_id, value, error = conn.recv()
+                    task_id, value, errors = conn.recv()
                 except (EOFError, OSError):
                     self.stats["worker_crashes"] += 1
                     code = self._workers[w].process.poll()
@@ -123,14 +137,16 @@ class RewardPool:
                         self._note_error(len(items), f"the reward worker process died (exit code "
                                                      f"{code}) while scoring")
                     continue
-                if error is not None:
-                    self._note_error(len(items), error)
-                elif task_id == t:
-                    for i, v in zip(items, value if isinstance(value, list) else [value]):
-                        scores[i] = v
+                if task_id != t:
+                    continue
+                for i, v in zip(items, value if isinstance(value, list) else [value]):
+                    scores[i] = v
+                for k, error in errors:  # (position in the task, why) per item that scored 0
+                    self._note_error(1, error and f"reward {self.name}, sample {items[k]}: {error}")
             now = time.monotonic()
             for w, (t, deadline) in list(busy.items()):
                 if now >= deadline:
+                    self.on_progress()
                     busy.pop(w)
                     n = len(tasks[t][0])
                     self.stats["timeouts"] += n
@@ -140,9 +156,9 @@ class RewardPool:
                                               f"{self.timeout_s:g} per item): scored 0, worker restarted")
                     self._restart(w)
 
-    def _note_error(self, n_items: int, error: str) -> None:
+    def _note_error(self, n_items: int, error: str | None) -> None:
         self.stats["errors"] += n_items
-        if self.first_error is None:
+        if self.first_error is None and error:
             self.first_error = error
 
     def _restart(self, w: int) -> None:

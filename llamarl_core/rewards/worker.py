@@ -19,7 +19,6 @@ error_or_None)``: ``isolated(*args)`` for a built-in; for a custom reward ``args
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
 import socket
@@ -30,17 +29,24 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
+from llamarl_core.config.schema import RewardSettings  # the default bound: one source
 from llamarl_core.rewards.custom import load_function
+from llamarl_core.rewards.output_cap import copy_capped
+from llamarl_core.rewards.proc_tree import descendants, kill_descendants, kill_tree, make_subreaper
 from llamarl_core.rewards.specs import get_spec
+from llamarl_core.rewards.values import checked_reward
 
 WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway sympy expansion dies, not the machine
 MAX_TRACEBACK_CHARS = 4000  # a custom reward's traceback, as sent to the reward log
 
 
-def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool) -> None:
+def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool,
+                max_abs: float = RewardSettings.max_abs) -> None:
     """Entry point of the child process: warm up, then answer tasks until EOF or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and shutdown
     _die_with_parent(parent_is_main_thread)
+    make_subreaper()  # whatever the reward forks stays in this tree (proc_tree.py)
+    my_pid = os.getpid()
     spec = get_spec(reward_name)
     if not spec.custom:  # a user's reward may legitimately need memory (a judge model, torch)
         try:
@@ -55,10 +61,10 @@ def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool)
     if spec.custom:
         fn = load_function(reward_name)
         batch = bool(getattr(fn, "batch", False))
-        call = _batch_call(fn) if batch else _one_call(fn)
+        call = _batch_call(fn, max_abs) if batch else _one_call(fn, max_abs)
         info = {"batch": batch}
     else:
-        call, info = (lambda *args: float(spec.isolated(*args))), {}
+        call, info, batch = (lambda *args: (float(spec.isolated(*args)), [])), {}, False
         if spec.warm_up is not None:
             spec.warm_up()
     conn.send(("ready", info))
@@ -71,32 +77,46 @@ def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool)
             return
         task_id, args = task
         try:
-            score, error = call(*args), None
+            score, errors = call(*args)
         except Exception as exc:  # noqa: BLE001 - a verifier error scores 0, never kills
-            score = 0.0
             error = (traceback.format_exc()[-MAX_TRACEBACK_CHARS:] if spec.custom
                      else f"{type(exc).__name__}: {str(exc)[:200]}")
-        conn.send((task_id, score, error))
+            n = len(args[0]) if batch else 1  # every item of the task scores 0; one traceback
+            score = [0.0] * n if batch else 0.0
+            errors = [(k, error if k == 0 else None) for k in range(n)]
+        if os.getpid() != my_pid:  # a child the reward os.fork()ed returned here: not a worker
+            os._exit(0)
+        conn.send((task_id, score, errors))
+        _reap_orphans()
 
 
-def _finite(value) -> float:
-    score = float(value)
-    if not math.isfinite(score):
-        raise ValueError(f"the reward returned {value!r}, not a finite number")
-    return score
+def _reap_orphans() -> None:
+    """Collect exited orphans re-parented to this subreaper, between tasks only: during a
+    task a reward's own ``subprocess`` calls must get their children's exit codes."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
-def _one_call(fn):
-    return lambda completion, example: _finite(fn(completion, example))
+def _one_call(fn, max_abs: float):
+    def call(completion, example):
+        score, error = checked_reward(fn(completion, example), max_abs)
+        return score, ([] if error is None else [(0, error)])
+    return call
 
 
-def _batch_call(fn):
-    def call(completions: list, examples: list) -> list[float]:
+def _batch_call(fn, max_abs: float):
+    def call(completions: list, examples: list):
         values = list(fn(completions, examples))
         if len(values) != len(completions):
             raise ValueError(f"a batch=True reward returned {len(values)} scores for "
                              f"{len(completions)} completions")
-        return [_finite(v) for v in values]
+        checked = [checked_reward(v, max_abs) for v in values]
+        return [c[0] for c in checked], [(k, e) for k, (_, e) in enumerate(checked) if e is not None]
     return call
 
 
@@ -131,24 +151,32 @@ def _die_with_parent(parent_is_main_thread: bool, poll_s: float = 1.0) -> None:
 class WorkerHandle:
     """Parent-side handle: start, wait until ready, run one task with a deadline, kill."""
 
-    def __init__(self, reward_name: str, startup_timeout_s: float = 120.0) -> None:
-        self.reward_name = reward_name
+    def __init__(self, reward_name: str, startup_timeout_s: float = 120.0,
+                 max_abs: float = RewardSettings.max_abs, index: int = 0) -> None:
+        self.reward_name, self.max_abs, self.index = reward_name, max_abs, index
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.ready = False
+        self.spare: set[int] = set()  # processes the reward started while loading: kept
         self.start()
 
     def start(self) -> None:
         parent_sock, child_sock = socket.socketpair()
         child_fd = child_sock.fileno()
         on_main_thread = threading.current_thread() is threading.main_thread()
+        # Its own session: a group kill reaches all it starts that does not leave the group;
+        # its output through a pipe this process reads with a cap (copy_capped).
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llamarl_core.rewards.worker_entry", str(child_fd),
-             self.reward_name, str(int(on_main_thread))],
+             self.reward_name, str(int(on_main_thread)), repr(float(self.max_abs))],
             pass_fds=(child_fd,), stdin=subprocess.DEVNULL, close_fds=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # a print reaches the log when made
         )
         child_sock.close()
+        threading.Thread(target=copy_capped, args=(self.process.stdout, self.index),
+                         name=f"reward-worker-{self.index}-output", daemon=True).start()
         self.conn, self.ready, self.info = Connection(parent_sock.detach()), False, {}
 
     def is_alive(self) -> bool:
@@ -167,6 +195,7 @@ class WorkerHandle:
                     break
                 if message[0] == "ready":
                     self.ready, self.info = True, dict(message[1] or {})
+                    self.spare = descendants(self.process.pid)
                     return
             if not self.is_alive() and not self.conn.poll(0):
                 break
@@ -181,9 +210,14 @@ class WorkerHandle:
         self.wait_ready()
         self.conn.send((task_id, args))
 
+    def sweep(self) -> int:
+        """Kill what the reward started during its tasks and left running (a forked sleeper, a
+        detached daemon: the worker is their subreaper); what it started while loading stays."""
+        return kill_descendants(self.process.pid, self.spare) if self.is_alive() else 0
+
     def kill(self) -> None:
         if self.is_alive():
-            self.process.kill()
+            kill_tree(self.process.pid)  # the worker, its group, and every orphan it adopted
         if self.process is not None:
             try:
                 self.process.wait(timeout=5.0)
@@ -198,7 +232,10 @@ class WorkerHandle:
         self.start()
 
     def close(self) -> None:
-        """Ask the child to exit, then make sure it has."""
+        """Kill what the reward started (before the worker exits and its orphans escape to
+        init), ask the worker to exit, then make sure it has."""
+        if self.is_alive():
+            kill_descendants(self.process.pid)
         if self.is_alive() and self.conn is not None and not self.conn.closed:
             try:
                 self.conn.send(None)
