@@ -4,16 +4,20 @@ controller's descendant into `pid/<role>/<rank>` and check it survives everythin
 controller does to end a run."""
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
 import time
 
+import pytest
 import torch.distributed as dist
 
 from llamarl_core.runtime import procs
 from llamarl_core.runtime.controller import Controller
+from llamarl_core.transport import shm
 from llamarl_core.transport.control import ControlPlane
 
 MARK = "llamarl-trust-store-sleeper"
@@ -105,3 +109,70 @@ def test_kill_trees_ends_an_orphan_adopted_by_the_subreaper():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+# ---- case 9: no store value names the file the trainer writes weights into -------------------
+
+def test_slot_names_are_derived_from_run_id_epoch_and_rank_and_a_bad_run_id_is_refused():
+    assert shm.slot_paths("ab12", 3, 1, 2) == ["/dev/shm/llamarl-ws-ab12-e3-g1-0", "/dev/shm/llamarl-ws-ab12-e3-g1-1"]
+    for bad in ("../etc", "a/b", "", "x" * 65, "a b"):
+        with pytest.raises(ValueError, match="run id .* cannot name shared-memory buffers"):
+            shm.slot_paths(bad, 0, 0, 1)
+
+
+def test_a_hostile_slots_key_cannot_point_the_trainer_at_another_file(tmp_path):
+    """Before the fix the trainer mapped (and then wrote into) whatever paths `slots/<g>` held."""
+    from llamarl_core.transport import ddma_slots
+    target = tmp_path / "victim"
+    target.write_bytes(b"\0" * 64)
+    with pytest.raises(ValueError, match="created b'\\[.*slots, the plan needs 1"):
+        ddma_slots._open_slots("shm", json.dumps([str(target)]).encode(), 64, ("trust-x", 0, 0, 1))
+    assert target.read_bytes() == b"\0" * 64
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="/dev/shm is not writable here")
+def test_a_symlink_planted_at_a_slot_name_is_neither_created_through_nor_mapped(tmp_path):
+    (path,) = shm.slot_paths(f"trust-{secrets.token_hex(3)}", 0, 0, 1)
+    target = tmp_path / "victim"
+    target.write_bytes(b"\0" * 64)
+    os.symlink(target, path)
+    try:
+        with pytest.raises(FileExistsError):
+            shm.create(path, 64)  # O_EXCL: the generator never writes through it
+        with pytest.raises(ValueError, match="not a regular file of this user"):
+            shm.open_existing(path, 64)  # the trainer never maps it
+        assert target.read_bytes() == b"\0" * 64
+    finally:
+        os.unlink(path)
+
+
+def test_a_trainer_and_generator_sync_weights_over_shm_names_both_derive_themselves(tmp_path):
+    """One sender and one receiver (a thread) on a HashStore: the store carries only the slot
+    count, the weights land, no other file is written and no slot file is left behind."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("/dev/shm is not writable here")
+    import threading
+    import torch
+    from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
+    from llamarl_core.transport.ddma_plan import build_plan
+    plan = build_plan({"w": ((4, 4), torch.float32)}, trainer_ranks=1, generator_ranks=1, dtype=torch.float32)
+    store, run_id = dist.HashStore(), f"trust-{secrets.token_hex(3)}"
+    kw = dict(transport="shm", store=store, epoch=0, timeout_s=30, run_id=run_id)
+    target = tmp_path / "victim"
+    target.write_bytes(b"\0" * plan.slot_nbytes[0])
+    params = {"w": torch.zeros(4, 4)}
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", DdmaReceiver(plan, 0, params, **kw)))
+    t.start()
+    sender = DdmaSender(plan, 0, **kw)
+    t.join(30)
+    receiver = out["r"]
+    sender.send({"w": torch.full((4, 4), 3.0)}, 1)
+    deadline = time.time() + 30
+    while receiver.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert torch.equal(params["w"], torch.full((4, 4), 3.0))
+    assert target.read_bytes() == b"\0" * plan.slot_nbytes[0]
+    sender.close()
+    receiver.close()
+    assert shm.sweep(run_id) == []  # the receiver unlinked its slots after the handshake
