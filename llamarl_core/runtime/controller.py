@@ -11,7 +11,9 @@
            one dead, failed or silent generator or reward rank → restart that group
            (runtime/restarts.py, up to controller.max_restarts); any other → abort with its
            role, rank and log tail;
-           everything it started is ended before it returns (no orphans)
+           everything it started is ended before it returns (no orphans): it is a child
+           subreaper, so orphaned workers stay in its tree, and it signals only that tree;
+           a pid read from the store is used only if it descends from this process
 """
 from __future__ import annotations
 
