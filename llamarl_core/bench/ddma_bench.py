@@ -66,12 +66,12 @@ def _one(rank: int, T: int, G: int, size_mb: float, repeats: int, store, epoch0:
     raw: dict[str, list[float]] = {k: [] for t in TRANSPORTS for k in (t, f"memcpy_{t}")}
     version = 0
     for i, transport in enumerate(TRANSPORTS):  # one transport at a time: its slots are freed before the next
-        kw = dict(transport=transport, store=store, epoch=epoch0 + i, timeout_s=600)
+        kw = dict(transport=transport, store=store, epoch=epoch0 + i, timeout_s=600, run_id=f"bench-ddma-{epoch0}")
         if rank < T:
             end = DdmaSender(plan, rank, **kw)
         else:  # torch.empty: no pages are touched before the first swap replaces them
             params = {t.name: torch.empty(t.shape) for t in plan.slots[rank - T]}
-            end = DdmaReceiver(plan, rank - T, params, run_id=f"bench-ddma-{epoch0}", **kw)
+            end = DdmaReceiver(plan, rank - T, params, **kw)
         for it in range(repeats + WARMUP):
             if rank == 0:
                 t0 = time.perf_counter()

@@ -69,13 +69,13 @@ def _measure(store, device: str, transport: str, epoch: int, size_mb: int, repea
     per, count = tensor_mb * 2**20 // elem, max(1, size_mb // tensor_mb)
     shapes = {f"w{i}": ((per,), dtype) for i in range(count)}
     plan = build_plan(shapes, trainer_ranks=1, generator_ranks=1, dtype=dtype)
-    kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=120.0)
+    kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=120.0, run_id=f"gpucheck{epoch}{store.port}")
     if rank == 0:
         state = {n: torch.full(s, float(i + 1), dtype=dtype, device=dev) for i, (n, (s, _)) in enumerate(shapes.items())}
         end = DdmaSender(plan, 0, device=dev, **kw)
     else:
         state = {n: torch.zeros(s, dtype=dtype, device=dev) for n, (s, _) in shapes.items()}
-        end = DdmaReceiver(plan, 0, state, run_id=f"gpucheck{epoch}{store.port}", **kw)
+        end = DdmaReceiver(plan, 0, state, **kw)
     seconds = []
     for v in range(repeats + 1):  # the first is a warm-up
         store.set(f"{epoch}/go/{v}/{rank}", "1")

@@ -61,12 +61,12 @@ def _endpoints(rank: int, plan, store, epoch0: int) -> dict:
 
     ends = {}
     for i, transport in enumerate(TRANSPORTS):
-        kw = dict(transport=transport, store=store, epoch=epoch0 + i, timeout_s=600)
+        kw = dict(transport=transport, store=store, epoch=epoch0 + i, timeout_s=600, run_id=f"bench-ws-{epoch0 + i}")
         if rank == 0:
             ends[transport] = DdmaSender(plan, 0, **kw)
         else:  # torch.empty: no pages are touched before the first swap replaces them
             params = {t.name: torch.empty(t.shape) for t in plan.slots[0]}
-            ends[transport] = DdmaReceiver(plan, 0, params, run_id=f"bench-ws-{epoch0 + i}", **kw)
+            ends[transport] = DdmaReceiver(plan, 0, params, **kw)
     return ends
 
 

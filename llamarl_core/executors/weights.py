@@ -104,7 +104,7 @@ def make_sender(ctx: RoleRuntime, cfg: WeightSyncConfig, model: torch.nn.Module,
     device = next(model.parameters()).device
     return DdmaSender(plan(ctx, cfg, shapes, model.args), ctx.local_rank, transport=cfg.transport,
                       store=transfer_client(ctx), epoch=epoch, device=device, timeout_s=ctx.step_timeout_s,
-                      interrupt=interrupt)
+                      interrupt=interrupt, run_id=ctx.run_id)
 
 
 def make_receiver(ctx: RoleRuntime, cfg: WeightSyncConfig, params: dict[str, torch.Tensor],

@@ -11,7 +11,9 @@
            one dead, failed or silent generator or reward rank → restart that group
            (runtime/restarts.py, up to controller.max_restarts); any other → abort with its
            role, rank and log tail;
-           everything it started is ended before it returns (no orphans)
+           everything it started is ended before it returns (no orphans): it is a child
+           subreaper, so orphaned workers stay in its tree, and it signals only that tree;
+           a pid read from the store is used only if it descends from this process
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import prelaunch, procs, restarts, resume, run_lock
+from llamarl_core.runtime import prelaunch, procs, restarts, resume, run_lock, zygote
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -68,6 +70,8 @@ class Controller:
         self.role_of_proc: list[str] = []
         self.restarts: dict[str, int] = {}        # role → times restarted
         self.started_at: dict[str, float] = {}    # role → when its group was (re)started
+        self.own_pids: dict[tuple[str, int], int] = {}  # (role, rank) → its pid, seen in our tree
+        self._ignored: set[str] = set()           # store pids already reported as not ours
 
     def run(self) -> RunResult:
         """Check, launch, supervise, and always end every process it started."""
@@ -85,6 +89,8 @@ class Controller:
         self.control = ControlPlane(serve_run(store, files["run_id"]))
         resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        procs.become_subreaper()  # orphaned workers stay in our tree, where the final sweep finds them
+        children_before = procs.children_of(os.getpid())
         result = RunResult(False, self.run_dir, "the controller stopped before supervising")
         try:
             for role in self.plan.roles:
@@ -101,9 +107,7 @@ class Controller:
             result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)")
         finally:
             procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
-            # Workers that died or were orphaned before registering a pid are found by the
-            # plan path on their command line: every process of this run ends here.
-            procs.kill_mentioning(f"plan={os.path.join(self.run_dir, 'plan.json')}")
+            self._sweep_tree(children_before)
             self._sweep_shm()
         try:
             result.metrics = self.control.get_json("metrics/latest", {}) or {}
@@ -191,7 +195,7 @@ class Controller:
 
     def _death(self, role: str, rank: int, pid: str | None = None) -> str:
         """'role R rank K (pid P) was killed by SIGKILL' (its torchrun log says how), else 'died'."""
-        pid = pid or self.control.get_str(f"pid/{role}/{rank}")
+        pid = pid or str(self.own_pids.get((role, rank), ""))
         cause = procs.exit_cause(self._torchrun_log(role), pid) if pid else ""
         who = f"role {role} rank {rank}" + (f" (pid {pid})" if pid else "")
         if cause.startswith("killed"):
@@ -207,10 +211,27 @@ class Controller:
                 return role, rank
         return None
 
+    def _own_pid(self, role: str, rank: int) -> int | None:
+        """The rank's pid as registered in the store, if that process is (or was, when first
+        read) in this controller's tree; a pid that is not ours is reported once and ignored."""
+        if (role, rank) in self.own_pids:
+            return self.own_pids[(role, rank)]
+        text = self.control.get_str(f"pid/{role}/{rank}")
+        if not text or text in self._ignored:
+            return None
+        if text.isdigit() and procs.is_ours(int(text)):
+            self.own_pids[(role, rank)] = int(text)
+            return int(text)
+        if text not in self._ignored:
+            self._ignored.add(text)
+            print(f"controller: store key pid/{role}/{rank} names pid {text!r}, which this controller "
+                  f"did not start: ignored", flush=True)
+        return None
+
     def _dead_pid(self, role: str, rank: int) -> str:
-        """The rank's pid if it registered one and that process is gone, else ''."""
-        pid = self.control.get_str(f"pid/{role}/{rank}")
-        return pid if pid and not procs.pid_alive(int(pid)) else ""
+        """The rank's pid if it registered one of ours and that process is gone, else ''."""
+        pid = self._own_pid(role, rank)
+        return str(pid) if pid and not procs.pid_alive(pid) else ""
 
     def _killed_rank(self) -> tuple[str, int] | None:
         """A rank whose process is gone without an error report or a clean exit (SIGKILL, the
@@ -232,15 +253,22 @@ class Controller:
         return self.control.state()
 
     def _worker_pids(self) -> list[int]:
-        pids = []
+        """The ranks' pids known to be ours (procs.stop_all checks them against our tree again)."""
         for role, rank in self.ranks:
             try:
-                pid = self.control.get_str(f"pid/{role}/{rank}")
+                self._own_pid(role, rank)
             except STORE_ERRORS:
                 continue
-            if pid:
-                pids.append(int(pid))
-        return pids
+        return sorted(set(self.own_pids.values()))
+
+    def _sweep_tree(self, children_before: set[int]) -> None:
+        """End every process this run started: the agents' trees and every child adopted since
+        the run began (orphaned workers, a reward's double-forked processes); never a pid read
+        from the store, never a process outside this controller's tree."""
+        keep = children_before | {zygote.server_pid()}
+        adopted = procs.children_of(os.getpid()) - keep - {p.pid for p in self.procs}
+        procs.kill_trees([p.pid for p in self.procs] + sorted(adopted))
+        procs.reap_adopted(adopted)
 
     def _sweep_shm(self) -> None:
         try:

@@ -15,6 +15,7 @@ from llamarl_core.runtime import zygote
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
 try:  # resolved once here: a child between fork and exec must not dlopen
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux
@@ -29,6 +30,69 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     the OOM killer) would otherwise leave them running with parent pid 1.
     """
     return _prctl is not None and _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants reparent to this process instead of pid 1 (Linux), so workers
+    of a dead torchrun agent (sessions of their own) and whatever a reward double-forks stay in
+    this process's tree, where `descendants_of` finds them; False where prctl is unavailable."""
+    return _prctl is not None and _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def _parents() -> dict[int, int]:
+    """pid → parent pid of every process, read from /proc/<pid>/stat."""
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return parents
+
+
+def children_of(pid: int) -> set[int]:
+    return {p for p, pp in _parents().items() if pp == pid}
+
+
+def descendants_of(roots) -> set[int]:
+    """Every live process below any of `roots` (the roots themselves excluded)."""
+    parents = _parents()
+    found, frontier = set(), set(roots)
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def is_ours(pid: int) -> bool:
+    """Whether `pid` is a live descendant of this process: the only pids it may signal by number
+    (a pid read from the store or a file names any process; this check is the trust boundary)."""
+    return pid != os.getpid() and pid in descendants_of([os.getpid()]) and pid_alive(pid)
+
+
+def kill_trees(roots) -> list[int]:
+    """SIGKILL each root that is ours and every descendant of it (one that is orphaned meanwhile
+    reparents to this process when it is a subreaper); the pids signalled."""
+    roots = [r for r in roots if is_ours(r)]
+    victims = sorted(descendants_of(roots) | set(roots))
+    for pid in victims:
+        signal_quietly(pid, signal.SIGKILL)
+    return victims
+
+
+def reap_adopted(pids) -> None:
+    """waitpid the given direct children that no Popen/zygote handle will wait for."""
+    for pid in pids:
+        deadline = time.time() + 2.0
+        while time.time() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            time.sleep(0.02)
 
 
 def start_role(command: str, log_path: str, env: dict) -> subprocess.Popen | zygote.Agent:
@@ -73,7 +137,11 @@ def signal_quietly(pid: int, sig: int, group: bool = False) -> None:
 
 
 def stop_all(procs: list[subprocess.Popen], worker_pids: list[int], grace_s: float = 5.0) -> None:
-    """SIGTERM the torchrun groups (they stop their workers), then SIGKILL what is left."""
+    """SIGTERM the torchrun groups (they stop their workers), then SIGKILL what is left.
+
+    `worker_pids` come from the store, which any local process can write: only those that are
+    this process's descendants are waited for or signalled (`is_ours`); others are ignored."""
+    worker_pids = [pid for pid in worker_pids if is_ours(pid)]
     for p in procs:
         if p.poll() is None:
             signal_quietly(p.pid, signal.SIGTERM, group=True)
@@ -93,11 +161,10 @@ def stop_all(procs: list[subprocess.Popen], worker_pids: list[int], grace_s: flo
 
 
 def pids_mentioning(text: str) -> list[int]:
-    """Processes (other than this one) whose command line contains `text`."""
+    """Descendants of this process whose command line contains `text` (a stranger's process
+    that merely mentions it is not ours)."""
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
+    for name in map(str, sorted(descendants_of([os.getpid()]))):
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -109,7 +176,7 @@ def pids_mentioning(text: str) -> list[int]:
 
 
 def kill_mentioning(text: str) -> list[int]:
-    """SIGKILL every process whose command line contains `text`; the pids it signalled."""
+    """SIGKILL every descendant whose command line contains `text`; the pids it signalled."""
     pids = pids_mentioning(text)
     for pid in pids:
         signal_quietly(pid, signal.SIGKILL)

@@ -34,14 +34,13 @@ def may_restart(cfg, plan: dict, role: str) -> bool:
     return role in RESTARTABLE and cfg.controller.max_restarts > 0 and plan.get("nodes", 1) == 1
 
 
-def stop_role(role_procs: list, control: ControlPlane, role: str, num_ranks: int, plan_path: str) -> None:
-    """End every process of the role's old group (agent and workers), then forget its ranks."""
-    pids = []
-    for rank in range(num_ranks):
-        pid = control.get_str(f"pid/{role}/{rank}")
-        if pid:
-            pids.append(int(pid))
-    procs.stop_all(role_procs, pids, grace_s=5.0)
+def stop_role(role_procs: list, control: ControlPlane, role: str, num_ranks: int, plan_path: str,
+              pids: list[int] = ()) -> None:
+    """End every process of the role's old group (agent and workers), then forget its ranks.
+    `pids`: its workers' pids as the controller verified them (never read here from the store);
+    orphaned workers are found in this process's tree by their command line."""
+    procs.stop_all(role_procs, list(pids), grace_s=5.0)
+    procs.kill_trees([p.pid for p in role_procs])
     procs.kill_mentioning(f"role={role} plan={plan_path}")
     deadline = time.time() + 10.0
     while procs.pids_mentioning(f"role={role} plan={plan_path}") and time.time() < deadline:
@@ -58,7 +57,9 @@ def restart_role(controller, role: str, why: str) -> None:
     plan_role = next(r for r in c.plan.roles if r.name == role)
     slots = [i for i, name in enumerate(c.role_of_proc) if name == role]
     plan_path = os.path.join(c.run_dir, "plan.json")
-    stop_role([c.procs[i] for i in slots], c.control, role, plan_role.num_devices, plan_path)
+    ranks = [(role, rank) for rank in range(plan_role.num_devices)]
+    pids = [c.own_pids.pop(k) for k in ranks if k in c.own_pids]
+    stop_role([c.procs[i] for i in slots], c.control, role, plan_role.num_devices, plan_path, pids)
     epoch = bump_role(c.control.store, role)
     print(f"controller: restart {role} #{n} of controller.max_restarts={c.cfg.controller.max_restarts} "
           f"(membership epoch {epoch}): {why}", flush=True)

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ControllerUnreachable, RunMismatch) as e:
         print(f"{role} rank {rank}: {e}", flush=True)
         os._exit(2)
+    # For the controller's diagnostics; it trusts the value only if this pid is in its own tree.
     control.store.set(f"pid/{role}/{rank}", str(os.getpid()))
     heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s, plan["run_id"])
     heartbeat.start()

@@ -181,6 +181,11 @@ def _pid_exists(pid: int) -> bool:
 _zygote: Zygote | None = None
 
 
+def server_pid() -> int | None:
+    """The pid of this process's zygote, if one runs (the controller's sweep keeps it)."""
+    return _zygote.proc.pid if _zygote is not None and _zygote.alive() else None
+
+
 def start_agent(argv: list[str], env: dict, log_path: str) -> Agent | None:
     """Fork `argv` from this process's zygote (started on first use); None if that failed or
     the zygote started under other startup variables than `env`'s (then: exec it)."""

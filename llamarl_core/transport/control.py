@@ -13,7 +13,8 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
     dropped/<replica>         stale rollout chunks dropped from a generator replica (int)
     data/next_chunk/<replica> the chunk a generator replica starts at (resume: first untrained)
     hb/<role>/<rank>          when the rank's main loop last made progress, unix seconds
-    pid/<role>/<rank>         the worker's pid (the controller reaps leftovers by pid)
+    pid/<role>/<rank>         the worker's pid, for diagnostics only: the controller uses it only
+                              if that process descends from it, and never signals it otherwise
     status/<role>/<rank>      JSON: what the rank is doing now, for the live view
     error/<role>/<rank>       the exception that ended a rank
     exit/<role>/<rank>        the exit code a rank reported just before leaving

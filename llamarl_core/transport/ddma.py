@@ -80,8 +80,10 @@ class DdmaSender(SlottedSend, CollectiveSend, Endpoint):
     role = "trainer"
 
     def __init__(self, plan: DdmaPlan, rank: int, *, transport: str, store, epoch: int = 0,
-                 device: torch.device | str = "cpu", timeout_s: float = 600.0, interrupt=None):
+                 device: torch.device | str = "cpu", timeout_s: float = 600.0, interrupt=None,
+                 run_id: str = ""):
         super().__init__(plan, rank, transport=transport, store=store, epoch=epoch, timeout_s=timeout_s)
+        self.run_id = run_id  # with the epoch, names the generators' shm slots (shm.slot_paths)
         self.interrupt = interrupt  # () -> bool: True once the generators of `epoch` were replaced
         self.device = torch.device(device)
         self.links = [plan.pieces_between(rank, g) for g in range(plan.generator_ranks)]

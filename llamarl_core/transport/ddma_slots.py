@@ -6,8 +6,9 @@ one GPU, ``resources.share_devices``; NCCL refuses two ranks of one group on a d
 same protocol, with the slots in the generator's GPU memory, mapped by the trainer through
 CUDA IPC handles (`cuda_ipc.py`); both sides synchronise the device before publishing a key.
 
-Store keys (under the epoch's ``xfer/{epoch}``): ``slots/{g}`` the slots' paths or handles
-(JSON); ``done/{n}/{t}`` trainer t's part of send ``n`` is written; ``adopted/{n}/{g}`` the
+Store keys (under the epoch's ``xfer/{epoch}``): ``slots/{g}`` with shm, how many slots the
+generator created (a ready flag: both sides derive the file names, `shm.slot_paths`), with
+cuda_ipc their handles (JSON); ``done/{n}/{t}`` trainer t's part of send ``n`` is written; ``adopted/{n}/{g}`` the
 generator left the slot it computed from (two slots); with one slot ``want/{n}/{t}`` the
 trainers wait to write and ``free/{n}/{g}`` the generator paused for them.
 
@@ -17,7 +18,6 @@ is ``shm`` or ``cuda_ipc``).
 from __future__ import annotations
 
 import datetime
-import json
 import time
 
 import torch
@@ -27,13 +27,15 @@ from llamarl_core.transport.ddma_endpoint import WAIT_SLICE_S, wait_keys
 from llamarl_core.transport.ddma_plan import dst_block, fp8_rows, scale_view, src_block, tensor_view
 
 
-def _open_slots(transport: str, published: bytes, nbytes: int) -> list[torch.Tensor]:
-    """A generator's slots as its store key describes them: shm paths or CUDA IPC handles.
-
-    Both are JSON and checked before use: nothing read from the store is unpickled
-    (cuda_ipc.from_json)."""
+def _open_slots(transport: str, published: bytes, nbytes: int, names: tuple) -> list[torch.Tensor]:
+    """Generator g's slots: shm files at the names this side derives (`names`: run id, epoch,
+    g, slot count; the store says only how many were created), or CUDA IPC handles, JSON
+    checked before use: nothing read from the store is unpickled or names a file."""
     if transport == "shm":
-        return [shm.open_existing(p, nbytes) for p in json.loads(published)]
+        run_id, epoch, g, count = names
+        if published != str(count).encode():
+            raise ValueError(f"generator {g} created {published[:16]!r} shared-memory slots, the plan needs {count}")
+        return [shm.open_existing(p, nbytes) for p in shm.slot_paths(run_id, epoch, g, count)]
     slots = cuda_ipc.open_shared(cuda_ipc.from_json(published, nbytes))
     if any(s.numel() != nbytes for s in slots):
         raise ValueError(f"CUDA IPC slots have {[s.numel() for s in slots]} bytes, the plan needs {nbytes}")
@@ -50,7 +52,8 @@ class SlottedSend:
             wait_keys(self.store, [f"slots/{g}" for g in range(plan.generator_ranks)], self.timeout_s,
                       "waiting for the generators' slots", self.interrupt)
             for g in range(plan.generator_ranks):
-                self._slots.append(_open_slots(self.transport, self.store.get(f"slots/{g}"), plan.slot_nbytes[g]))
+                names = (self.run_id, self.epoch, g, plan.num_slots)
+                self._slots.append(_open_slots(self.transport, self.store.get(f"slots/{g}"), plan.slot_nbytes[g], names))
         except (OSError, ValueError, RuntimeError) as e:
             return str(e)
         return ""
@@ -92,13 +95,13 @@ class SlottedReceive:
     def _create_slots(self, run_id: str, device: torch.device) -> list[torch.Tensor]:
         plan, rank = self.plan, self.rank
         if self.transport == "shm":
-            self._paths = shm.new_paths(run_id, plan.num_slots)
+            self._paths = shm.slot_paths(run_id, self.epoch, rank, plan.num_slots)
             return [shm.create(p, plan.slot_nbytes[rank]) for p in self._paths]
         return cuda_ipc.create([plan.slot_nbytes[rank]] * plan.num_slots, device)  # kept alive by self.slots
 
     def _publish_slots(self) -> None:
         if self.transport == "shm":
-            self.store.set(f"slots/{self.rank}", json.dumps(self._paths))
+            self.store.set(f"slots/{self.rank}", str(len(self._paths)))
         else:
             self.store.set(f"slots/{self.rank}", cuda_ipc.to_json(cuda_ipc.share(self.slots)))
 

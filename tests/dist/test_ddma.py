@@ -79,7 +79,7 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport, slots=2):
         return []
     plan = build_plan({n: (s, torch.float32) for n, s in SHAPES.items()}, trainer_ranks=T,
                       generator_ranks=G, tp_size=tp, args=_args(), dtype=dtype, fp8=_is_fp8 if fp8 else None, num_slots=slots)
-    kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=30)
+    kw = dict(transport=transport, store=store, epoch=epoch, timeout_s=30, run_id=f"ddma-test-{epoch}")
     bad = []
     if rank < T:
         sender = DdmaSender(plan, rank, **kw)
@@ -93,7 +93,7 @@ def _scenario(rank, store, epoch, T, tp, dtype_name, transport, slots=2):
     params = {t.name: torch.nn.Parameter(torch.zeros(t.shape, dtype=plan.wire_dtype(t.name)), requires_grad=False)
               for t in plan.slots[g]}
     params |= {scale_name(t.name): torch.zeros(t.shape[0]) for t in plan.slots[g] if t.fp8}
-    receiver = DdmaReceiver(plan, g, params, **kw, run_id=f"ddma-test-{epoch}")
+    receiver = DdmaReceiver(plan, g, params, **kw)
     for v in VERSIONS:
         if receiver.poll() is not None:
             bad.append(f"v{v}: adopted before it was sent")
@@ -300,7 +300,7 @@ def _generator_memory(rank, store):
     model, tok = build_meta_model(cfg.model, dtype="float32")
     shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
     plan = build_plan(shapes, trainer_ranks=1, generator_ranks=1, groups=fused_param_groups(shapes))
-    kw = dict(transport="shm", store=dist.PrefixStore("memory", store), timeout_s=60)
+    kw = dict(transport="shm", store=dist.PrefixStore("memory", store), timeout_s=60, run_id="ddma-memory")
     if rank == 2:
         torch.manual_seed(0)
         from llamarl_core.models import Llama
@@ -314,7 +314,7 @@ def _generator_memory(rank, store):
     materialize_zeros(model, "cpu")
     prompts = PromptSet(examples=[None] * 4, prompt_ids=[[1] + [7] * 15] * 4)  # full-length prompts: a full cache
     chunks = ChunkGenerator(chunk_config(cfg), model, tok, prompts, 0, 1)
-    receiver = DdmaReceiver(plan, 0, dict(model.named_parameters()), run_id="ddma-memory", **kw)
+    receiver = DdmaReceiver(plan, 0, dict(model.named_parameters()), **kw)
     outside = []
     for v in (0, 1):
         receiver.receive()

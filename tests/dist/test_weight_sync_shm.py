@@ -12,7 +12,7 @@ pytestmark = pytest.mark.skipif(not shm.shm_available(), reason="/dev/shm is not
 
 
 def test_a_second_mapping_sees_the_owners_writes_and_survives_the_unlink():
-    (path,) = shm.new_paths(f"t-map-{secrets.token_hex(3)}", 1)
+    (path,) = shm.slot_paths(f"t-map-{secrets.token_hex(3)}", 0, 0, 1)
     owner = shm.create(path, 128)
     reader = shm.open_existing(path, 128)
     shm.unlink([path])  # as the sender does once every reader has mapped
@@ -22,7 +22,7 @@ def test_a_second_mapping_sees_the_owners_writes_and_survives_the_unlink():
 
 
 def test_mapping_a_missing_or_wrongly_sized_buffer_says_why():
-    (path,) = shm.new_paths(f"t-err-{secrets.token_hex(3)}", 1)
+    (path,) = shm.slot_paths(f"t-err-{secrets.token_hex(3)}", 0, 0, 1)
     with pytest.raises(FileNotFoundError, match="same host"):
         shm.open_existing(path, 64)
     shm.create(path, 64)
@@ -37,8 +37,8 @@ def test_mapping_a_missing_or_wrongly_sized_buffer_says_why():
 
 def test_sweep_removes_a_crashed_runs_leftovers_and_nothing_else():
     run, other = f"t-sweep-{secrets.token_hex(3)}", f"t-keep-{secrets.token_hex(3)}"
-    left = shm.new_paths(run, 2)
-    kept = shm.new_paths(other, 1)
+    left = shm.slot_paths(run, 0, 0, 2)
+    kept = shm.slot_paths(other, 0, 0, 1)
     for p in left + kept:
         shm.create(p, 64)
     try:

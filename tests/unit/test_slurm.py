@@ -67,7 +67,7 @@ def test_every_node_runs_llamarl_node_with_its_own_rank_and_node_0_hosts_the_con
 
 def test_the_script_cleans_the_file_names_weight_sync_uses():
     assert SHM_PREFIX == shm.PREFIX
-    assert shm.new_paths("ab12-77", 1)[0].startswith(f"/dev/shm/{SHM_PREFIX}-ab12-77-")
+    assert shm.slot_paths("ab12-77", 0, 0, 1)[0].startswith(f"/dev/shm/{SHM_PREFIX}-ab12-77-")
 
 
 def _expected(role, nodes_of_role, node, port, master):
