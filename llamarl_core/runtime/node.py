@@ -201,9 +201,9 @@ class NodeController(Controller):
                 node = self.node_of[(role, rank)]
                 if self.control.get_str(f"lost/{role}/{rank}"):
                     return (role, rank), f"its process died (reported by node {node})"
-                beat = self.control.get_str(f"node/{node}/hb")
-                if beat and time.time() - float(beat) > NODE_LOST_AFTER_S:
-                    return (role, rank), (f"node {node} stopped answering {time.time() - float(beat):.1f} s "
+                silent = silent_node(self.control, [node])
+                if silent is not None:
+                    return (role, rank), (f"node {node} stopped answering {silent[1]:.1f} s "
                                           f"ago and the rank left no exit code")
                 pending = True
             if not pending or time.time() > deadline:
@@ -216,8 +216,7 @@ class NodeController(Controller):
         try:
             for node in range(1, self.plan_dict["nodes"]):
                 while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
-                    beat = self.control.get_str(f"node/{node}/hb")
-                    if not beat or time.time() - float(beat) > NODE_LOST_AFTER_S:
+                    if not self.control.get_str(f"node/{node}/hb") or silent_node(self.control, [node]):
                         break  # that node is gone (or never came)
                     time.sleep(POLL_S)
         except STORE_ERRORS:
