@@ -5,7 +5,9 @@
 Node 0 also runs the controller (its TCPStore on the plan's address); every other node joins
 it. Start the nodes in any order. `--dry-run` prints what node K would start and exits.
 Exit codes: 0 run done, 1 run failed (or the controller unreachable), 2 bad input (missing
-plan, node_rank out of range, a plan of another run than the controller's).
+plan, a field missing or out of range, node_rank out of range, a plan of another run than the
+controller's). The torchrun lines are rebuilt from the plan's checked fields, never read from
+its `commands` strings (runtime/plan_file.py).
 """
 from __future__ import annotations
 
@@ -36,12 +38,12 @@ def _words(argv) -> tuple[dict, bool]:
 def main(argv) -> int:
     def run() -> int:
         words, dry_run = _words(list(argv))
-        from llamarl_core.plan.nodes import node_commands
-        from llamarl_core.runtime.node import load_plan
+        from llamarl_core.runtime.node import share_commands
+        from llamarl_core.runtime.plan_file import load_plan
 
-        plan, cfg = load_plan(words["plan"])
+        plan, cfg = load_plan(words["plan"])  # ConfigError (exit 2) naming the file and key
         node_rank = int(words["node_rank"])
-        commands = node_commands(plan, node_rank)  # ConfigError when out of range
+        commands = share_commands(plan, cfg, node_rank)  # ConfigError when out of range
         if dry_run:
             addr = plan["controller"]
             if node_rank == 0:

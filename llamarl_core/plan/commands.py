@@ -1,4 +1,4 @@
-"""The torchrun command line(s) for one role: one per node (`llamarl node` execs its node's).
+"""The torchrun command line(s) for one role: one per node (`llamarl node` rebuilds its node's).
 
 Each role is its own torchrun world. On a single-host plan every role runs through
 `runtime/loopback_torchrun.py`: torchrun with static rendezvous on 127.0.0.1 and a free port
@@ -16,7 +16,7 @@ import shutil
 import sys
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.config.hardware import DeviceSpec
+from llamarl_core.config.errors import ConfigError
 from llamarl_core.plan.nodes import node_host
 
 WORKER_MODULE = "llamarl_core.runtime.worker"
@@ -38,9 +38,9 @@ def torchrun_argv0() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], spec: DeviceSpec,
-              plan_path: str, role_index: int, node_rank: int = 0, devices: list[int] | None = None) -> list[str]:
-    per_node = num_ranks if len(nodes) == 1 else (cfg.resources.devices_per_node or spec.devices_per_node)
+def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], plan_path: str,
+              role_index: int, node_rank: int = 0, devices: list[int] | None = None) -> list[str]:
+    per_node = num_ranks // len(nodes)  # a role spanning nodes fills each (plan/placement.py)
     # A GPU role sees only its own GPUs, so each rank's device is cuda:<LOCAL_RANK>.
     argv = ["env", "CUDA_VISIBLE_DEVICES=" + ",".join(map(str, devices))] if devices else []
     if cfg.resources.nodes == 1:
@@ -57,7 +57,19 @@ def role_argv(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], s
     return argv
 
 
-def role_commands(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], spec: DeviceSpec,
-                  plan_path: str, role_index: int, devices: list[int] | None = None) -> list[str]:
-    return [shlex.join(role_argv(cfg, role, num_ranks, nodes, spec, plan_path, role_index, i, devices))
+def role_commands(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int], plan_path: str,
+                  role_index: int, devices: list[int] | None = None) -> list[str]:
+    return [shlex.join(role_argv(cfg, role, num_ranks, nodes, plan_path, role_index, i, devices))
             for i in range(len(nodes))]
+
+
+def node_commands(plan: dict, cfg: LlamaRLConfig, node_rank: int, plan_path: str) -> list[tuple[str, str]]:
+    """(role, torchrun command line) node `node_rank` execs, in plan order: rebuilt from the
+    plan's role fields and config by `role_commands`, never read from its `commands` strings."""
+    if not 0 <= node_rank < plan["nodes"]:
+        raise ConfigError(f"node_rank={node_rank} is outside the plan's {plan['nodes']} node(s) "
+                          f"(0..{plan['nodes'] - 1})")
+    return [(r["name"], cmd) for i, r in enumerate(plan["roles"])
+            for cmd, node in zip(role_commands(cfg, r["name"], r["num_devices"], r["nodes"], plan_path, i,
+                                               r.get("devices")), r["nodes"])
+            if node == node_rank]

@@ -3,7 +3,8 @@
 `resources.hostnames` names the nodes: a template with `{index}` (`node-{index}`), a comma list
 in node order (what `scontrol show hostnames` prints, joined), or one name for every node (the
 loopback rehearsal, `127.0.0.1`). Pure functions of the config or of a plan dict, so
-`llamarl node` (which reads plan.json) and the SLURM renderer agree with the printed plan.
+`llamarl node` (which reads plan.json) and the SLURM renderer agree with the printed plan; the
+torchrun lines themselves are built in `plan/commands.py`.
 """
 from __future__ import annotations
 
@@ -41,15 +42,6 @@ def ranks_on_node(plan: dict, node_rank: int) -> list[tuple[str, int]]:
     """(role, rank within the role) of every worker node `node_rank` starts."""
     return [(r["name"], i) for r in plan["roles"] for i in range(r["num_devices"])
             if node_of_rank(r, i) == node_rank]
-
-
-def node_commands(plan: dict, node_rank: int) -> list[tuple[str, str]]:
-    """(role, torchrun command line) node `node_rank` execs, in plan order."""
-    if not 0 <= node_rank < plan["nodes"]:
-        raise ConfigError(f"node_rank={node_rank} is outside the plan's {plan['nodes']} node(s) "
-                          f"(0..{plan['nodes'] - 1})")
-    return [(r["name"], cmd) for r in plan["roles"] for cmd, node in zip(r["commands"], r["nodes"])
-            if node == node_rank]
 
 
 def address_warnings(cfg: LlamaRLConfig) -> list[str]:

@@ -174,7 +174,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
                              f"they will time-share cores")
     plan_path = os.path.join(run_dir or default_run_dir(cfg), "plan.json")
     for i, r in enumerate(roles):
-        r.commands = role_commands(cfg, r.name, r.num_devices, r.nodes, spec, plan_path, i, r.devices)
+        r.commands = role_commands(cfg, r.name, r.num_devices, r.nodes, plan_path, i, r.devices)
     if not spec.measured:
         plan.warnings.append(f"resources.device={res.device}: no CUDA device on this host, planned against "
                              f"{spec.memory_gib:.1f} GiB per GPU; `llamarl train` reads the real device")

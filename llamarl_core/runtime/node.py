@@ -9,23 +9,22 @@
              controller goes away
 
 Pids are only checked on the node that owns them (a pid means nothing on another host); a
-node whose whole process tree vanished is found by its loop's silent beat (`node/<K>/hb`).
+node whose whole process tree vanished is found by its loop's silent beat (`node/<K>/hb`),
+which node 0 reads on every poll of its supervision loop (`silent_node`). Each node rebuilds its
+torchrun lines from plan.json's checked fields (`runtime/plan_file.py`), never runs its strings.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
 from dataclasses import dataclass
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.plan.nodes import node_commands, node_host, ranks_on_node
+from llamarl_core.plan.commands import node_commands
+from llamarl_core.plan.nodes import node_host, ranks_on_node
 from llamarl_core.runtime import procs, resume
 from llamarl_core.runtime.controller import (DONE_GRACE_S, POLL_S, STORE_ERRORS, Controller, RunResult,
                                              _raise_interrupt)
@@ -33,7 +32,8 @@ from llamarl_core.transport import shm
 from llamarl_core.transport.control import ControlPlane, bind_store, connect_run, serve_run
 
 NODE_EXIT_WAIT_S = 10.0     # how long node 0 keeps the store up for other nodes to stop cleanly
-NODE_LOST_AFTER_S = 3.0     # a node loop silent this long is gone (it beats every POLL_S)
+NODE_LOST_AFTER_S = 10.0    # a node loop silent this long is gone (it beats every POLL_S; the
+                            # margin is for a loaded host, where a loop can stall for seconds)
 
 
 @dataclass
@@ -45,31 +45,6 @@ class RoleView:  # what Controller and the live view read of a role
 @dataclass
 class PlanView:
     roles: list[RoleView]
-
-
-def load_plan(path: str) -> tuple[dict, LlamaRLConfig]:
-    """plan.json as written by `llamarl plan --out` (or `llamarl train`), and its config."""
-    hint = "write it with `llamarl plan recipe=R --out DIR`"
-    try:
-        with open(path) as f:
-            plan = json.load(f)
-    except OSError as e:
-        raise ConfigError(f"plan={path}: {e.strerror or e}; {hint}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"plan={path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}); {hint}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"plan={path}: not a text file ({e.reason} at byte {e.start}); {hint}") from None
-    if not isinstance(plan, dict):
-        raise ConfigError(f"plan={path}: a JSON {type(plan).__name__}, not a plan; {hint}")
-    for key in ("run_id", "controller", "config", "roles", "run_dir"):
-        if key not in plan:
-            raise ConfigError(f"{path} has no {key!r}: {hint}")
-    try:
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
-    except (OmegaConfBaseException, ValueError) as e:  # ConfigError is a ValueError
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{path}: its 'config' is not a valid llamarl config ({first})") from None
-    return plan, cfg
 
 
 PLAN_FILES = {"plan.json", "config.yaml", "logs", "run.lock"}  # what `plan --out` and a launch make
@@ -87,12 +62,17 @@ def check_outputs(plan: dict, cfg: LlamaRLConfig) -> None:
                           f"`llamarl plan ... run.resume=auto --out {plan['run_dir']}` to continue it")
 
 
-def launch_share(plan: dict, node_rank: int) -> tuple[list, list[str]]:
-    """Exec node `node_rank`'s torchrun lines, exactly as the plan printed them."""
+def share_commands(plan: dict, cfg: LlamaRLConfig, node_rank: int) -> list[tuple[str, str]]:
+    """Node `node_rank`'s torchrun lines, rebuilt from the plan's checked fields (plan_file.py)."""
+    return node_commands(plan, cfg, node_rank, os.path.join(plan["run_dir"], "plan.json"))
+
+
+def launch_share(plan: dict, cfg: LlamaRLConfig, node_rank: int) -> tuple[list, list[str]]:
+    """Exec node `node_rank`'s torchrun lines, the ones the plan printed, rebuilt (never read)."""
     threads = {r["name"]: r["threads"] for r in plan["roles"]}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started, names = [], []
-    for role, cmd in node_commands(plan, node_rank):
+    for role, cmd in share_commands(plan, cfg, node_rank):
         log = os.path.join(plan["run_dir"], "logs", f"{role}.node{node_rank}.torchrun.log")
         started.append(procs.start_role(cmd, log, {**env, "OMP_NUM_THREADS": str(threads[role])}))
         names.append(role)
@@ -111,6 +91,21 @@ def _local_pids(control: ControlPlane, local: list[tuple[str, int]]) -> list[int
     return pids
 
 
+def silent_node(control: ControlPlane, nodes, now_s: float | None = None) -> tuple[int, float] | None:
+    """(node, seconds silent) of the first node whose loop beat once and then stopped for more
+    than NODE_LOST_AFTER_S; a node that has not beaten yet is still starting (the ranks' own
+    startup timeout covers it)."""
+    now_s = time.time() if now_s is None else now_s
+    for node in nodes:
+        try:
+            beat_s = float(control.get_str(f"node/{node}/hb") or "nan")
+        except ValueError:
+            continue  # not a beat (a stranger's write): the ranks' own heartbeats still count
+        if now_s - beat_s > NODE_LOST_AFTER_S:
+            return node, now_s - beat_s
+    return None
+
+
 class NodeController(Controller):
     """Node 0: the controller, plus node 0's torchrun groups."""
 
@@ -120,6 +115,9 @@ class NodeController(Controller):
         self.plan_dict = plan
         self.local = ranks_on_node(plan, 0)
         self.node_of = {who: n for n in range(plan["nodes"]) for who in ranks_on_node(plan, n)}
+        self.roles_of_node = {n: sorted({role for role, _ in ranks_on_node(plan, n)})
+                              for n in range(1, plan["nodes"])}
+        self.lost_node: int | None = None
 
     def _run(self) -> RunResult:  # Controller.run holds the run directory's lock around it
         if threading.current_thread() is threading.main_thread():
@@ -137,7 +135,7 @@ class NodeController(Controller):
         shm.sweep(run_id)
         result = RunResult(False, self.run_dir, "node 0 stopped before supervising")
         try:
-            self.procs, self.role_of_proc = launch_share(self.plan_dict, 0)
+            self.procs, self.role_of_proc = launch_share(self.plan_dict, self.cfg, 0)
             result = self._supervise()
         except KeyboardInterrupt:
             self._abort_quietly("interrupted (Ctrl-C or SIGTERM) on node 0")
@@ -164,8 +162,24 @@ class NodeController(Controller):
     def _worker_pids(self) -> list[int]:
         return _local_pids(self.control, self.local)
 
+    def _find_problem(self, elapsed: float, c) -> tuple | None:
+        """Node heartbeats every poll, not only after something failed: a streaming generator on
+        node 0 keeps going when node 1's trainer vanishes, so nothing else would fail before
+        controller.heartbeat_timeout_s (a 2-minute silent run on the rehearsal)."""
+        lost = silent_node(self.control, self.roles_of_node)
+        if lost is not None:
+            node, silent_s = lost
+            role, rank = next(who for who, n in self.node_of.items() if n == node)
+            self.lost_node = node
+            return (f"node {node} (roles: {', '.join(self.roles_of_node[node])}) stopped sending heartbeats "
+                    f"{silent_s:.0f} s ago (NODE_LOST_AFTER_S={NODE_LOST_AFTER_S:g}): the run is stopped",
+                    role, rank)
+        return super()._find_problem(elapsed, c)
+
     def _failure(self, message: str, role: str | None = None, rank: int | None = None) -> RunResult:
         """A rank whose node vanished shows up first as its peers' broken connections: name it."""
+        if self.lost_node is not None:  # the message already names the node and its roles
+            return super()._failure(message, role, rank)
         lost = self._lost_remote_rank()
         if lost is not None:
             (role, rank), why = lost
@@ -187,9 +201,9 @@ class NodeController(Controller):
                 node = self.node_of[(role, rank)]
                 if self.control.get_str(f"lost/{role}/{rank}"):
                     return (role, rank), f"its process died (reported by node {node})"
-                beat = self.control.get_str(f"node/{node}/hb")
-                if beat and time.time() - float(beat) > NODE_LOST_AFTER_S:
-                    return (role, rank), (f"node {node} stopped answering {time.time() - float(beat):.1f} s "
+                silent = silent_node(self.control, [node])
+                if silent is not None:
+                    return (role, rank), (f"node {node} stopped answering {silent[1]:.1f} s "
                                           f"ago and the rank left no exit code")
                 pending = True
             if not pending or time.time() > deadline:
@@ -202,8 +216,7 @@ class NodeController(Controller):
         try:
             for node in range(1, self.plan_dict["nodes"]):
                 while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
-                    beat = self.control.get_str(f"node/{node}/hb")
-                    if not beat or time.time() - float(beat) > NODE_LOST_AFTER_S:
+                    if not self.control.get_str(f"node/{node}/hb") or silent_node(self.control, [node]):
                         break  # that node is gone (or never came)
                     time.sleep(POLL_S)
         except STORE_ERRORS:
@@ -229,7 +242,7 @@ class NodeAgent:
         shm.sweep(self.plan["run_id"])
         names: list[str] = []
         try:
-            self.procs, names = launch_share(self.plan, self.node_rank)
+            self.procs, names = launch_share(self.plan, self.cfg, self.node_rank)
             result = self._watch(names)
         except KeyboardInterrupt:
             reason = f"interrupted (Ctrl-C or SIGTERM) on node {self.node_rank}"

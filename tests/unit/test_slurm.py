@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from llamarl_core.config.load import load_config
-from llamarl_core.plan.commands import torchrun_argv0
-from llamarl_core.plan.nodes import host_names, node_commands, ranks_on_node
+from llamarl_core.plan.commands import node_commands, torchrun_argv0
+from llamarl_core.plan.nodes import host_names, ranks_on_node
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.plan.slurm import SHM_PREFIX, render_sbatch
 from llamarl_core.transport import shm
@@ -96,7 +96,7 @@ def test_each_node_starts_exactly_its_torchrun_lines_with_static_rendezvous(reci
             expected.append(("reward", shlex.join(torchrun_argv0() + [
                 "--standalone", "--nnodes=1", f"--nproc-per-node={reward_ranks}", "--max-restarts=0", "-m",
                 "llamarl_core.runtime.worker", "role=reward", "plan=/runs/x/plan.json"])))
-        assert node_commands(plan, node) == expected, node
+        assert node_commands(plan, cfg, node, "/runs/x/plan.json") == expected, node
     # Static rendezvous: node k of a role runs that role's ranks 8k..8k+7, never join order.
     assert ranks_on_node(plan, gen_nodes + 3) == [("trainer", r) for r in range(24, 32)]
     assert ranks_on_node(plan, 0)[-1] == ("reward", reward_ranks - 1)
