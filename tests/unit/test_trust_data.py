@@ -13,20 +13,10 @@ import pytest
 
 from llamarl_cli.main import main
 
+from launch_guard import Launched, no_launch  # noqa: F401  (no_launch: a fixture)
+
 BASE = ["warmstart.steps=0", "data.num_eval_examples=2", "generation.max_prompt_tokens=128", "data.instruction=''",
         "algorithm.prompts_per_step=2", "algorithm.group_size=2"]
-
-
-class Launched(Exception):
-    pass
-
-
-@pytest.fixture
-def no_launch(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise Launched("a controller was built: the run would have started its roles")
-    monkeypatch.setattr("llamarl_cli.train_cmd.Controller", refuse)
-    monkeypatch.setattr("llamarl_core.runtime.node.NodeController", refuse)
 
 
 def _chat(i, last_role="user"):
