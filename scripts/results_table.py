@@ -6,11 +6,10 @@
 Each row of `ROWS` names a claim, the JSON it comes from, the key paths it reads, how it is
 shown, its target and the test of it. A row whose JSON is absent still shows, as "not
 measured" (or its own `absent` text); a key path that a present JSON lacks shows as such and
-fails `--check` (a renamed key must be fixed here, not hidden). A row with a `headline` (one of
-`HEADLINES`) is also a line of the README's five headline results, shown by its `brief`; rows
-of one headline share its line. The JSON's own `command`,
-`commit` and machine load fill the last columns. Key paths: `a.b`, `list[3]`, `list[k=v]`
-(the item whose `k` is `v`; `[k=v,j=w]` both), `list[*].x` (every item's `x`, as a list).
+fails `--check` (a renamed key must be fixed here, not hidden; key paths: scripts/results_json.py).
+The JSON's own `command`, `commit` and machine load fill the last columns. A row with a
+`headline` (one of `HEADLINES`) is also a line of the README's five headline results, shown by
+its `brief`; rows of one headline share its line.
 """
 from __future__ import annotations
 
@@ -22,6 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when a test loads this file by path
+from results_json import MissingKey, at, get, machine_load  # noqa: E402,F401  (MissingKey: the tests use it here)
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -350,65 +352,13 @@ ROWS: list[Row] = [
                    f"({span(v['qr'], '.2f')}); 256 slots: {v['b']:,.0f} tokens/s")),
 ]
 
-LOAD_KEYS = ("machine.loadavg_at_start", "machine.load_average_at_start", "machine.loadavg", "loadavg_at_start",
-             "loadavg")
-
-
-class MissingKey(KeyError):
-    pass
-
-
-def get(doc, path: str):
-    """The value at `path` (module docstring's syntax); MissingKey when it is not there."""
-    node = doc
-    for name, selector in re.findall(r"([^.\[\]]+)|\[([^\]]*)\]", path):
-        if name:
-            if not isinstance(node, dict) or name not in node:
-                raise MissingKey(path)
-            node = node[name]
-        elif selector == "*":
-            rest = path[path.index("[*]") + 3:].lstrip(".")
-            if not isinstance(node, list):
-                raise MissingKey(path)
-            return [get(item, rest) if rest else item for item in node]
-        elif "=" in selector:
-            want = dict(cond.split("=", 1) for cond in selector.split(","))
-            hits = [x for x in node if isinstance(x, dict) and all(str(x.get(k)) == w for k, w in want.items())
-                    ] if isinstance(node, list) else []
-            if not hits:
-                raise MissingKey(path)
-            node = hits[0]
-        else:
-            if not isinstance(node, list) or not -len(node) <= int(selector) < len(node):
-                raise MissingKey(path)
-            node = node[int(selector)]
-    return node
-
-
-def _at(doc: dict, path: str):
-    """The value at key path `path`, or None where the JSON has none."""
-    try:
-        return get(doc, path)
-    except MissingKey:
-        return None
-
-
-def machine_load(doc: dict, keys: tuple[str, ...], note_key: str = "note") -> str:
-    """1-minute load average when the JSON was written (2 cores), else what its note says."""
-    for key in keys + LOAD_KEYS:
-        x = _at(doc, key)
-        if isinstance(x, list) and x and all(isinstance(y, (int, float)) for y in x):
-            return f"{x[0]:.1f}"
-    m = re.search(r"load average[s]? ([0-9][^;()]*)", str(_at(doc, note_key) or ""))
-    return m.group(1).strip().rstrip(",.") if m else "not recorded"
-
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _command(doc: dict, key: str) -> str:
-    cmd = _at(doc, key)
+    cmd = at(doc, key)
     if not cmd:
         return "not recorded"
     return "`" + _cell(re.sub(r"^\S*/bin/python3?\b", "python", cmd)) + "`"
@@ -439,7 +389,7 @@ def render_row(row: Row, results: Path, warn: Callable[[str], None]) -> str:
     doc, value, target, met = evaluate(row, results, warn)
     if doc is None:
         return f"| {row.claim} | {value} | {target} | — | `{row.json}` (absent) | — | — |"
-    commit = str(_at(doc, row.commit_key) or "not recorded")
+    commit = str(at(doc, row.commit_key) or "not recorded")
     commit = re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}(?=\+dirty$|$)", r"\1", commit)  # short hash, +dirty kept
     load = machine_load(doc, row.load_keys, row.note_key) if row.measured else "n/a (computed)"
     return (f"| {_cell(row.claim)} | {_cell(value)} | {_cell(target)} | {met} | `{row.json}` @ {commit} | "
