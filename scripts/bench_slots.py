@@ -2,7 +2,7 @@
 
 What it answers: at k = 1 a chunk's rows all start when the version that opens it lands, so its
 groups end together near the chunk's end, and a trainer step shorter than that chunk waits for
-them (README, known gaps). Fewer slots would spread the group ends over the chunk; this measures
+them (docs/KNOWN_GAPS.md). Fewer slots would spread the group ends over the chunk; this measures
 what that costs the generator, on the default recipe's model and prompts.
 
 Each case streams the same `--chunks` chunks (the recipe's prompts_per_step x group_size rows

@@ -22,7 +22,7 @@ from llamarl_core.bench.provenance import git_commit
 from llamarl_core.bench.run_stats import idle_breakdown, read_timeline, step_busy_shares
 
 
-# metric keys before wave 3's role/quantity renames (README changelog), so older run dirs summarize too
+# metric keys before wave 3's role/quantity renames (CHANGELOG.md), so older run dirs summarize too
 OLD_KEYS = {"trainer/step_s": "step_s", "reward/mean": "reward_mean"}
 
 

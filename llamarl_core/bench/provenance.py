@@ -1,7 +1,7 @@
 """Where a benchmark JSON came from: the command that produced it and the git commit it ran.
 
 Every JSON under `benchmarks/results/` records both (`scripts/results_table.py` shows them in
-the README's results table). The commit is `git rev-parse HEAD` of this checkout, with
+the results table, docs/RESULTS.md). The commit is `git rev-parse HEAD` of this checkout, with
 `+dirty` when tracked files other than `benchmarks/results/` differ from it (the code that
 ran is then not exactly that commit); outside a git checkout it says so instead of guessing.
 """

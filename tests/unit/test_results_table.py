@@ -1,4 +1,5 @@
-"""The README's results table is what benchmarks/results/*.json say (scripts/results_table.py)."""
+"""docs/RESULTS.md's table and the README's headline are what benchmarks/results/*.json say
+(scripts/results_table.py)."""
 import importlib.util
 import json
 import re
@@ -25,60 +26,94 @@ rt = load_script()
 
 @pytest.fixture
 def copy(tmp_path):
-    """A README and a results directory the test may change."""
+    """A README, a docs/RESULTS.md and a results directory the test may change, and the
+    arguments that point the script at them."""
     results = tmp_path / "results"
     results.mkdir()
     for p in RESULTS.glob("*.json"):
         shutil.copy(p, results / p.name)
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    return tmp_path / "README.md", results
+    shutil.copy(ROOT / "docs" / "RESULTS.md", tmp_path / "RESULTS.md")
+    args = ["--readme", str(tmp_path / "README.md"), "--doc", str(tmp_path / "RESULTS.md"), "--results", str(results)]
+    return tmp_path / "README.md", tmp_path / "RESULTS.md", results, args
 
 
-def test_the_readme_table_is_what_the_jsons_say(capsys):
+def test_the_results_table_and_the_readme_headline_are_what_the_jsons_say(capsys):
     assert rt.main(["--check"]) == 0, capsys.readouterr().out[-3000:]
 
 
 def test_a_changed_json_value_fails_check_with_a_diff_and_a_rewrite_fixes_it(copy, capsys):
-    readme, results = copy
-    args = ["--readme", str(readme), "--results", str(results)]
+    readme, table_doc, results, args = copy
     doc = json.loads((results / "default_run_cpu.json").read_text())
     doc["accuracy_after"] = 0.777
     (results / "default_run_cpu.json").write_text(json.dumps(doc))
     assert rt.main(["--check", *args]) == 1
     out = capsys.readouterr().out
     assert "-| Default job (`llamarl train`" in out and "+| Default job" in out and "0.777" in out
-    assert rt.main(args) == 0 and f"{doc['accuracy_before']:.3f} → 0.777" in readme.read_text()
+    assert rt.main(args) == 0 and f"{doc['accuracy_before']:.3f} → 0.777" in table_doc.read_text()
     assert rt.main(["--check", *args]) == 0
 
 
+def test_a_changed_headline_value_fails_check_on_the_readme_and_a_rewrite_fixes_both_files(copy, capsys):
+    readme, table_doc, results, args = copy
+    doc = json.loads((results / "real_model_cpu.json").read_text())
+    assert doc["accuracy_before"] == 0.1875  # 15 of 80 held-out problems
+    doc["accuracy_after"] = 0.4375  # 35 of 80: +25.0 points
+    (results / "real_model_cpu.json").write_text(json.dumps(doc))
+    assert rt.main(["--check", *args]) == 1
+    captured = capsys.readouterr()
+    assert str(readme) in captured.err and str(table_doc) in captured.err
+    assert "+| A real model vs its start | SmolLM2-135M-Instruct, held-out accuracy 0.188 → 0.438 (+25.0 points)" \
+        in captured.out
+    assert rt.main(args) == 0
+    assert "0.188 → 0.438 (+25.0 points)" in readme.read_text() and "0.188 → 0.438" in table_doc.read_text()
+    assert rt.main(["--check", *args]) == 0
+
+
+def test_the_headline_has_one_line_per_headline_in_order_each_linking_its_jsons():
+    lines = [line for line in rt.headline(RESULTS).splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [line.split(" | ")[0][2:] for line in lines] == list(rt.HEADLINES) and len(lines) == 5
+    links = [re.findall(r"\]\(benchmarks/results/([\w.]+)\)", line) for line in lines]
+    assert links == [["real_model_cpu.json"], ["streaming_default_run_cpu.json", "streaming_cpu.json"],
+                     ["sync_vs_async_cpu.json"], ["simulator_405b_math.json"], ["generation_real_cpu.json"]]
+    assert all((RESULTS / name).exists() for names in links for name in names)
+
+
+def test_a_headline_with_no_row_flagged_stops_the_script(monkeypatch):
+    monkeypatch.setattr(rt, "HEADLINES", rt.HEADLINES + ("Nothing measures this",))
+    with pytest.raises(SystemExit, match="no row is flagged headline='Nothing measures this'"):
+        rt.headline(RESULTS)
+
+
 def test_an_absent_json_still_shows_its_row_as_not_measured(copy):
-    readme, results = copy
+    readme, table_doc, results, args = copy
     (results / "trainer_cpu.json").unlink()
     text = rt.table(results)
     row = next(line for line in text.splitlines() if line.startswith("| RL trainer step"))
     assert "**not measured**" in row and "`trainer_cpu.json` (absent)" in row
     if not (results / "gpu_check.json").exists():
         assert "**not run — no GPU lent**" in text
-    assert rt.main(["--check", "--readme", str(readme), "--results", str(results)]) == 1
+    assert rt.main(["--check", *args]) == 1
 
 
 def test_a_key_missing_from_a_present_json_is_shown_and_fails(copy, capsys):
-    readme, results = copy
+    readme, table_doc, results, args = copy
     doc = json.loads((results / "generation_cpu.json").read_text())
     del doc["long_tail"]["ratio"]
     (results / "generation_cpu.json").write_text(json.dumps(doc))
     assert "**no key `long_tail.ratio` in the JSON**" in rt.table(results)
-    assert rt.main(["--readme", str(readme), "--results", str(results)]) == 1
+    assert rt.main(args) == 1
     assert "no key 'long_tail.ratio'" in capsys.readouterr().err
 
 
 def test_a_value_of_another_shape_is_shown_and_fails(copy, capsys):
-    readme, results = copy
+    readme, table_doc, results, args = copy
     doc = json.loads((results / "streaming_cpu.json").read_text())
     doc["streaming_vs_chunked"] = {"ratio": 1.7}
     (results / "streaming_cpu.json").write_text(json.dumps(doc))
     assert "**cannot show the JSON's value: TypeError**" in rt.table(results)
-    assert rt.main(["--readme", str(readme), "--results", str(results)]) == 1
+    assert "**cannot show the JSON's value: TypeError**" in rt.headline(results)  # a headline row too
+    assert rt.main(args) == 1
 
 
 def test_every_row_of_a_present_json_finds_its_keys():
@@ -104,18 +139,7 @@ def test_every_benchmark_json_records_its_command_and_commit():
 
 
 def test_the_known_gaps_quote_the_tables_numbers():
-    text = (ROOT / "README.md").read_text()
-    block = text.split(rt.BEGIN, 1)[1].split(rt.END, 1)[0]
-    gaps = text.split("## Known gaps", 1)[1].split("\n## ", 1)[0]
+    block = (ROOT / "docs" / "RESULTS.md").read_text().split(rt.BEGIN, 1)[1].split(rt.END, 1)[0]
+    gaps = (ROOT / "docs" / "KNOWN_GAPS.md").read_text()
     quoted = re.findall(r"\d+\.\d+(?:×| s\b)", gaps)
     assert quoted and [q for q in quoted if q not in block] == []
-
-
-def test_the_readmes_links_and_doc_names_exist():
-    text = (ROOT / "README.md").read_text()
-    links = re.findall(r"\]\(([^)#]+)\)", text)
-    names = re.findall(r"\b((?:docs|scripts|tests|recipes|llamarl_core)/[\w./]+\.(?:md|py|yaml|png))", text)
-    listed = re.search(r"Then (.*?) in docs/", text, flags=re.S).group(1)  # "Then PLAN_MEMORY, … in docs/"
-    docs = [f"docs/{n}.md" for n in re.findall(r"\b([A-Z_]{4,})\b", listed)]
-    paths = [p for p in links + names + docs if not p.startswith("http")]
-    assert paths and [p for p in paths if not (ROOT / p).exists()] == []

@@ -1,5 +1,5 @@
 """The streaming bench (scripts/bench_streaming.py) runs end to end and writes the fields the
-README's rows read, with the within-repeat ratios taken from its own runs."""
+rows of docs/RESULTS.md read, with the within-repeat ratios taken from its own runs."""
 import json
 import subprocess
 import sys
