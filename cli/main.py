@@ -11,9 +11,10 @@ VERBS = {
     "data": ("llamarl_cli.data_cmd", "show the rendered prompts, token counts and reference rewards (no model)"),
     "bench": ("llamarl_cli.bench_cmd", "benchmarks: --sync-vs-async [--simulate], --weight-sync"),
     "report": ("llamarl_cli.report_cmd", "plots and a markdown summary of run directories"),
+    "models": ("llamarl_cli.models_cmd", "get a known pretrained model as a checked HF directory (`models list`)"),
 }
 
-USAGE = "usage: llamarl {plan,train,node,eval,data,bench,report} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
+USAGE = "usage: llamarl {plan,train,node,eval,data,bench,report,models} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
     "\n".join(f"  {v:<6} {h}" for v, (_, h) in VERBS.items())
 
 

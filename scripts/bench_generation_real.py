@@ -46,7 +46,7 @@ SYSTEM_PROMPT, INSTRUCTION = "Be brief.", "Put the final answer in \\boxed{}."  
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="the converted directory (scripts/import_gguf.py)")
+    p.add_argument("checkpoint", help="the converted directory (llamarl models get smollm2-135m DIR)")
     p.add_argument("--out", required=True)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--batch-size", type=int, default=64)

