@@ -206,3 +206,15 @@ def test_auto_without_the_runs_config_asks_for_a_dtype(tmp_path, capsys):
     (step.parent.parent / "config.yaml").unlink()
     _refused(capsys, step, tmp_path / "out", says="pass export.dtype=bfloat16|float16|float32")
     assert _export(step, tmp_path / "out", "export.dtype=float32") == 0
+
+
+def test_a_source_dtype_auto_cannot_write_is_refused_before_launch(tmp_path):
+    from llamarl_core.config.errors import ConfigError
+    from llamarl_core.runtime.prelaunch import check_before_launch
+
+    src = _source(tmp_path / "src")
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "dtype": "float64", "torch_dtype": "float64"}))
+    with pytest.raises(ConfigError, match=r"export.dtype=auto: .*config.json: torch_dtype='float64'"):
+        check_before_launch(load_config("cpu_tiny", [f"model.checkpoint={src}"]))
+    check_before_launch(load_config("cpu_tiny", [f"model.checkpoint={src}", "export.dtype=bfloat16"]))
