@@ -75,7 +75,7 @@ def _stored_order(src: Path, shapes: dict) -> list[str]:
     return [n for n in names if n in shapes]
 
 
-def export_checkpoint(src, out, dtype: torch.dtype) -> Path:
+def export_checkpoint(src, out, dtype: torch.dtype, max_shard_bytes: int = 5 * 2**30) -> Path:
     """Write `src` (a run's step_<N>, or a Hugging Face directory such as checkpoints/final)
     as a Hugging Face directory at `out` with weights in `dtype`. Raises (ValueError, KeyError,
     FileNotFoundError, FileExistsError) naming the file before anything is written."""
@@ -90,7 +90,7 @@ def export_checkpoint(src, out, dtype: torch.dtype) -> Path:
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     try:
         save_streamed(checkpoint_tensors(src, args, shapes), {n: shapes[n] for n in order}, dtype, args,
-                      tokenizer, partial)
+                      tokenizer, partial, max_shard_bytes)
         os.replace(partial, out)  # onto an absent or empty directory
     finally:
         shutil.rmtree(partial, ignore_errors=True)
