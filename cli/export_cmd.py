@@ -61,7 +61,7 @@ def resolve_dtype(src: Path, word: str | None, is_step: bool):
     model.checkpoint's dtype (a Hugging Face directory outside a run: its own)."""
     from llamarl_core.models.export import export_dtype
 
-    config, run = run_settings(src)
+    config, run = run_settings(src) if word in (None, "auto") else (None, {})  # a dtype named: no run read
     name = ExportConfig(dtype=word if word is not None else run.get("dtype", ExportConfig.dtype)).dtype
     if name != "auto":
         return export_dtype(name, None)
