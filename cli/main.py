@@ -8,13 +8,14 @@ VERBS = {
     "train": ("llamarl_cli.train_cmd", "run RL training: one torchrun group per role under one controller"),
     "node": ("llamarl_cli.node_cmd", "run node K's share of a plan.json (`plan --out`); node 0 hosts the controller"),
     "eval": ("llamarl_cli.eval_cmd", "evaluate a checkpoint (accuracy, pass@k, maj@k)"),
+    "export": ("llamarl_cli.export_cmd", "write a run's checkpoints/step_<N> as a Hugging Face directory (export.dtype)"),
     "data": ("llamarl_cli.data_cmd", "show the rendered prompts, token counts and reference rewards (no model)"),
     "bench": ("llamarl_cli.bench_cmd", "benchmarks: --sync-vs-async [--simulate], --weight-sync"),
     "report": ("llamarl_cli.report_cmd", "plots and a markdown summary of run directories"),
     "models": ("llamarl_cli.models_cmd", "get a known pretrained model as a checked HF directory (`models list`)"),
 }
 
-USAGE = "usage: llamarl {plan,train,node,eval,data,bench,report,models} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
+USAGE = "usage: llamarl {" + ",".join(VERBS) + "} [recipe=NAME|recipe=path.yaml] [key=value ...] [--help]\n\n" + \
     "\n".join(f"  {v:<6} {h}" for v, (_, h) in VERBS.items())
 
 

@@ -21,6 +21,7 @@ OVERLONG_MODES = ("keep", "filter", "penalty")           # algorithm.overlong
 LR_SCHEDULES = ("constant", "linear", "cosine")          # algorithm.lr_schedule
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)                              # model / generator / trainer dtypes
+EXPORT_DTYPES = ("auto", *DTYPES)                        # export.dtype (auto: the checkpoint's own)
 QUANT_BYTES = {"int8": 1, "fp8": 1}                      # weight-only, per block-linear weight
 QUANTIZATIONS = ("none", *QUANT_BYTES)                   # resources.generator.quantization
 DEVICE_TYPES = ("cpu", "cuda", *DEVICES)                 # resources.device (cuda: any NVIDIA GPU)

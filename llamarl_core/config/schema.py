@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import List, Optional
 
-from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, LOSS_KINDS,
+from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
@@ -435,6 +435,15 @@ class TrainerSettings:
 
 
 @dataclass
+class ExportConfig:
+    dtype: str = "auto"                  # HF exports' weights (checkpoints/final, `llamarl export`): auto =
+                                         # model.checkpoint's config.json torch_dtype (presets: float32)
+
+    def __post_init__(self):
+        _check_choice("export.dtype", self.dtype, EXPORT_DTYPES)
+
+
+@dataclass
 class LlamaRLConfig:
     recipe: str = "cpu_tiny"             # the recipe's name, filled in by the CLI
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -449,3 +458,4 @@ class LlamaRLConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     reward: RewardSettings = field(default_factory=RewardSettings)
     trainer: TrainerSettings = field(default_factory=TrainerSettings)
+    export: ExportConfig = field(default_factory=ExportConfig)

@@ -155,7 +155,7 @@ def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
 def trainer_config(cfg: LlamaRLConfig):
     from llamarl_core.executors.trainer import TrainerConfig  # the trainer's modules: trainer ranks only
     return TrainerConfig(cfg.recipe, cfg.model, cfg.resources.trainer, cfg.algorithm, cfg.warmstart,
-                         cfg.generation, cfg.data, cfg.run, cfg.logging)
+                         cfg.generation, cfg.data, cfg.run, cfg.logging, cfg.export)
 
 
 def weight_sync_config(cfg: LlamaRLConfig, plan: dict) -> WeightSyncConfig:

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 
-from llamarl_core.models.dcp_metadata import UnsafeCheckpoint, read_metadata
+from llamarl_core.models.dcp_metadata import UnsafeCheckpoint, load_failure, read_metadata
 
 __all__ = ["SafePlanner", "SafeReader", "UnsafeCheckpoint", "load_value", "read_metadata", "verify"]
 
@@ -29,10 +29,7 @@ def load_value(data: bytes, where: str):
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
     except Exception as e:  # torch's message is a page long: keep the line that says why
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        why = next((ln for ln in lines if "WeightsUnpickler error" in ln or "Unsupported" in ln),
-                   lines[0] if lines else type(e).__name__)
-        raise UnsafeCheckpoint(f"{where}: refused to load it with weights_only=True ({why})") from None
+        raise UnsafeCheckpoint(f"{where}: refused to load it with weights_only=True ({load_failure(e)})") from None
 
 
 class SafeReader(FileSystemReader):

@@ -17,15 +17,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from llamarl_core.executors import checkpoints, rejoin
-from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
-                                        RunConfig, TrainerResources, WarmStartConfig)
+from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, ExportConfig, GenerationConfig, LoggingConfig,
+                                        ModelConfig, RunConfig, TrainerResources, WarmStartConfig)
 from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.feeds import merge_positions
 from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
@@ -41,6 +41,7 @@ from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
 from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.models.export import export_dtype
 from llamarl_core.rewards import get_reward
 from llamarl_core.executors.resample import DynamicSampling
 from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
@@ -65,6 +66,7 @@ class TrainerConfig:
     data: DataConfig            # train prompts, held-out examples, the reward
     run: RunConfig              # steps, eval/checkpoint cadence, resume, seed
     logging: LoggingConfig
+    export: ExportConfig = field(default_factory=ExportConfig)  # checkpoints/final's dtype
 
 
 class TrainerExecutor:
@@ -141,7 +143,7 @@ class TrainerExecutor:
                 self.save_checkpoint(step + 1)
             if last:
                 break
-        self.checkpoint("final")
+        self.export_final()
         self._write_summary(time.time() - t_rl)
         if self.log is not None and self.log.signal.all_errored():  # exit 1, not a run that "worked"
             raise RewardsAllErrored(self.log.signal.failure())
@@ -219,10 +221,12 @@ class TrainerExecutor:
         fsdp2 with resources.trainer.fsdp=1 is built as DDP replicas (transport/parallel.py)."""
         return hasattr(self.model, "reshard")
 
-    def checkpoint(self, name: str) -> None:
-        """An HF checkpoint. Under FSDP2 the parameters are gathered one tensor at a time into the
-        file being written, so no rank ever holds the full model (70B/405B)."""
+    def checkpoint(self, name: str, dtype: torch.dtype | None = None) -> None:
+        """An HF checkpoint, weights in `dtype` (default: as trained). Under FSDP2 the parameters
+        are gathered one tensor at a time into the file being written, so no rank ever holds the
+        full model (70B/405B)."""
         path = os.path.join(self.ctx.run_dir, "checkpoints", name)
+        dtype = dtype or TORCH_DTYPES[self.cfg.trainer.dtype]
         if self._sharded():
             raw = unwrap(self.model)
             shapes = {n: tuple(p.shape) for n, p in raw.named_parameters()}
@@ -232,13 +236,16 @@ class TrainerExecutor:
                     pass
                 return
             with self.ctx.timeline.span("checkpoint"):
-                save_streamed(tensors, shapes, TORCH_DTYPES[self.cfg.trainer.dtype], raw.args,
-                              self.tokenizer, path)
+                save_streamed(tensors, shapes, dtype, raw.args, self.tokenizer, path)
             return
         if self.rank != 0:  # DDP replicas hold the same weights
             return
         with self.ctx.timeline.span("checkpoint"):
-            save_pretrained(unwrap(self.model), self.tokenizer, path)
+            save_pretrained(unwrap(self.model), self.tokenizer, path, dtype=dtype)
+
+    def export_final(self) -> None:
+        """checkpoints/final in export.dtype (auto: the dtype of the checkpoint the run started from)."""
+        self.checkpoint("final", export_dtype(self.cfg.export.dtype, self.cfg.model.checkpoint))
 
     def save_checkpoint(self, step: int) -> None:
         """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
@@ -249,7 +256,8 @@ class TrainerExecutor:
         path = os.path.join(self.ctx.run_dir, "checkpoints", f"step_{step}")
         with self.ctx.timeline.span("checkpoint", step=step):
             if self.rank == 0:  # config.json + tokenizer beside the shards: the step is a model too
-                save_model_files(path, unwrap(self.model).args, self.tokenizer, torch.float32)
+                save_model_files(path, unwrap(self.model).args, self.tokenizer,
+                                 TORCH_DTYPES[self.cfg.trainer.dtype])  # what the shards hold
             checkpoints.save(path, self.model, self.learner.optimizer, self.group, self.rank, state,
                              self.cfg.run.keep_checkpoints, self.ctx.run_dir)
 

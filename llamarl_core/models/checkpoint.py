@@ -151,10 +151,12 @@ def load_pretrained(path, dtype: torch.dtype = torch.float32, device: str | torc
     return model, load_tokenizer(path, required=False)
 
 
-def save_pretrained(model: Llama, tokenizer, path, max_shard_bytes: int = 5 * 2**30) -> None:
-    """Write config.json, safetensors shard(s) (+ index when more than one) and the tokenizer."""
+def save_pretrained(model: Llama, tokenizer, path, max_shard_bytes: int = 5 * 2**30,
+                    dtype: torch.dtype | None = None) -> None:
+    """Write config.json, safetensors shard(s) (+ index when more than one) and the tokenizer;
+    weights in `dtype` (`export.dtype`, models/export.py), else the parameters' own."""
     params = list(model.named_parameters())  # tied output weight is skipped (deduplicated)
-    dtype = params[0][1].dtype
+    dtype = dtype or params[0][1].dtype
     save_streamed(((n, p.detach()) for n, p in params), {n: tuple(p.shape) for n, p in params}, dtype,
                   model.args, tokenizer, path, max_shard_bytes)
 

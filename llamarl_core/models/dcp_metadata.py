@@ -68,6 +68,14 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused to load {module}.{name} (not part of a DCP checkpoint)")
 
 
+def load_failure(e: Exception) -> str:
+    """The one line of a `torch.load(weights_only=True)` failure that says why (torch's own
+    message is a page long), for errors that must fit on one line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return next((ln for ln in lines if "WeightsUnpickler error" in ln or "Unsupported" in ln),
+                lines[0] if lines else type(e).__name__)
+
+
 def read_metadata(path, stand_ins: bool = False):
     """The DCP metadata file `path` (DCP's `Metadata`, or with `stand_ins` a `Record` of the
     same fields), or UnsafeCheckpoint naming the file: nothing in it runs."""

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import torch
 
-from .dcp_metadata import read_metadata
+from .dcp_metadata import load_failure, read_metadata
 
 TRAINER_DIR = "trainer"
 METADATA_FILE = ".metadata"
@@ -53,7 +53,7 @@ def _read_chunk(trainer_dir: Path, info, sizes: tuple[int, ...]) -> tuple[torch.
     except FileNotFoundError:
         raise FileNotFoundError(f"checkpoint shard {file} is missing") from None
     except Exception as err:  # unpickling errors have no common base class
-        raise ValueError(f"checkpoint shard {file} is corrupt or unreadable: {err}") from err
+        raise ValueError(f"checkpoint shard {file} is corrupt or unreadable: {load_failure(err)}") from err
     if tuple(tensor.shape) != tuple(sizes):
         raise ValueError(f"{file}: chunk of shape {tuple(tensor.shape)} where the metadata says {tuple(sizes)}")
     return tensor, file

@@ -13,6 +13,7 @@ from llamarl_core.config.schema import LlamaRLConfig
 
 def check_before_launch(cfg: LlamaRLConfig) -> None:
     check_model_files(cfg)
+    check_export_dtype(cfg)
 
 
 def check_model_files(cfg: LlamaRLConfig) -> None:
@@ -25,3 +26,15 @@ def check_model_files(cfg: LlamaRLConfig) -> None:
     except (ValueError, KeyError, FileNotFoundError, OSError) as e:
         text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise ConfigError(f"model.checkpoint={cfg.model.checkpoint}: {text}") from None
+
+
+def check_export_dtype(cfg: LlamaRLConfig) -> None:
+    """export.dtype=auto reads the checkpoint's own dtype at the end of the run: read it now."""
+    from llamarl_core.models.export import source_dtype
+
+    if cfg.export.dtype != "auto":
+        return
+    try:
+        source_dtype(cfg.model.checkpoint)
+    except (ValueError, OSError) as e:
+        raise ConfigError(f"export.dtype=auto: {e}") from None
