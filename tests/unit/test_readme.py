@@ -15,7 +15,7 @@ HEAD_BEGIN, HEAD_END = "<!-- headline:begin -->", "<!-- headline:end -->"  # scr
 # item is merged, so that the README is checked for it too.
 PENDING_PATHS = {"examples/my_task/README.md", "examples/my_task/data.jsonl", "examples/my_task/reward.py",
                  "docs/CONFIG.md"}
-PENDING_VERBS = {"models", "export"}
+PENDING_VERBS = set()
 PENDING_RECIPES = {"hf"}
 
 REPO_PATH = r"(?<![\w/.-])((?:docs|benchmarks/results|examples|recipes|scripts|tests|llamarl_core|cli|\.ci)/" \
