@@ -74,6 +74,8 @@ def report(result, console: Console, resume_with: str | None = None) -> int:
     s = read_summary(result.run_dir)
     for w in s.get("warnings", ()):  # a run that could not learn says so last (learning_signal.py)
         console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    if end_line(s):  # why it ended, also without the panel (end_reason.py)
+        console.print(end_line(s), soft_wrap=True, highlight=False)
     if result.ok:
         if s:
             before, after = s.get("accuracy_before"), s.get("accuracy_after")

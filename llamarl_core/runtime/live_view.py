@@ -7,8 +7,7 @@ max steps with a bar and ETA, reward, held-out accuracy where RL started beside 
 role's busy share as a bar, progress bars for the warm start and a held-out eval while they
 run (the eval's rows as the engine finishes them), the ranks' states, the metrics line's
 `warnings` (a run that cannot learn) and, once it is over, why the run ended
-(executors/end_reason.py). Not a terminal (CI, a log file): one plain line per step, and the
-end's line last.
+(executors/end_reason.py). Not a terminal (CI, a log file): one plain line per step.
 """
 from __future__ import annotations
 
@@ -174,13 +173,9 @@ class LiveView:
                       start_accuracy=self.start_accuracy, ended=ended)
 
     def finish(self, end_line: str | None) -> None:
-        """The run is over: the panel's last frame says why (finished phases and all), or,
-        without a terminal, one line after the step lines. Nothing is read from the store,
-        which may be gone by now."""
-        if not end_line:
-            return
-        if self.live is not None:
-            m, progress, statuses = self.last_seen
+        """The run is over: on a terminal the panel's last frame says why (its finished phases
+        gone). Nothing is read from the store, which may be gone by now. Without a terminal,
+        `llamarl train`'s closing lines say it (cli/train_cmd.py: report)."""
+        if end_line and self.live is not None:
+            m, _, statuses = self.last_seen
             self.live.update(self._panel(m, {}, statuses, ended=end_line))
-        else:
-            self.console.print(end_line, highlight=False, soft_wrap=True)

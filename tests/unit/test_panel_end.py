@@ -11,7 +11,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from llamarl_cli.train_cmd import read_summary
+from llamarl_cli.train_cmd import read_summary, report
 from llamarl_core.data import Example
 from llamarl_core.eval import evaluate
 from llamarl_core.executors import end_reason
@@ -142,12 +142,15 @@ def test_each_end_reason_is_written_to_summary_json_and_rendered(tmp_path, end, 
     words = line.removeprefix("run ended: ")
     panel = " ".join(_text(view._panel(*view.last_seen, ended=line)).split())
     assert f"ended {words[:40]}" in panel.replace("│", " ").replace("  ", " ")
-    # without a terminal: the line itself, last
+    # the console's closing lines (what a run without a terminal shows): before "done"/"failed"
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
-        plain = LiveView(Console(file=f, width=80))
-        plain.finish(end_reason.end_line(summary))
-    assert out.read_text().splitlines()[-1] == line
+        ok = end.reason in ("max_steps", "max_time_s")
+        result = SimpleNamespace(ok=ok, run_dir=str(tmp_path), message="m", log_tail="", failed=None)
+        report(result, Console(file=f, width=80))
+    printed = out.read_text().splitlines()
+    assert printed[0] == line
+    assert printed[-1].startswith("done: ") if ok else len(printed) == 1
 
 
 def test_a_failed_run_without_a_summary_gets_one_with_its_end_reason(tmp_path):
