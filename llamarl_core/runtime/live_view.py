@@ -154,8 +154,6 @@ class LiveView:
         except Exception:  # the store may be gone at shutdown; the view never breaks a run
             return
         self.last_seen = (m, progress, statuses)
-        if "eval/accuracy" in m:
-            self.last_accuracy = m["eval/accuracy"]
         if "latest" in heldout:  # every eval, the first one (before RL) included
             self.start_accuracy, self.last_accuracy = heldout.get("start"), heldout["latest"]
         if m.get("step") and self.rl_started_at is None:
