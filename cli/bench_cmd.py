@@ -7,7 +7,10 @@
     llamarl bench --weight-sync [--sizes-mb 10 64 256 1024] [--repeats N] [--out FILE]
     llamarl bench --weight-sync --layout 1:1 --layout 2:1 --layout 2:2 [--sizes-mb 1024] [--out FILE]
 
-Each writes one JSON (and, for --sync-vs-async and --quality, two PNGs beside it) and prints a table.
+Each writes one JSON (and, for --sync-vs-async and --quality, two PNGs beside it) and prints a
+table. The JSON goes to --out, else into the work dir (--work-dir, else
+./runs/bench/<benchmark>-<time>); temporary files (TMPDIR, checkpoints, and with the default work
+dir the run directories) are removed when the bench ends: llamarl_core/bench/work_dir.py.
 """
 from __future__ import annotations
 
@@ -51,8 +54,10 @@ def _parser():
     p.add_argument("--measured", default=None, metavar="FILE",
                    help="--simulate on a CPU recipe: reuse this measured --sync-vs-async JSON (its run "
                         "directories must still exist) instead of running the measured bench")
-    p.add_argument("--work-dir", default=None, help="where the runs go (default: a temp dir)")
-    p.add_argument("--out", default=None, help="JSON path (PNGs go beside it)")
+    p.add_argument("--work-dir", default=None,
+                   help="where the runs and the JSON go, kept with each run's logs and metrics "
+                        "(default: ./runs/bench/<benchmark>-<time>, keeping only the JSON and PNGs)")
+    p.add_argument("--out", default=None, help="JSON path (PNGs go beside it; default: in the work dir)")
     return p
 
 
@@ -65,26 +70,41 @@ def main(argv) -> int:
             print_resolved(recipe, overrides)
             return EXIT_OK
         if args.weight_sync:
-            return _weight_sync(args, argv)
+            return _in_work_dir(args, "weight_sync", lambda: _weight_sync(args, argv))
         if args.quality:
-            return _quality(recipe, overrides, args, argv)
+            return _in_work_dir(args, "quality", lambda: _quality(recipe, overrides, args, argv))
         if not args.sync_vs_async:
             raise UsageError("llamarl bench: choose --sync-vs-async [--simulate], --quality or --weight-sync")
         if args.simulate:
             recipe_given = any(w.startswith("recipe=") for w in args.words)
             cfg = load_config(recipe, overrides) if recipe_given else None
             if cfg is not None and cfg.resources.device == "cpu":
-                return _simulate_cpu(cfg, recipe, overrides, args, argv)
-            return _simulate(recipe if recipe_given else None, overrides, args.out,
-                             " ".join(["llamarl", "bench", *map(shlex.quote, argv)]))
-        return _sync_vs_async(recipe, overrides, args, argv)
+                return _in_work_dir(args, "sync_vs_async_simulated",
+                                    lambda: _simulate_cpu(cfg, recipe, overrides, args, argv))
+            command = " ".join(["llamarl", "bench", *map(shlex.quote, argv)])
+            return _in_work_dir(args, "simulator",
+                                lambda: _simulate(recipe if recipe_given else None, overrides, args.out, command))
+        return _in_work_dir(args, "sync_vs_async", lambda: _sync_vs_async(recipe, overrides, args, argv))
 
     return run_guarded(run)
 
 
+def _in_work_dir(args, benchmark: str, run) -> int:
+    """Run one bench mode in its work dir (bench/work_dir.py): `args.work_dir` becomes that
+    dir and `args.out` its JSON path; temporary files are removed however the mode ends."""
+    from llamarl_core.bench.work_dir import BenchWorkDir
+
+    with BenchWorkDir(args.work_dir, benchmark) as wd:
+        print(f"llamarl bench: work dir {wd.path}", flush=True)
+        args.work_dir, args.out = wd.path, os.path.abspath(wd.json_path(args.out))
+        code = run()
+        wd.failed = code != EXIT_OK
+    return code
+
+
 def _write(out: str | None, result: dict, console: Console, command: str | None = None) -> None:
     """Write `result` to `out` as JSON, with its `commit` (and `command`, where given) recorded."""
-    if out:
+    if out:  # always given by `llamarl bench` (its work dir's JSON by default)
         from llamarl_core.bench.provenance import git_commit
         if command is not None:
             result["command"] = command
@@ -93,7 +113,7 @@ def _write(out: str | None, result: dict, console: Console, command: str | None 
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
             f.write("\n")
-        console.print(f"wrote {out}")
+        console.print(f"wrote {out}", soft_wrap=True, highlight=False)  # a path to copy: never wrapped
 
 
 def _weight_sync(args, argv) -> int:

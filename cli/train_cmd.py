@@ -8,6 +8,7 @@ import sys
 from rich.console import Console
 
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
+from llamarl_core.executors.end_reason import end_line
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
 from llamarl_core.runtime.data_check import check_data
@@ -46,6 +47,7 @@ def main(argv) -> int:
         console.print(f"run directory: {run_dir}")
         with LiveView(console, cfg) as view:
             result = Controller(cfg, plan, run_dir, view).run()
+            view.finish(end_line(read_summary(result.run_dir)))  # why it ended, in words
         return report(result, console, resume_command(recipe, overrides, run_dir))
 
     return run_guarded(run)
@@ -59,16 +61,21 @@ def resume_command(recipe: str, overrides: list[str], run_dir: str) -> str:
     return shlex.join(["llamarl", "train", f"recipe={recipe}", *kept, f"run.dir={run_dir}", "run.resume=auto"])
 
 
-def report(result, console: Console, resume_with: str | None = None) -> int:
-    summary_path = os.path.join(result.run_dir, "summary.json")
-    s = {}
+def read_summary(run_dir: str) -> dict:
     try:  # a failed run may have none, or half of one
-        with open(summary_path) as f:
+        with open(os.path.join(run_dir, "summary.json")) as f:
             s = json.load(f)
     except (OSError, ValueError):
-        pass
+        return {}
+    return s if isinstance(s, dict) else {}
+
+
+def report(result, console: Console, resume_with: str | None = None) -> int:
+    s = read_summary(result.run_dir)
     for w in s.get("warnings", ()):  # a run that could not learn says so last (learning_signal.py)
         console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    if end_line(s):  # why it ended, also without the panel (end_reason.py)
+        console.print(end_line(s), soft_wrap=True, highlight=False)
     if result.ok:
         if s:
             before, after = s.get("accuracy_before"), s.get("accuracy_after")

@@ -32,12 +32,12 @@ import os
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 
 from omegaconf import OmegaConf
 
+from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import accuracy_curve, read_jsonl, read_timeline, rl_window
 from llamarl_core.bench.sync_vs_async import machine, run_one, shared_warmstart
 from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
@@ -123,7 +123,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
     chosen = select_configs(configs)
     recipe, overrides = recipe or DEFAULT_RECIPE, [*BENCH_OVERRIDES, *(overrides or [])]
     base = load_config(recipe, overrides)  # validates before anything runs
-    work_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="llamarl-bench-quality-"))
+    work_dir = os.path.abspath(work_dir or default_work_dir("quality"))
     os.makedirs(work_dir, exist_ok=True)
     frozen = os.path.join(work_dir, "recipe_frozen.yaml")
     with open(frozen, "w") as f:

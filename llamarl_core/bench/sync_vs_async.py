@@ -28,12 +28,12 @@ import platform
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 
 import torch
 
+from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import PHASES, run_stats
 from omegaconf import OmegaConf
 
@@ -144,7 +144,7 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     recipe, overrides = recipe or DEFAULT_RECIPE, list(overrides or [])
     base = load_config(recipe, overrides)  # validates the recipe before anything runs
     async_k = max(1, base.algorithm.max_offpolicy_steps)
-    work_dir = work_dir or tempfile.mkdtemp(prefix="llamarl-bench-sva-")
+    work_dir = work_dir or default_work_dir("sync_vs_async")
     # Every run loads one frozen copy of the resolved config, so a recipe edited while the
     # bench runs (minutes) cannot give the modes or repeats different settings.
     os.makedirs(work_dir, exist_ok=True)

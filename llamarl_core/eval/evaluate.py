@@ -79,13 +79,17 @@ def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, temp
         for b, start in mine:
             batch = examples[start:start + per_batch]
             prompts = [_prompt_ids(ex, template, tokenizer, engine) for ex in batch]
-            greedy_out = engine.generate(prompts, greedy, seed=seed + b)
+            # Greedy only: a row is done when the engine finishes it, so the bar moves within a
+            # batch (one batch is the whole eval when it fits max_batch_size). Sampled: per batch.
+            per_row = {"on_finish": lambda _: advance(1)} if progress and not sampled else {}
+            greedy_out = engine.generate(prompts, greedy, seed=seed + b, **per_row)
             sampled_out = (engine.generate([p for p in prompts for _ in range(n)], sample,
                                            seed=seed + b) if sampled else None)
             for i, ex in enumerate(batch):
                 samples = sampled_out[i * n:(i + 1) * n] if sampled else [greedy_out[i]]
                 predictions.append(_prediction(start + i, ex, greedy_out[i], samples))
-            advance(len(batch))
+            if not per_row:
+                advance(len(batch))
     return predictions
 
 

@@ -94,7 +94,8 @@ class LockstepGreedy:
         pass
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None,
+                 on_finish=None) -> list[Completion]:
         if params.temperature != 0.0:
             raise ValueError("LockstepGreedy decodes greedily only (temperature 0)")
         if not prompts:
@@ -105,7 +106,8 @@ class LockstepGreedy:
         was_training = self.model.training
         self.model.eval()
         try:
-            done = Batch(self, prompts, params, 0 if seed is None else seed, static=False).run()
+            done = Batch(self, prompts, params, 0 if seed is None else seed, static=False,
+                         on_finish=on_finish).run()
         finally:
             self.proj.release()
             self._reshard()

@@ -27,13 +27,14 @@ from llamarl_core.executors import checkpoints, rejoin
 from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, ExportConfig, GenerationConfig, LoggingConfig,
                                         ModelConfig, RunConfig, TrainerResources, WarmStartConfig)
 from llamarl_core.executors.context import RoleRuntime
+from llamarl_core.executors.end_reason import EndReason, reached_max_steps, reached_max_time
 from llamarl_core.executors.feeds import merge_positions
 from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
 from llamarl_core.executors.learning_signal import RewardsAllErrored
 from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
-from llamarl_core.executors.progress import StoreProgress
+from llamarl_core.executors.progress import StoreProgress, publish_accuracy
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
@@ -144,7 +145,7 @@ class TrainerExecutor:
             if last:
                 break
         self.export_final()
-        self._write_summary(time.time() - t_rl)
+        self._write_summary(time.time() - t_rl, self._end_reason())
         if self.log is not None and self.log.signal.all_errored():  # exit 1, not a run that "worked"
             raise RewardsAllErrored(self.log.signal.failure())
         if self.rank == 0:
@@ -202,6 +203,7 @@ class TrainerExecutor:
                 summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.heldout_cfg, self.eval_examples,
                                                 self.reward_fn, self._progress("eval"))
         self.accuracy[self.version] = float(summary["accuracy"])
+        publish_accuracy(self.ctx.control, self.accuracy)  # the panel's start → latest
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
         write_samples(self.ctx.run_dir, self.version, self.version, time.time() - self.log.t_start,
@@ -271,6 +273,8 @@ class TrainerExecutor:
         warmstarted = os.path.join(os.path.dirname(os.path.abspath(path)), WARMSTART_CHECKPOINT)
         if self.ref is not None and os.path.isdir(warmstarted):  # that run's RL started from its warm start
             load_sharded(self.ref, warmstarted)
+        if self.rank == 0:
+            publish_accuracy(self.ctx.control, self.accuracy)
         print(f"resumed from {path}: step {state['step']}, policy version {self.version}", flush=True)
         return state["step"]
 
@@ -322,7 +326,14 @@ class TrainerExecutor:
         line = self.log.write(line, self.learner.histograms)
         print(json.dumps(line), flush=True)
 
-    def _write_summary(self, rl_wall_s: float) -> None:
+    def _end_reason(self) -> EndReason:
+        """After the loop: short of run.max_steps only when the time limit ended it."""
+        run = self.cfg.run
+        if self.version < run.max_steps and run.max_time_s:
+            return reached_max_time(run.max_time_s, self.version, run.max_steps)
+        return reached_max_steps(run.max_steps)
+
+    def _write_summary(self, rl_wall_s: float, end: EndReason) -> None:
         if self.rank != 0:
             return
         versions = sorted(self.accuracy)
@@ -333,7 +344,8 @@ class TrainerExecutor:
                    "accuracy_by_version": self.accuracy,
                    "dropped_chunks": self._dropped_total(),
                    "data_skipped_lines": self.data_skipped,
-                   "warnings": self.log.signal.warnings()}  # why the run could not learn, in words
+                   "warnings": self.log.signal.warnings(),  # why the run could not learn, in words
+                   **end.fields()}  # why it ended (end_reason.py)
         with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 

@@ -119,9 +119,10 @@ class GenerationEngine:
         finally:
             self.model.train(was_training)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seed: Optional[int] = None) -> list[Completion]:
-        return completions(self.stream(prompts, params, seed), params, self.tokenizer)
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: Optional[int] = None,
+                 on_finish: Optional[Callable[[Finished], None]] = None) -> list[Completion]:
+        """`on_finish`: called as each row ends (an eval's progress bar counts rows with it)."""
+        return completions(self.stream(prompts, params, seed, on_finish=on_finish), params, self.tokenizer)
 
 
 def completions(finished: list[Finished], params: SamplingParams, tokenizer) -> list[Completion]:

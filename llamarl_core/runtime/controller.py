@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.executors import end_reason
+from llamarl_core.executors.end_reason import EndReason
 from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime import prelaunch, procs, restarts, resume, run_lock, zygote
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
@@ -44,6 +46,7 @@ class RunResult:
     failed: tuple[str, int] | None = None        # (role, rank)
     log_tail: str = ""
     metrics: dict = field(default_factory=dict)  # last metrics line
+    end: EndReason | None = None                 # a failure's reason (success: the trainer's, in summary.json)
 
 
 def start_store(host: str, port: int) -> dist.TCPStore:
@@ -58,8 +61,16 @@ def start_store(host: str, port: int) -> dist.TCPStore:
         return bind_store(host, 0)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt, remembering which signal it was."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
 
 
 class Controller:
@@ -102,13 +113,16 @@ class Controller:
                     self.procs.append(procs.start_role(cmd, log, dict(env)))
                     self.role_of_proc.append(role.name)
             result = self._supervise()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             self._abort_quietly("interrupted (Ctrl-C or SIGTERM)")
-            result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)")
+            result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)",
+                               end=end_reason.stopped_by_signal(getattr(e, "signum", signal.SIGINT)))
         finally:
             procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
             self._sweep_tree(children_before)
             self._sweep_shm()
+        if result.end is not None:  # a signal or an error: only the controller sees those
+            end_reason.record(self.run_dir, result.end)
         try:
             result.metrics = self.control.get_json("metrics/latest", {}) or {}
         except STORE_ERRORS:
@@ -126,8 +140,8 @@ class Controller:
         try:
             return self._watch()
         except STORE_ERRORS as e:  # the store lives in this process: say so, not "aborted"
-            return RunResult(False, self.run_dir, f"controller: its store stopped answering "
-                                                  f"({type(e).__name__}: {e})")
+            message = f"controller: its store stopped answering ({type(e).__name__}: {e})"
+            return RunResult(False, self.run_dir, message, end=end_reason.failed(message))
 
     def _watch(self) -> RunResult:
         c = self.cfg.controller
@@ -191,7 +205,8 @@ class Controller:
         log_tail = ""
         if role is not None:
             log_tail = procs.tail(os.path.join(self.run_dir, "logs", f"{role}_{rank}.log"))
-        return RunResult(False, self.run_dir, message, (role, rank) if role else None, log_tail)
+        return RunResult(False, self.run_dir, message, (role, rank) if role else None, log_tail,
+                         end=end_reason.failed(message, role, rank))
 
     def _death(self, role: str, rank: int, pid: str | None = None) -> str:
         """'role R rank K (pid P) was killed by SIGKILL' (its torchrun log says how), else 'died'."""

@@ -2,9 +2,12 @@
 `progress/<phase>` and `status/<role>/<rank>` keys.
 
 On a terminal: one rich panel, at most 80 columns wide, redrawn 4 times a second: step of
-max steps with a bar and ETA, reward, held-out accuracy, staleness, IS ratio, sync time,
-each role's busy share as a bar, progress bars for the warm start and a held-out eval while
-they run, the ranks' states, and the metrics line's `warnings` (a run that cannot learn). Not a terminal (CI, a log file): one plain line per step.
+max steps with a bar and ETA, reward, held-out accuracy where RL started beside the newest
+(`progress/heldout_accuracy`: `0.500 → 0.735 (+23.5)`), staleness, IS ratio, sync time, each
+role's busy share as a bar, progress bars for the warm start and a held-out eval while they
+run (the eval's rows as the engine finishes them), the ranks' states, the metrics line's
+`warnings` (a run that cannot learn) and, once it is over, why the run ended
+(executors/end_reason.py). Not a terminal (CI, a log file): one plain line per step.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from llamarl_core.executors.progress import ACCURACY_KEY
 
 BAR_WIDTH = 24
 PANEL_WIDTH = 80
@@ -51,20 +56,30 @@ def _num(value, spec: str = ".3f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "–"
 
 
+def accuracy_text(latest, start=None) -> str:
+    """'0.500 → 0.735 (+23.5)' (points), or the one number while only one eval has run."""
+    if not isinstance(start, (int, float)) or not isinstance(latest, (int, float)):
+        return _num(latest)
+    return f"{start:.3f} → {latest:.3f} ({(latest - start) * 100:+.1f})"
+
+
 def busy_fractions(m: dict) -> dict[str, float]:
     return {role: m[f"{role}/busy_frac"] for role in ("trainer", "generator", "reward")
             if isinstance(m.get(f"{role}/busy_frac"), (int, float))}
 
 
 def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: int,
-           max_time_s: float = 0.0, accuracy=None, rl_elapsed_s: float | None = None) -> Panel:
+           max_time_s: float = 0.0, accuracy=None, rl_elapsed_s: float | None = None,
+           start_accuracy=None, ended: str | None = None) -> Panel:
+    """`accuracy`: the newest held-out accuracy, `start_accuracy` where RL started; `ended`:
+    why the run ended, in words (end_reason.end_line), once it has."""
     step = m.get("step", 0)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, min_width=max(len("generator busy"), len("held-out eval")))
     grid.add_column(overflow="fold")
     frac = step / max_steps if max_steps else 0.0
     grid.add_row("step", f"{step}/{max_steps} {bar(frac)} ETA {duration(eta_s(m, max_steps, max_time_s, rl_elapsed_s))}")
-    grid.add_row("reward", f"{_num(m.get('reward/mean'))}   held-out accuracy {_num(accuracy)}")
+    grid.add_row("reward", f"{_num(m.get('reward/mean'))}   held-out accuracy {accuracy_text(accuracy, start_accuracy)}")
     grid.add_row("staleness", f"mean {_num(m.get('trainer/staleness_mean'), '.2f')} "
                               f"max {_num(m.get('trainer/staleness_max'), '.0f')}   IS ratio max "
                               f"{_num(m.get('trainer/is_ratio_max'), '.2f')}")
@@ -83,6 +98,8 @@ def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: in
     grid.add_row("ranks", _rank_states(statuses))
     for w in m.get("warnings", ()):  # the run cannot learn (executors/learning_signal.py)
         grid.add_row("[yellow]warning[/]", Text(w, style="yellow", overflow="fold"))
+    if ended:
+        grid.add_row("ended", Text(ended.removeprefix("run ended: "), overflow="fold"))
     return Panel(grid, title=title, width=PANEL_WIDTH, title_align="left")
 
 
@@ -111,6 +128,8 @@ class LiveView:
         self.live: Live | None = None
         self.last_step = 0
         self.last_accuracy = None
+        self.start_accuracy = None
+        self.last_seen: tuple = ({}, {}, {})  # metrics, progress, statuses: the final panel's
         self.max_steps = cfg.run.max_steps if cfg is not None else 0
         self.max_time_s = cfg.run.max_time_s if cfg is not None else 0.0
         self.title = f"llamarl · {cfg.recipe}" if cfg is not None else "llamarl"
@@ -131,17 +150,30 @@ class LiveView:
             m = control.get_json("metrics/latest", {}) or {}
             progress = {key: control.get_json(f"progress/{key}", None) for key, _ in PHASES}
             statuses = {(r.name, i): control.status(r.name, i) for r in plan.roles for i in range(r.num_devices)}
+            heldout = control.get_json(ACCURACY_KEY, None) or {}
         except Exception:  # the store may be gone at shutdown; the view never breaks a run
             return
-        if "eval/accuracy" in m:
-            self.last_accuracy = m["eval/accuracy"]
+        self.last_seen = (m, progress, statuses)
+        if "latest" in heldout:  # every eval, the first one (before RL) included
+            self.start_accuracy, self.last_accuracy = heldout.get("start"), heldout["latest"]
         if m.get("step") and self.rl_started_at is None:
             self.rl_started_at = time.time() - m.get("trainer/step_s", 0.0)
         if self.live is not None:
-            elapsed = time.time() - self.rl_started_at if self.rl_started_at else None
-            self.live.update(render(m, progress, statuses, title=self.title, max_steps=self.max_steps,
-                                    max_time_s=self.max_time_s, accuracy=self.last_accuracy,
-                                    rl_elapsed_s=elapsed))
+            self.live.update(self._panel(*self.last_seen))
         elif m.get("step", 0) > self.last_step:
             self.last_step = m["step"]
             self.console.print(plain_line(m), highlight=False, soft_wrap=True)  # one line per step, whatever its width
+
+    def _panel(self, m: dict, progress: dict, statuses: dict, ended: str | None = None) -> Panel:
+        elapsed = time.time() - self.rl_started_at if self.rl_started_at else None
+        return render(m, progress, statuses, title=self.title, max_steps=self.max_steps,
+                      max_time_s=self.max_time_s, accuracy=self.last_accuracy, rl_elapsed_s=elapsed,
+                      start_accuracy=self.start_accuracy, ended=ended)
+
+    def finish(self, end_line: str | None) -> None:
+        """The run is over: on a terminal the panel's last frame says why (its finished phases
+        gone). Nothing is read from the store, which may be gone by now. Without a terminal,
+        `llamarl train`'s closing lines say it (cli/train_cmd.py: report)."""
+        if end_line and self.live is not None:
+            m, _, statuses = self.last_seen
+            self.live.update(self._panel(m, {}, statuses, ended=end_line))
