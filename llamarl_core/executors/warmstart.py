@@ -1,8 +1,9 @@
-"""The supervised warm start as a stage of its own: steps on reference solutions, then an
-HF-format checkpoint RL can start from.
+"""The supervised warm start as a stage of its own: steps on reference solutions (or on the
+user's own chats, `warmstart.data`), then an HF-format checkpoint RL can start from.
 
     llamarl train                                     # warm start → checkpoints/warmstart → RL
     llamarl train model.checkpoint=<run>/checkpoints/warmstart warmstart.steps=0   # RL only
+    llamarl train warmstart.data=chats.jsonl warmstart.steps=200   # your chats' assistant turns
 
 Why a stage: RL runs compared from one shared start (sync vs async, the quality bench's
 configurations and seeds) differ only in RL. The trainer role runs `warmstart_steps` on its
@@ -13,23 +14,40 @@ from __future__ import annotations
 
 import random
 
-from llamarl_core.config.schema import WarmStartConfig
+from llamarl_core.config.schema import LlamaRLConfig, WarmStartConfig
+from llamarl_core.data import prompt_format
+from llamarl_core.data.chat_sft import chat_sequences, load_conversations
 from llamarl_core.executors.learner import WarmStart
 from llamarl_core.executors.setup import sft_sequences
 
 CHECKPOINT_NAME = "warmstart"  # <run_dir>/checkpoints/warmstart
 
 
-def warmstart_steps(model, w: WarmStartConfig, seed: int, prompts, tokenizer, rank: int = 0, world: int = 1,
+def max_sequence_tokens(cfg: LlamaRLConfig) -> int:
+    """The longest warm-start chat: the longest sequence RL trains on (prompt + completion),
+    which the plan already fits to the model's positions."""
+    return cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens
+
+
+def warmstart_sequences(cfg: LlamaRLConfig, prompts, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(tokens, target_mask) to train on: `warmstart.data`'s chats (assistant turns), else the
+    task's prompts + reference solutions."""
+    if not cfg.warmstart.data:
+        return sft_sequences(prompts, tokenizer)
+    conversations = load_conversations(cfg.warmstart.data, cfg.data.on_error)
+    return chat_sequences(conversations, prompt_format(cfg.data), tokenizer, max_sequence_tokens(cfg))
+
+
+def warmstart_steps(model, w: WarmStartConfig, seed: int, seqs, pad_id: int, rank: int = 0, world: int = 1,
                     log=print, on_step=None) -> float:
-    """`w.steps` supervised steps (batches drawn with `seed`, run.seed); returns the last loss. `on_step(done, total)`
-    after each step (the trainer's heartbeat and live-view progress).
+    """`w.steps` supervised steps on `seqs` (`warmstart_sequences`; batches drawn with `seed`,
+    run.seed); returns the last loss. `on_step(done, total)` after each step (the trainer's
+    heartbeat and live-view progress).
 
     Every rank draws the same global batch and trains on its slice, so the warm start (and
     the accuracy RL starts from) is the same however many trainer ranks there are.
     """
-    ws = WarmStart(model, w, tokenizer.pad_id)
-    seqs = sft_sequences(prompts, tokenizer)
+    ws = WarmStart(model, w, pad_id)
     rng = random.Random(f"warmstart:{seed}")
     loss = float("nan")
     for i in range(w.steps):

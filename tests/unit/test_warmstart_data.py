@@ -1,0 +1,183 @@
+"""`warmstart.data`: the warm start on the user's own chats, the loss on assistant tokens only.
+
+The mask is checked against positions counted by hand on a byte-level tokenizer (one token
+per character, `</s>` one token), the loss against a cross-entropy computed here row by row,
+and bad files against `llamarl train`, which must exit 2 naming the file and line before any
+role starts.
+"""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hf_tiny import tiny_tokenizer
+
+from llamarl_cli.main import main
+from llamarl_core.config.load import load_config
+from llamarl_core.config.schema import WarmStartConfig
+from llamarl_core.data import DataFormatError, PromptFormat
+from llamarl_core.data.chat_sft import assistant_tokens, chat_sequences, load_conversations
+from llamarl_core.executors.learner import WarmStart
+from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
+from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+from llamarl_core.models.tokenizer import HFTokenizer
+
+from launch_guard import Launched, no_launch  # noqa: F401  (no_launch: a fixture)
+
+# Zephyr-style: each turn ends in the EOS `</s>`, then a newline the model never generates.
+ZEPHYR = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+        {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,
+                 max_seq_len=64, rope_theta=10000.0)
+BYTES = ByteTokenizer()
+
+
+def _zephyr():
+    return HFTokenizer(tiny_tokenizer(ZEPHYR))  # bytes are tokens; </s> = 258 is the EOS
+
+
+def test_the_assistant_mask_is_every_assistant_turn_and_its_eos_for_two_turns_with_a_system_prompt():
+    tok = _zephyr()
+    tokens, mask = assistant_tokens(CHAT, PromptFormat("chat", "Be brief."), tok)
+    # "<|system|>\n" 11 + "Be brief." 9 + </s> + "\n"      -> tokens 0..21
+    # "<|user|>\n" 9 + "hi" 2 + </s> + "\n"                -> 22..34
+    # "<|assistant|>\n" 14 -> 35..48; "yo" 49, 50; </s> 51; "\n" 52
+    # "<|user|>\n" 9 + "2+2?" 4 + </s> + "\n"              -> 53..67
+    # "<|assistant|>\n" 14 -> 68..81; "4" 82; </s> 83; "\n" 84
+    assert len(tokens) == 85
+    assert [i for i, m in enumerate(mask) if m] == [49, 50, 51, 82, 83]
+    assert tokens[51] == tokens[83] == tok.eos_id == 258
+    assert tok.encode(tok.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, *CHAT], add_generation_prompt=False)) == tokens
+
+
+def test_the_plain_template_trains_each_answer_after_its_question_and_appends_the_eos():
+    tokens, mask = assistant_tokens(CHAT[:2], PromptFormat("plain"), BYTES)
+    assert tokens == BYTES.encode("Question: hi\nAnswer: yo") + [BYTES.eos_id]
+    assert mask == [0] * len("Question: hi\nAnswer:") + [1] * len(" yo") + [1]
+
+
+def test_a_template_that_renders_earlier_turns_differently_is_refused_naming_the_row(tmp_path):
+    last_only = ("{% for m in messages %}{{ m['role'] }}: "
+                 "{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps({"messages": CHAT}) + "\n")
+    with pytest.raises(DataFormatError, match=rf"{path}:1: turn 2: the chat template renders"):
+        chat_sequences(load_conversations(str(path)), PromptFormat("chat"),
+                       HFTokenizer(tiny_tokenizer(last_only)), 1000)
+
+
+def _reference_loss(model, seqs) -> float:
+    """Mean over every trained token of -log p(token | the tokens before it), row by row unpadded."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for tokens, mask in seqs:
+            logp = F.log_softmax(model(torch.tensor([tokens]))[0, :-1].double(), dim=-1)  # [L-1, V]
+            for j in range(1, len(tokens)):
+                if mask[j]:
+                    total -= float(logp[j - 1, tokens[j]])
+                    count += 1
+    return total / count
+
+
+def test_the_warm_start_loss_is_the_cross_entropy_of_the_assistant_tokens_only():
+    torch.manual_seed(0)
+    model = Llama(ARGS)
+    seqs = [assistant_tokens(CHAT, PromptFormat("plain", "Be brief."), BYTES),
+            assistant_tokens(CHAT[:2], PromptFormat("plain"), BYTES)]  # shorter: padded in the batch
+    expected = _reference_loss(model, seqs)
+    everything = _reference_loss(model, [(t, [1] * len(t)) for t, _ in seqs])
+    loss = WarmStart(model, WarmStartConfig(steps=1, batch_size=2), BYTES.pad_id).step(seqs)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert abs(everything - expected) > 1e-3  # the mask matters: the whole text's loss differs
+
+
+def test_steps_on_one_conversation_drive_its_assistant_loss_down():
+    torch.manual_seed(0)
+    model = Llama(ARGS)
+    seqs = [assistant_tokens(CHAT, PromptFormat("plain"), BYTES)]
+    before = _reference_loss(model, seqs)
+    warmstart_steps(model, WarmStartConfig(steps=30, batch_size=1, lr=1e-2), 0, seqs, BYTES.pad_id,
+                    log=lambda m: None)
+    after = _reference_loss(model, seqs)
+    assert after < 0.2 * before, (before, after)
+
+
+def test_with_warmstart_data_the_warm_start_trains_on_the_chats_not_the_references(tmp_path):
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps({"messages": CHAT, "id": "x"}) + "\n")
+    cfg = load_config("cpu_tiny", [f"warmstart.data={path}", "warmstart.steps=1"])
+    seqs = warmstart_sequences(cfg, None, BYTES)
+    assert seqs == [assistant_tokens(CHAT, PromptFormat(cfg.data.template, cfg.data.system_prompt), BYTES)]
+
+
+# --- refused before launch -------------------------------------------------------------------
+
+BASE = ["warmstart.steps=2", "data.num_eval_examples=2", "generation.max_prompt_tokens=64",
+        "generation.max_new_tokens=32", "algorithm.prompts_per_step=2", "algorithm.group_size=2"]
+
+
+def _write(tmp_path, lines) -> str:
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return str(path)
+
+
+def _refused(capsys, tmp_path, *overrides) -> str:
+    run_dir = tmp_path / "run"
+    code = main(["train", f"run.dir={run_dir}", *BASE, *overrides])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert not run_dir.exists(), "the run directory was created"
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+GOOD = {"messages": CHAT}
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ("{oops", "2: not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
+    ({"prompt": "hi"}, "2: missing field 'messages' (a list of {\"role\", \"content\"} turns); the row has keys ['prompt']"),
+    ({"messages": CHAT[:1]}, "2: no assistant turn: nothing to train on"),
+    ({"messages": [{"role": "tool", "content": "x"}, *CHAT]},
+     "2: turn 1 has unknown role 'tool' (expected one of system, user, assistant)"),
+], ids=["malformed", "no_messages", "no_assistant", "unknown_role"])
+def test_a_bad_chat_row_is_refused_naming_the_file_and_line(no_launch, capsys, tmp_path, bad, reason):
+    path = _write(tmp_path, [GOOD, bad])
+    err = _refused(capsys, tmp_path, f"warmstart.data={path}")
+    assert f"warmstart.data: {path}:{reason} (data.on_error=skip would skip such lines)" in err
+
+
+def test_a_missing_chat_file_is_refused(no_launch, capsys, tmp_path):
+    err = _refused(capsys, tmp_path, f"warmstart.data={tmp_path / 'nope.jsonl'}")
+    assert f"warmstart.data: data file not found: {tmp_path / 'nope.jsonl'}" in err
+
+
+def test_chats_longer_than_rl_sequences_are_refused_with_the_longest(no_launch, capsys, tmp_path):
+    long = {"messages": [{"role": "user", "content": "x" * 80}, {"role": "assistant", "content": "y"}]}
+    path = _write(tmp_path, [GOOD, long])
+    err = _refused(capsys, tmp_path, f"warmstart.data={path}")
+    # "Question: " 10 + 80 + "\nAnswer:" 8 + " y" 2 + EOS 1 = 101 > 64 + 32
+    assert f"1 of 2 conversations are longer than 96 tokens; the longest has 101 ({path}:2)" in err
+
+
+def test_warmstart_data_without_warmstart_steps_is_refused_as_unused(no_launch, capsys, tmp_path):
+    path = _write(tmp_path, [GOOD])
+    err = _refused(capsys, tmp_path, f"warmstart.data={path}", "warmstart.steps=0")
+    assert f"warmstart.data={path} with warmstart.steps=0: the chats would be unused" in err
+
+
+def test_skipped_chat_rows_are_counted_and_the_rest_checked(no_launch, capsys, tmp_path):
+    path = _write(tmp_path, [GOOD, "{oops", {"messages": CHAT[:1]}, GOOD])
+    with pytest.raises(Launched):
+        main(["train", f"run.dir={tmp_path / 'run'}", *BASE, f"warmstart.data={path}", "data.on_error=skip"])
+    out = capsys.readouterr().out
+    assert f"warmstart.data: skipped 2 bad line(s) of {path} (data.on_error=skip; line 2: not valid JSON" in out
+    assert "line 3: no assistant turn: nothing to train on" in out
+    # each chat: "Question: hi\nAnswer: yo" 23 + EOS + "\n\nQuestion: 2+2?\nAnswer: 4" 26 + EOS = 51 tokens,
+    # of which " yo" + EOS and " 4" + EOS (7) are trained
+    assert "warmstart.data: 2 chats checked, up to 51 tokens (limit 96), 14 assistant tokens trained" in out
