@@ -86,10 +86,11 @@ def _messages(row) -> tuple:
     return tuple({"role": m["role"], "content": m["content"]} for m in turns)
 
 
-def assistant_tokens(messages, fmt: PromptFormat, tokenizer) -> tuple[list[int], list[int]]:
-    """(tokens, target_mask): the whole chat's token ids, and 1 where a token is trained."""
+def assistant_tokens(messages, fmt: PromptFormat, tokenizer, source: str = "generic") -> tuple[list[int], list[int]]:
+    """(tokens, target_mask): the whole chat's token ids, and 1 where a token is trained.
+    `source`: the plain template's question format (`render_chat`)."""
     def encode(turns, generation_prompt: bool) -> list[int]:
-        return tokenizer.encode(render_chat(turns, fmt, tokenizer, generation_prompt))
+        return tokenizer.encode(render_chat(turns, fmt, tokenizer, generation_prompt, source))
 
     full = encode(messages, False)
     stops = set(tokenizer.eos_ids)
@@ -130,19 +131,13 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def chat_sequences(conversations: ConversationList, fmt: PromptFormat, tokenizer,
-                   max_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """(tokens, target_mask) per conversation. Longer than `max_tokens` is an error naming how
-    many are and the longest: cutting one would drop its end-of-turn token and teach the model
-    not to stop."""
+                   source: str = "generic") -> list[tuple[list[int], list[int]]]:
+    """(tokens, target_mask) per conversation; a chat the template cannot mask is a ValueError
+    naming its row (skipping cannot help: the template is the run's)."""
     out = []
     for c in conversations:
         try:
-            out.append(assistant_tokens(c.messages, fmt, tokenizer))
+            out.append(assistant_tokens(c.messages, fmt, tokenizer, source))
         except DataFormatError as exc:
-            raise DataFormatError(f"{c.where}: {exc}") from None
-    over = [i for i, (t, _) in enumerate(out) if len(t) > max_tokens]
-    if over:
-        longest = max(over, key=lambda i: len(out[i][0]))
-        raise ValueError(f"{len(over)} of {len(out)} conversations are longer than {max_tokens} tokens; "
-                         f"the longest has {len(out[longest][0])} ({conversations[longest].where})")
+            raise ValueError(f"{c.where}: {exc}") from None
     return out

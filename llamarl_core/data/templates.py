@@ -21,8 +21,8 @@ instruction on a new line when there is one. Templates (docs/DATA.md):
 
 ``render_chat`` renders a whole conversation (the warm start's own chat data,
 ``warmstart.data``) under the same rules: ``chat`` is the tokenizer's template, ``plain`` is
-each user turn as a prompt (``Question: ...\\nAnswer:``) and each assistant turn as a
-completion after it (`` <answer>``); the system prompt as above.
+each user turn as a prompt (``Question: ...\\nAnswer:``, arith's ``Q: ...\\nA:``) and each
+assistant turn as a completion after it (`` <answer>``); the system prompt as above.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain"
     question = example.prompt + (f"\n{fmt.instruction}" if fmt.instruction else "")
     kind = resolve_template(fmt.template, tokenizer)
     if kind == "plain":
-        text = f"Q: {question}\nA:" if example.source == "arith" else f"Question: {question}\nAnswer:"
+        text = _plain_prompt(question, example.source)
         return f"{fmt.system_prompt}\n\n{text}" if fmt.system_prompt else text
     if example.messages:  # data.messages_key: the row's own chat, the instruction on its last user turn
         messages = _row_chat(example.messages, fmt)
@@ -75,10 +75,14 @@ def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain"
     return _apply_chat_template(tokenizer, messages, add_generation_prompt=True)
 
 
-def render_chat(turns, fmt: PromptFormat, tokenizer, add_generation_prompt: bool) -> str:
+def _plain_prompt(question: str, source: str) -> str:
+    return f"Q: {question}\nA:" if source == "arith" else f"Question: {question}\nAnswer:"
+
+
+def render_chat(turns, fmt: PromptFormat, tokenizer, add_generation_prompt: bool, source: str = "generic") -> str:
     """A conversation as given (no instruction: the chat says what it asks), `data.system_prompt`
     first unless it has a system turn. `add_generation_prompt`: end in the assistant's header
-    (chat), as a prompt does."""
+    (chat), as a prompt does. `source`: the plain template's question format (as the prompts')."""
     messages = _with_system_prompt(turns, fmt.system_prompt)
     if resolve_template(fmt.template, tokenizer) == "chat":
         return _apply_chat_template(tokenizer, messages, add_generation_prompt)
@@ -88,7 +92,7 @@ def render_chat(turns, fmt: PromptFormat, tokenizer, add_generation_prompt: bool
             text += f"{m['content']}\n\n"
         elif m["role"] == "user":
             separator = "\n\n" if text and not text.endswith("\n\n") else ""
-            text += f"{separator}Question: {m['content']}\nAnswer:"
+            text += separator + _plain_prompt(m["content"], source)
         else:
             text += f" {m['content']}"
     return text

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 
 from llamarl_core.config.schema import LlamaRLConfig, WarmStartConfig
-from llamarl_core.data import prompt_format
+from llamarl_core.data import LoadReport, prompt_format
 from llamarl_core.data.chat_sft import chat_sequences, load_conversations
 from llamarl_core.executors.learner import WarmStart
 from llamarl_core.executors.setup import sft_sequences
@@ -34,8 +34,25 @@ def warmstart_sequences(cfg: LlamaRLConfig, prompts, tokenizer) -> list[tuple[li
     task's prompts + reference solutions."""
     if not cfg.warmstart.data:
         return sft_sequences(prompts, tokenizer)
+    return chat_warmstart(cfg, tokenizer)[0]
+
+
+def chat_warmstart(cfg: LlamaRLConfig, tokenizer) -> tuple[list[tuple[list[int], list[int]]], LoadReport]:
+    """`warmstart.data` read (`data.on_error` applies) and rendered as the run's prompts are;
+    the trainer and the pre-launch check (runtime/data_check.py) both call this."""
     conversations = load_conversations(cfg.warmstart.data, cfg.data.on_error)
-    return chat_sequences(conversations, prompt_format(cfg.data), tokenizer, max_sequence_tokens(cfg))
+    source = "arith" if cfg.data.name == "arith" else "generic"  # plain: the prompts' own "Q: ...\nA:"
+    seqs = chat_sequences(conversations, prompt_format(cfg.data), tokenizer, source)
+    limit = max_sequence_tokens(cfg)
+    over = [i for i, (t, _) in enumerate(seqs) if len(t) > limit]
+    if over:  # refused, not cut: a cut chat loses its end-of-turn token and teaches not stopping
+        longest = max(over, key=lambda i: len(seqs[i][0]))
+        g = cfg.generation
+        raise ValueError(f"{len(over)} of {len(seqs)} chats are longer than {limit} tokens "
+                         f"(generation.max_prompt_tokens={g.max_prompt_tokens} + generation.max_new_tokens="
+                         f"{g.max_new_tokens}, RL's longest sequence); the longest has {len(seqs[longest][0])} "
+                         f"({conversations[longest].where}); raise those or shorten the chats")
+    return seqs, conversations.report
 
 
 def warmstart_steps(model, w: WarmStartConfig, seed: int, seqs, pad_id: int, rank: int = 0, world: int = 1,

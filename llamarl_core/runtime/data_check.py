@@ -23,9 +23,8 @@ from __future__ import annotations
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import DataFormatError, NoVerifier, prompt_format, resolve_template
-from llamarl_core.data.chat_sft import chat_sequences, load_conversations
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
-from llamarl_core.executors.warmstart import max_sequence_tokens
+from llamarl_core.executors.warmstart import chat_warmstart, max_sequence_tokens
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards.custom import check_importable, is_custom
 from llamarl_core.data.template_check import check_template
@@ -62,25 +61,23 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
 
 
 def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
-    path, limit = cfg.warmstart.data, max_sequence_tokens(cfg)
+    path = cfg.warmstart.data
     try:
-        chats = load_conversations(path, cfg.data.on_error)
-        seqs = chat_sequences(chats, prompt_format(cfg.data), tokenizer, limit)
+        seqs, report = chat_warmstart(cfg, tokenizer)
     except (DataFormatError, FileNotFoundError) as e:
         hint = " (data.on_error=skip would skip such lines)" if (
             cfg.data.on_error == "raise" and ": no conversations" not in str(e)) else ""
         raise ConfigError(f"warmstart.data: {e}{hint}") from None
     except ValueError as e:
-        raise ConfigError(f"warmstart.data={path}: {e} (generation.max_prompt_tokens + "
-                          f"generation.max_new_tokens; raise them or shorten the chats)") from None
+        raise ConfigError(f"warmstart.data={path}: {e}") from None
     lines = []
-    if chats.report.num_skipped:
-        first = "; ".join(f"line {n}: {why}" for n, why in chats.report.skipped[:3])
-        lines.append(f"warmstart.data: skipped {chats.report.num_skipped} bad line(s) of {path} "
+    if report.num_skipped:
+        first = "; ".join(f"line {n}: {why}" for n, why in report.skipped[:3])
+        lines.append(f"warmstart.data: skipped {report.num_skipped} bad line(s) of {path} "
                      f"(data.on_error=skip; {first})")
     trained = sum(map(sum, (m for _, m in seqs)))
     lines.append(f"warmstart.data: {len(seqs)} chats checked, up to {max(len(t) for t, _ in seqs)} tokens "
-                 f"(limit {limit}), {trained} assistant tokens trained")
+                 f"(limit {max_sequence_tokens(cfg)}), {trained} assistant tokens trained")
     return lines
 
 

@@ -15,7 +15,7 @@ from hf_tiny import tiny_tokenizer
 from llamarl_cli.main import main
 from llamarl_core.config.load import load_config
 from llamarl_core.config.schema import WarmStartConfig
-from llamarl_core.data import DataFormatError, PromptFormat
+from llamarl_core.data import Example, PromptFormat, render_prompt
 from llamarl_core.data.chat_sft import assistant_tokens, chat_sequences, load_conversations
 from llamarl_core.executors.learner import WarmStart
 from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
@@ -65,9 +65,8 @@ def test_a_template_that_renders_earlier_turns_differently_is_refused_naming_the
                  "{% if add_generation_prompt %}assistant: {% endif %}")
     path = tmp_path / "chats.jsonl"
     path.write_text(json.dumps({"messages": CHAT}) + "\n")
-    with pytest.raises(DataFormatError, match=rf"{path}:1: turn 2: the chat template renders"):
-        chat_sequences(load_conversations(str(path)), PromptFormat("chat"),
-                       HFTokenizer(tiny_tokenizer(last_only)), 1000)
+    with pytest.raises(ValueError, match=rf"{path}:1: turn 2: the chat template renders"):
+        chat_sequences(load_conversations(str(path)), PromptFormat("chat"), HFTokenizer(tiny_tokenizer(last_only)))
 
 
 def _reference_loss(model, seqs) -> float:
@@ -110,14 +109,17 @@ def test_with_warmstart_data_the_warm_start_trains_on_the_chats_not_the_referenc
     path = tmp_path / "chats.jsonl"
     path.write_text(json.dumps({"messages": CHAT, "id": "x"}) + "\n")
     cfg = load_config("cpu_tiny", [f"warmstart.data={path}", "warmstart.steps=1"])
-    seqs = warmstart_sequences(cfg, None, BYTES)
-    assert seqs == [assistant_tokens(CHAT, PromptFormat(cfg.data.template, cfg.data.system_prompt), BYTES)]
+    [(tokens, mask)] = warmstart_sequences(cfg, None, BYTES)
+    assert (tokens, mask) == assistant_tokens(CHAT, PromptFormat("plain"), BYTES, source="arith")
+    # the first turn reads as the run's own prompts do (the arithmetic task's "Q: ...\nA:")
+    prompt = BYTES.encode(render_prompt(Example("0", "hi", "yo", source="arith"), "plain"))
+    assert tokens[:len(prompt)] == prompt and mask[len(prompt)] == 1 and not any(mask[:len(prompt)])
 
 
 # --- refused before launch -------------------------------------------------------------------
 
 BASE = ["warmstart.steps=2", "data.num_eval_examples=2", "generation.max_prompt_tokens=64",
-        "generation.max_new_tokens=32", "algorithm.prompts_per_step=2", "algorithm.group_size=2"]
+        "generation.max_new_tokens=24", "algorithm.prompts_per_step=2", "algorithm.group_size=2"]
 
 
 def _write(tmp_path, lines) -> str:
@@ -161,8 +163,10 @@ def test_chats_longer_than_rl_sequences_are_refused_with_the_longest(no_launch, 
     long = {"messages": [{"role": "user", "content": "x" * 80}, {"role": "assistant", "content": "y"}]}
     path = _write(tmp_path, [GOOD, long])
     err = _refused(capsys, tmp_path, f"warmstart.data={path}")
-    # "Question: " 10 + 80 + "\nAnswer:" 8 + " y" 2 + EOS 1 = 101 > 64 + 32
-    assert f"1 of 2 conversations are longer than 96 tokens; the longest has 101 ({path}:2)" in err
+    # "Q: " 3 + 80 + "\nA:" 3 + " y" 2 + EOS 1 = 89 > 64 + 24 (arith data: its prompts' "Q:/A:" format)
+    assert (f"warmstart.data={path}: 1 of 2 chats are longer than 88 tokens (generation.max_prompt_tokens=64 + "
+            f"generation.max_new_tokens=24, RL's longest sequence); the longest has 89 ({path}:2); raise those "
+            f"or shorten the chats") in err
 
 
 def test_warmstart_data_without_warmstart_steps_is_refused_as_unused(no_launch, capsys, tmp_path):
@@ -178,6 +182,6 @@ def test_skipped_chat_rows_are_counted_and_the_rest_checked(no_launch, capsys, t
     out = capsys.readouterr().out
     assert f"warmstart.data: skipped 2 bad line(s) of {path} (data.on_error=skip; line 2: not valid JSON" in out
     assert "line 3: no assistant turn: nothing to train on" in out
-    # each chat: "Question: hi\nAnswer: yo" 23 + EOS + "\n\nQuestion: 2+2?\nAnswer: 4" 26 + EOS = 51 tokens,
+    # each chat (arith data: "Q:/A:"): "Q: hi\nA: yo" 11 + EOS + "\n\nQ: 2+2?\nA: 4" 14 + EOS = 27 tokens,
     # of which " yo" + EOS and " 4" + EOS (7) are trained
-    assert "warmstart.data: 2 chats checked, up to 51 tokens (limit 96), 14 assistant tokens trained" in out
+    assert "warmstart.data: 2 chats checked, up to 27 tokens (limit 88), 14 assistant tokens trained" in out
