@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hf_tiny import tiny_tokenizer
+from tok_tiny import CHATML, LLAMA3_STYLE, tiny_hf_tokenizer
 
 from llamarl_cli.main import main
 from llamarl_core.config.load import load_config
@@ -19,7 +20,7 @@ from llamarl_core.data import Example, PromptFormat, render_prompt
 from llamarl_core.data.chat_sft import assistant_tokens, chat_sequences, load_conversations
 from llamarl_core.executors.learner import WarmStart
 from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
-from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+from llamarl_core.models import ByteTokenizer, Llama, ModelArgs, load_tokenizer
 from llamarl_core.models.tokenizer import HFTokenizer
 
 from launch_guard import Launched, no_launch  # noqa: F401  (no_launch: a fixture)
@@ -51,6 +52,30 @@ def test_the_assistant_mask_is_every_assistant_turn_and_its_eos_for_two_turns_wi
     assert tokens[51] == tokens[83] == tok.eos_id == 258
     assert tok.encode(tok.apply_chat_template(
         [{"role": "system", "content": "Be brief."}, *CHAT], add_generation_prompt=False)) == tokens
+
+
+def test_the_mask_equals_transformers_generation_mask_on_a_template_that_marks_assistant_turns():
+    # The reference: TRL's assistant_only_loss reads transformers' `{% generation %}` mask.
+    marked = ("{% for m in messages %}<|{{ m['role'] }}|>\n{% if m['role'] == 'assistant' %}"
+              "{% generation %}{{ m['content'] }}</s>{% endgeneration %}{% else %}{{ m['content'] }}</s>"
+              "{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+    hf = tiny_tokenizer(marked)
+    system_chat = [{"role": "system", "content": "Be brief."}, *CHAT]
+    reference = hf.apply_chat_template(system_chat, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    tokens, mask = assistant_tokens(CHAT, PromptFormat("chat", "Be brief."), HFTokenizer(hf))
+    assert tokens == list(reference["input_ids"]) and mask == list(reference["assistant_masks"])
+    assert sum(mask) == 5  # "yo</s>", "4</s>"
+
+
+@pytest.mark.parametrize("template, eos, stop", [(CHATML, "<|im_end|>", "<|im_end|>"),
+                                                  (LLAMA3_STYLE, "<|end_of_text|>", "<|eot_id|>")])
+def test_a_bpe_tokenizer_trains_each_answer_and_its_stop_token(tmp_path, template, eos, stop):
+    # Llama-3 style: the turn ends in <|eot_id|>, a stop id from generation_config.json, not the EOS
+    # (ids 2 = <|eot_id|>, 1 = <|end_of_text|>: tok_tiny.SPECIALS come first in the vocabulary)
+    tok = load_tokenizer(tiny_hf_tokenizer(tmp_path, template, eos_token=eos, generation_eos=[2, 1]))
+    tokens, mask = assistant_tokens(CHAT, PromptFormat("chat"), tok)
+    trained = [t for t, m in zip(tokens, mask) if m]
+    assert tok._tok.decode(trained) == f"yo{stop}4{stop}"
 
 
 def test_the_plain_template_trains_each_answer_after_its_question_and_appends_the_eos():
