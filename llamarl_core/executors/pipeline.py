@@ -178,7 +178,7 @@ def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
     t0 = time.perf_counter()
     model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
-    seqs = warmstart_sequences(cfg, prompts, tokenizer)
+    seqs, _ = warmstart_sequences(cfg, prompts, tokenizer)
     loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m))
     save_pretrained(model, tokenizer, out_dir)
     return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,

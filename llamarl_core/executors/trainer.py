@@ -153,7 +153,9 @@ class TrainerExecutor:
         if self.cfg.warmstart.steps == 0:
             return
         with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
-            seqs = warmstart_sequences(self.cfg, self.train_prompts, self.tokenizer)
+            seqs, skipped = warmstart_sequences(self.cfg, self.train_prompts, self.tokenizer)
+            if self.cfg.warmstart.data:  # summary.json: data_skipped_lines.warmstart
+                self.data_skipped["warmstart"] = skipped
             warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, seqs, self.tokenizer.pad_id, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"))

@@ -29,12 +29,13 @@ def max_sequence_tokens(cfg: LlamaRLConfig) -> int:
     return cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens
 
 
-def warmstart_sequences(cfg: LlamaRLConfig, prompts, tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(tokens, target_mask) to train on: `warmstart.data`'s chats (assistant turns), else the
-    task's prompts + reference solutions."""
+def warmstart_sequences(cfg: LlamaRLConfig, prompts, tokenizer) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """((tokens, target_mask) to train on, rows skipped): `warmstart.data`'s chats (assistant
+    turns; `data.on_error=skip` may skip rows), else the task's prompts + reference solutions."""
     if not cfg.warmstart.data:
-        return sft_sequences(prompts, tokenizer)
-    return chat_warmstart(cfg, tokenizer)[0]
+        return sft_sequences(prompts, tokenizer), 0
+    seqs, report = chat_warmstart(cfg, tokenizer)
+    return seqs, report.num_skipped
 
 
 def chat_warmstart(cfg: LlamaRLConfig, tokenizer) -> tuple[list[tuple[list[int], list[int]]], LoadReport]:
