@@ -70,6 +70,8 @@ def warmstart_steps(model, w: WarmStartConfig, seed: int, seqs, pad_id: int, ran
     loss = float("nan")
     for i in range(w.steps):
         batch = rng.sample(seqs, min(w.batch_size, len(seqs)))
+        # fewer rows than ranks (a small chat file, a small batch): repeated, so no rank's slice is empty
+        batch = [batch[k % len(batch)] for k in range(max(len(batch), world))]
         loss = ws.step(batch[rank::world])
         if on_step is not None:
             on_step(i + 1, w.steps)

@@ -130,6 +130,16 @@ def test_steps_on_one_conversation_drive_its_assistant_loss_down():
     assert after < 0.2 * before, (before, after)
 
 
+def test_a_file_with_fewer_chats_than_trainer_ranks_gives_every_rank_a_row():
+    torch.manual_seed(0)
+    seqs = [assistant_tokens(CHAT, PromptFormat("plain"), BYTES)]
+    w = WarmStartConfig(steps=1, batch_size=4)
+    # rank 1 of 2 got an empty slice of the one-row batch: max() of an empty sequence, the run failed
+    loss = warmstart_steps(Llama(ARGS), w, 0, seqs, BYTES.pad_id, rank=1, world=2, log=lambda m: None)
+    torch.manual_seed(0)
+    assert loss == pytest.approx(_reference_loss(Llama(ARGS), seqs), rel=1e-5)
+
+
 def test_with_warmstart_data_the_warm_start_trains_on_the_chats_not_the_references(tmp_path):
     path = tmp_path / "chats.jsonl"
     path.write_text(json.dumps({"messages": CHAT, "id": "x"}) + "\n")
