@@ -10,9 +10,10 @@ ignored. A JSONL file or any table `loaders.py` reads (`file_rows`); a bad row i
 Why the mask comes from rendering prefixes and not from `{% generation %}` markers: few
 checkpoints' templates have them. Assistant turn i starts where the chat before it, rendered
 with the generation prompt, stops agreeing with the whole chat's tokens, and ends where the
-chat through it ends; token ids are compared, so a template that renders earlier turns
-differently once later ones follow (Qwen3 drops their reasoning) is refused, naming the row,
-instead of training on misplaced tokens. A turn's span ends at its last stop token
+chat through it ends; token ids are compared. A template that renders earlier turns
+differently once later ones follow (Qwen3 drops their reasoning) cannot give one sequence
+whose spans are right: such a chat becomes one sequence per assistant turn (the chat through
+that turn, that turn trained), each turn seen with the history the model will see. A turn's span ends at its last stop token
 (`tokenizer.eos_ids`, the token the generator stops on); template text after it (`\\n`) is
 never generated, so it is not trained. A turn without one (the plain template) gets the EOS
 appended, as every RL completion ends in one.
@@ -86,9 +87,26 @@ def _messages(row) -> tuple:
     return tuple({"role": m["role"], "content": m["content"]} for m in turns)
 
 
-def assistant_tokens(messages, fmt: PromptFormat, tokenizer, source: str = "generic") -> tuple[list[int], list[int]]:
-    """(tokens, target_mask): the whole chat's token ids, and 1 where a token is trained.
-    `source`: the plain template's question format (`render_chat`)."""
+class _NotAPrefix(Exception):
+    """The template renders the chat through a turn differently once later turns follow."""
+
+
+def assistant_sequences(messages, fmt: PromptFormat, tokenizer, source: str = "generic") -> list[tuple[list[int], list[int]]]:
+    """The chat as one (tokens, target_mask); or, when its template renders an earlier turn
+    differently once later turns follow (Qwen3 drops their reasoning), one per assistant turn:
+    the chat through that turn, only that turn trained, its history as the model will see it."""
+    try:
+        return [assistant_tokens(messages, fmt, tokenizer, source)]
+    except _NotAPrefix:
+        return [assistant_tokens(messages[:i + 1], fmt, tokenizer, source, last_only=True)
+                for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def assistant_tokens(messages, fmt: PromptFormat, tokenizer, source: str = "generic",
+                     last_only: bool = False) -> tuple[list[int], list[int]]:
+    """(tokens, target_mask): the whole chat's token ids, and 1 where a token is trained: every
+    assistant turn (`last_only`: the last one). `source`: the plain template's question format
+    (`render_chat`). Raises _NotAPrefix when the chat cannot be one sequence."""
     def encode(turns, generation_prompt: bool) -> list[int]:
         return tokenizer.encode(render_chat(turns, fmt, tokenizer, generation_prompt, source))
 
@@ -97,14 +115,11 @@ def assistant_tokens(messages, fmt: PromptFormat, tokenizer, source: str = "gene
     tokens: list[int] = []
     mask: list[int] = []
     cursor = 0
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    for i in turns[-1:] if last_only else turns:
         through = encode(messages[:i + 1], False)
         if full[:len(through)] != through:
-            raise DataFormatError(f"turn {i + 1}: the chat template renders the chat through this turn "
-                                  f"differently once later turns follow (as templates that drop earlier "
-                                  f"turns' reasoning do); give each assistant turn its own row")
+            raise _NotAPrefix(i)
         start = max(cursor, _common_prefix(encode(messages[:i], True), full))
         span = full[start:len(through)]
         last_stop = max((k for k, t in enumerate(span) if t in stops), default=None)
@@ -130,14 +145,13 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def chat_sequences(conversations: ConversationList, fmt: PromptFormat, tokenizer,
-                   source: str = "generic") -> list[tuple[list[int], list[int]]]:
-    """(tokens, target_mask) per conversation; a chat the template cannot mask is a ValueError
-    naming its row (skipping cannot help: the template is the run's)."""
-    out = []
+def chat_sequences(conversations: ConversationList, fmt: PromptFormat, tokenizer, source: str = "generic"
+                   ) -> tuple[list[tuple[list[int], list[int]]], list[str]]:
+    """((tokens, target_mask) to train on, the row each came from): one per conversation, or
+    one per assistant turn of a chat its template cannot render as one (`assistant_sequences`)."""
+    seqs, wheres = [], []
     for c in conversations:
-        try:
-            out.append(assistant_tokens(c.messages, fmt, tokenizer, source))
-        except DataFormatError as exc:
-            raise ValueError(f"{c.where}: {exc}") from None
-    return out
+        for seq in assistant_sequences(c.messages, fmt, tokenizer, source):
+            seqs.append(seq)
+            wheres.append(c.where)
+    return seqs, wheres

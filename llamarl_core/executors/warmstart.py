@@ -43,7 +43,7 @@ def chat_warmstart(cfg: LlamaRLConfig, tokenizer) -> tuple[list[tuple[list[int],
     the trainer and the pre-launch check (runtime/data_check.py) both call this."""
     conversations = load_conversations(cfg.warmstart.data, cfg.data.on_error)
     source = "arith" if cfg.data.name == "arith" else "generic"  # plain: the prompts' own "Q: ...\nA:"
-    seqs = chat_sequences(conversations, prompt_format(cfg.data), tokenizer, source)
+    seqs, wheres = chat_sequences(conversations, prompt_format(cfg.data), tokenizer, source)
     limit = max_sequence_tokens(cfg)
     over = [i for i, (t, _) in enumerate(seqs) if len(t) > limit]
     if over:  # refused, not cut: a cut chat loses its end-of-turn token and teaches not stopping
@@ -52,7 +52,7 @@ def chat_warmstart(cfg: LlamaRLConfig, tokenizer) -> tuple[list[tuple[list[int],
         raise ValueError(f"{len(over)} of {len(seqs)} chats are longer than {limit} tokens "
                          f"(generation.max_prompt_tokens={g.max_prompt_tokens} + generation.max_new_tokens="
                          f"{g.max_new_tokens}, RL's longest sequence); the longest has {len(seqs[longest][0])} "
-                         f"({conversations[longest].where}); raise those or shorten the chats")
+                         f"({wheres[longest]}); raise those or shorten the chats")
     return seqs, conversations.report
 
 

@@ -76,8 +76,10 @@ def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
         lines.append(f"warmstart.data: skipped {report.num_skipped} bad line(s) of {path} "
                      f"(data.on_error=skip; {first})")
     trained = sum(map(sum, (m for _, m in seqs)))
-    lines.append(f"warmstart.data: {len(seqs)} chats checked, up to {max(len(t) for t, _ in seqs)} tokens "
-                 f"(limit {max_sequence_tokens(cfg)}), {trained} assistant tokens trained")
+    split = (f" as {len(seqs)} sequences (one per assistant turn where the template renders earlier turns "
+             f"differently later)" if len(seqs) != report.num_loaded else "")
+    lines.append(f"warmstart.data: {report.num_loaded} chats checked{split}, up to {max(len(t) for t, _ in seqs)} "
+                 f"tokens (limit {max_sequence_tokens(cfg)}), {trained} assistant tokens trained")
     return lines
 
 

@@ -84,14 +84,19 @@ def test_the_plain_template_trains_each_answer_after_its_question_and_appends_th
     assert mask == [0] * len("Question: hi\nAnswer:") + [1] * len(" yo") + [1]
 
 
-def test_a_template_that_renders_earlier_turns_differently_is_refused_naming_the_row(tmp_path):
+def test_a_template_that_drops_earlier_answers_trains_each_turn_on_its_own_history(tmp_path):
+    # as Qwen3 drops earlier turns' reasoning: the chat through turn 2 is no prefix of the whole chat
     last_only = ("{% for m in messages %}{{ m['role'] }}: "
                  "{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}</s>{% endfor %}"
                  "{% if add_generation_prompt %}assistant: {% endif %}")
     path = tmp_path / "chats.jsonl"
     path.write_text(json.dumps({"messages": CHAT}) + "\n")
-    with pytest.raises(ValueError, match=rf"{path}:1: turn 2: the chat template renders"):
-        chat_sequences(load_conversations(str(path)), PromptFormat("chat"), HFTokenizer(tiny_tokenizer(last_only)))
+    tok = HFTokenizer(tiny_tokenizer(last_only))
+    seqs, wheres = chat_sequences(load_conversations(str(path)), PromptFormat("chat"), tok)
+    assert wheres == [f"{path}:1", f"{path}:1"]
+    texts = [(tok._tok.decode(t), tok._tok.decode([x for x, m in zip(t, mask) if m])) for t, mask in seqs]
+    assert texts == [("user: hi</s>assistant: yo</s>", "yo</s>"),
+                     ("user: hi</s>assistant: </s>user: 2+2?</s>assistant: 4</s>", "4</s>")]
 
 
 def _reference_loss(model, seqs) -> float:
