@@ -13,10 +13,11 @@ with the generation prompt, stops agreeing with the whole chat's tokens, and end
 chat through it ends; token ids are compared. A template that renders earlier turns
 differently once later ones follow (Qwen3 drops their reasoning) cannot give one sequence
 whose spans are right: such a chat becomes one sequence per assistant turn (the chat through
-that turn, that turn trained), each turn seen with the history the model will see. A turn's span ends at its last stop token
-(`tokenizer.eos_ids`, the token the generator stops on); template text after it (`\\n`) is
-never generated, so it is not trained. A turn without one (the plain template) gets the EOS
-appended, as every RL completion ends in one.
+that turn, that turn trained), each turn seen with the history the model will see.
+
+A turn's span ends at its last stop token (`tokenizer.eos_ids`, the token the generator stops
+on); template text after it (`\\n`) is never generated, so it is not trained. A turn without
+one (the plain template) gets the EOS appended, as every RL completion ends in one.
 """
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ class _NotAPrefix(Exception):
     """The template renders the chat through a turn differently once later turns follow."""
 
 
-def assistant_sequences(messages, fmt: PromptFormat, tokenizer, source: str = "generic") -> list[tuple[list[int], list[int]]]:
+def assistant_sequences(messages, fmt: PromptFormat, tokenizer,
+                        source: str = "generic") -> list[tuple[list[int], list[int]]]:
     """The chat as one (tokens, target_mask); or, when its template renders an earlier turn
     differently once later turns follow (Qwen3 drops their reasoning), one per assistant turn:
     the chat through that turn, only that turn trained, its history as the model will see it."""
