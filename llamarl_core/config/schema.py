@@ -224,7 +224,7 @@ class AlgorithmConfig:
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 0                       # supervised steps on reference solutions before RL
+    steps: int = 0                       # supervised steps before RL, on reference solutions (or `data`'s chats)
     batch_size: int = 32
     lr: float = 1e-3
     data: Optional[str] = None           # your own chats ({"messages": [...]} rows, .jsonl or a table):

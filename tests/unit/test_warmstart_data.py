@@ -99,6 +99,24 @@ def test_a_template_that_drops_earlier_answers_trains_each_turn_on_its_own_histo
                      ("user: hi</s>assistant: </s>user: 2+2?</s>assistant: 4</s>", "4</s>")]
 
 
+def test_the_pre_launch_check_counts_chats_and_the_per_turn_sequences_they_became(tmp_path):
+    from llamarl_core.runtime.data_check import _check_warmstart_data
+
+    last_only = ("{% for m in messages %}{{ m['role'] }}: "
+                 "{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps({"messages": CHAT}) + "\n" + json.dumps({"messages": CHAT[:2]}) + "\n")
+    cfg = load_config("cpu_tiny", [f"warmstart.data={path}", "warmstart.steps=1", "data.template=chat",
+                                   "generation.max_prompt_tokens=64"])
+    [line] = _check_warmstart_data(cfg, HFTokenizer(tiny_tokenizer(last_only)))
+    # chat 1 as 2 sequences ("yo</s>" 3, "4</s>" 2 trained), chat 2 as 1 ("yo</s>" 3): 8 tokens; the longest,
+    # "user: hi</s>" 9 + "assistant: </s>" 12 + "user: 2+2?</s>" 11 + "assistant: 4</s>" 13 = 45 tokens;
+    # the limit: 64 + cpu_tiny's generation.max_new_tokens 40
+    assert line == ("warmstart.data: 2 chats checked as 3 sequences (one per assistant turn where the template "
+                    "renders earlier turns differently later), up to 45 tokens (limit 104), 8 assistant tokens trained")
+
+
 def _reference_loss(model, seqs) -> float:
     """Mean over every trained token of -log p(token | the tokens before it), row by row unpadded."""
     total, count = 0.0, 0
