@@ -92,7 +92,7 @@ def mismatch(device: str, size: dict) -> dict:
     from llamarl_core.executors.learner import Learner, completion_targets
     from llamarl_core.executors.pipeline import chunk_config, learner_config
     from llamarl_core.executors.setup import PromptSet, build_model, encode_prompts, load_split
-    from llamarl_core.executors.warmstart import warmstart_steps
+    from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
     from llamarl_core.transport.parallel import apply_autocast
 
     n = size["mismatch_prompts"]
@@ -104,7 +104,8 @@ def mismatch(device: str, size: dict) -> dict:
     dev = "cuda" if device == "cuda" else "cpu"
     master, tok = build_model(cfg.model, dtype="float32", device=dev, seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tok)
-    warmstart_steps(master, cfg.warmstart, cfg.run.seed, prompts, tok, log=lambda m: None)  # peaked distributions, as RL starts from
+    warmstart_steps(master, cfg.warmstart, cfg.run.seed, warmstart_sequences(cfg, prompts, tok)[0], tok.pad_id,
+                    log=lambda m: None)  # peaked distributions, as RL starts from
     generator = copy.deepcopy(master).to(torch.bfloat16).requires_grad_(False).eval()
     chunks = ChunkGenerator(chunk_config(cfg), generator, tok, PromptSet(prompts.examples, prompts.prompt_ids), 0, 1)
     rollout = chunks.generate(chunk=0, policy_version=0).to("cpu")  # μ: what the bf16 engine sampled with

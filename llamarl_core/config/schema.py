@@ -224,14 +224,21 @@ class AlgorithmConfig:
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 0                       # supervised steps on reference solutions before RL
+    steps: int = 0                       # supervised steps before RL, on reference solutions (or `data`'s chats)
     batch_size: int = 32
     lr: float = 1e-3
+    data: Optional[str] = None           # your own chats ({"messages": [...]} rows, .jsonl or a table):
+                                         # the steps train on their assistant turns instead (docs/DATA.md)
 
     def __post_init__(self):
         _check_positive("warmstart.steps", self.steps, 0)
         _check_positive("warmstart.batch_size", self.batch_size)
         _check_number("warmstart.lr", self.lr, above=0)
+        if self.data is not None and (not isinstance(self.data, str) or not self.data.strip()):
+            raise ConfigError(f"warmstart.data={self.data!r} must be a file path")
+        if self.data and self.steps == 0:
+            raise ConfigError(f"warmstart.data={self.data} with warmstart.steps=0: the chats would be unused; "
+                              f"set warmstart.steps to how many supervised steps to train on them")
 
 
 @dataclass

@@ -53,12 +53,10 @@ def load_examples(path: str, fmt: str = "auto", on_error: str = "raise", keys: K
         raise ValueError(f"data format must be one of {FORMATS}, got {fmt!r}")
     if on_error not in ON_ERROR_MODES:
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not (os.path.isfile(path) or (os.path.isdir(path) and is_table(path))):
-        raise FileNotFoundError(f"data file not found: {path}")
+    rows = file_rows(path, split)
     report = LoadReport(path=path)
     examples = ExampleList(report=report)
     stem = os.path.splitext(os.path.basename(path.rstrip("/")))[0]
-    rows = _table_rows(path, split) if is_table(path) else _jsonl_rows(path)
     for where, line_no, row in rows:
         try:
             if isinstance(row, DataFormatError):
@@ -70,6 +68,14 @@ def load_examples(path: str, fmt: str = "auto", on_error: str = "raise", keys: K
             report.note_skip(line_no, str(exc))
     report.num_loaded = len(examples)
     return examples
+
+
+def file_rows(path: str, split: str = "train") -> Iterator[tuple[str, int, object]]:
+    """(where, line, row or the DataFormatError of that line) of a JSONL file or a table
+    (`tables.py`); FileNotFoundError before any row when there is no such file."""
+    if not (os.path.isfile(path) or (os.path.isdir(path) and is_table(path))):
+        raise FileNotFoundError(f"data file not found: {path}")
+    return _table_rows(path, split) if is_table(path) else _jsonl_rows(path)
 
 
 def _jsonl_rows(path: str) -> Iterator[tuple[str, int, object]]:

@@ -18,6 +18,11 @@ instruction on a new line when there is one. Templates (docs/DATA.md):
              question as the ``user`` message.
 - ``auto``:  ``chat`` when the tokenizer has a chat template (a Hugging Face checkpoint's
              own), else ``plain`` (the byte tokenizer of the built-in tiny models).
+
+``render_chat`` renders a whole conversation (the warm start's own chat data,
+``warmstart.data``) under the same rules: ``chat`` is the tokenizer's template, ``plain`` is
+each user turn as a prompt (``Question: ...\\nAnswer:``, arith's ``Q: ...\\nA:``) and each
+assistant turn as a completion after it (`` <answer>``); the system prompt as above.
 """
 from __future__ import annotations
 
@@ -61,29 +66,63 @@ def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain"
     question = example.prompt + (f"\n{fmt.instruction}" if fmt.instruction else "")
     kind = resolve_template(fmt.template, tokenizer)
     if kind == "plain":
-        text = f"Q: {question}\nA:" if example.source == "arith" else f"Question: {question}\nAnswer:"
+        text = _plain_prompt(question, example.source)
         return f"{fmt.system_prompt}\n\n{text}" if fmt.system_prompt else text
+    if example.messages:  # data.messages_key: the row's own chat, the instruction on its last user turn
+        messages = _row_chat(example.messages, fmt)
+    else:
+        messages = _with_system_prompt([{"role": "user", "content": question}], fmt.system_prompt)
+    return _apply_chat_template(tokenizer, messages, add_generation_prompt=True)
+
+
+def _plain_prompt(question: str, source: str) -> str:
+    return f"Q: {question}\nA:" if source == "arith" else f"Question: {question}\nAnswer:"
+
+
+def render_chat(turns, fmt: PromptFormat, tokenizer, add_generation_prompt: bool, source: str = "generic") -> str:
+    """A conversation as given (no instruction: the chat says what it asks), `data.system_prompt`
+    first unless it has a system turn. `add_generation_prompt`: end in the assistant's header
+    (chat), as a prompt does. `source`: the plain template's question format (as the prompts')."""
+    messages = _with_system_prompt(turns, fmt.system_prompt)
+    if resolve_template(fmt.template, tokenizer) == "chat":
+        return _apply_chat_template(tokenizer, messages, add_generation_prompt)
+    text = ""
+    for m in messages:  # plain: after a user turn the text is a prompt; "Answer:" is its generation prompt
+        if m["role"] == "system":
+            text += f"{m['content']}\n\n"
+        elif m["role"] == "user":
+            separator = "\n\n" if text and not text.endswith("\n\n") else ""
+            text += separator + _plain_prompt(m["content"], source)
+        else:
+            text += f" {m['content']}"
+    return text
+
+
+def _apply_chat_template(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
     if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
         raise ValueError("template 'chat' needs a tokenizer with apply_chat_template(messages) -> str")
-    messages = [{"role": "system", "content": fmt.system_prompt}] if fmt.system_prompt else []
-    if example.messages:  # data.messages_key: the row's own chat, the instruction on its last user turn
-        messages = _row_chat(example.messages, fmt, messages)
-    else:
-        messages.append({"role": "user", "content": question})
-    rendered = tokenizer.apply_chat_template(messages)
+    rendered = (tokenizer.apply_chat_template(messages) if add_generation_prompt  # a prompt: the one-argument form
+                else tokenizer.apply_chat_template(messages, add_generation_prompt=False))
     if not isinstance(rendered, str):
         raise TypeError(f"tokenizer.apply_chat_template must return str, got {type(rendered).__name__}")
     return rendered
 
 
-def _row_chat(turns, fmt: PromptFormat, system: list[dict]) -> list[dict]:
-    """A row's chat as given; `data.system_prompt` first unless the row has a system turn."""
+def _row_chat(turns, fmt: PromptFormat) -> list[dict]:
+    """A row's chat as given, the instruction on its last user turn."""
     turns = [dict(m) for m in turns]
     if fmt.instruction:
         last = max(i for i, m in enumerate(turns) if m["role"] == "user")
         turns[last]["content"] += f"\n{fmt.instruction}"
-    has_system = any(m["role"] == "system" for m in turns)
-    return turns if has_system else system + turns
+    return _with_system_prompt(turns, fmt.system_prompt)
+
+
+def _with_system_prompt(turns, system_prompt: Optional[str]) -> list[dict]:
+    """`data.system_prompt` as a first system turn, unless the chat has its own."""
+    turns = [dict(m) for m in turns]
+    if not system_prompt or any(m["role"] == "system" for m in turns):
+        return turns
+    return [{"role": "system", "content": system_prompt}] + turns
 
 
 def render_target(example: Example) -> str:

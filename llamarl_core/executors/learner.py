@@ -371,7 +371,8 @@ def _combine(updates: list[dict]) -> dict:
 
 
 class WarmStart:
-    """Supervised steps on reference solutions (prompt tokens masked out of the loss)."""
+    """Supervised steps on (tokens, target_mask) sequences: the mean cross-entropy of the tokens
+    whose mask is 1 (a reference solution after its prompt; a chat's assistant turns)."""
 
     def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int):
         self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
@@ -386,16 +387,16 @@ class WarmStart:
         progress = (self.t - warmup) / max(1, self.steps - warmup)
         return self.base_lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
 
-    def step(self, seqs: list[tuple[list[int], int]]) -> float:
+    def step(self, seqs: list[tuple[list[int], list[int]]]) -> float:
         for group in self.optimizer.param_groups:
             group["lr"] = self._lr()
         self.t += 1
         length = max(len(t) for t, _ in seqs)
         tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]
         loss_mask = torch.zeros(len(seqs), length - 1)                             # [B, L-1]
-        for r, (t, p) in enumerate(seqs):
+        for r, (t, m) in enumerate(seqs):
             tokens[r, :len(t)] = torch.tensor(t)
-            loss_mask[r, p - 1:len(t) - 1] = 1.0
+            loss_mask[r, :len(t) - 1] = torch.tensor(m[1:], dtype=loss_mask.dtype)  # position j predicts token j+1
         device = model_device(self.model)
         tokens, loss_mask = tokens.to(device), loss_mask.to(device)
         logp, _ = self.model(tokens, head=lambda h, output: chunked_sampled_logprobs(

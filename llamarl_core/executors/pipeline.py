@@ -82,7 +82,7 @@ from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.heldout import HeldoutConfig
 from llamarl_core.executors.learner import LearnerConfig
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
-from llamarl_core.executors.warmstart import warmstart_steps
+from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
 from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, trainer_shards
 from llamarl_core.models import save_pretrained
 
@@ -178,7 +178,8 @@ def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
     t0 = time.perf_counter()
     model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
-    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, prompts, tokenizer, log=lambda m: log(m))
+    seqs, _ = warmstart_sequences(cfg, prompts, tokenizer)
+    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m))
     save_pretrained(model, tokenizer, out_dir)
     return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,
             "seconds": time.perf_counter() - t0}

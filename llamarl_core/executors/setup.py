@@ -111,10 +111,13 @@ def encode_prompts(data: DataConfig, generation: GenerationConfig, examples: lis
     return PromptSet(examples, ids)
 
 
-def sft_sequences(prompts: PromptSet, tokenizer) -> list[tuple[list[int], int]]:
-    """(tokens, prompt_len) per example: prompt + target + EOS, for the warm start."""
-    return [(p + tokenizer.encode(render_target(ex)) + [tokenizer.eos_id], len(p))
-            for ex, p in zip(prompts.examples, prompts.prompt_ids)]
+def sft_sequences(prompts: PromptSet, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(tokens, target_mask) per example: prompt + target + EOS, the target and EOS trained."""
+    out = []
+    for ex, p in zip(prompts.examples, prompts.prompt_ids):
+        target = tokenizer.encode(render_target(ex)) + [tokenizer.eos_id]
+        out.append((p + target, [0] * len(p) + [1] * len(target)))
+    return out
 
 
 def chunk_prompt_indices(num_examples: int, chunk: int, prompts_per_step: int, seed: int) -> list[int]:

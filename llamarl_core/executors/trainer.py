@@ -39,7 +39,8 @@ from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.rollout_stats import rollout_stats
 from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
-from llamarl_core.executors.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_steps
+from llamarl_core.executors.warmstart import (CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences,
+                                              warmstart_steps)
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models.export import export_dtype
@@ -156,7 +157,10 @@ class TrainerExecutor:
         if self.cfg.warmstart.steps == 0:
             return
         with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
-            warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, self.train_prompts, self.tokenizer, self.rank,
+            seqs, skipped = warmstart_sequences(self.cfg, self.train_prompts, self.tokenizer)
+            if self.cfg.warmstart.data:  # summary.json: data_skipped_lines.warmstart
+                self.data_skipped["warmstart"] = skipped
+            warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, seqs, self.tokenizer.pad_id, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"))
         if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start

@@ -7,7 +7,7 @@ Why AutoTokenizer and not our own reader: a checkpoint's tokenizer is more than
 what the checkpoint was saved with. `HFTokenizer` is a thin adapter exposing the small surface
 the rest of the code uses, the same as `ByteTokenizer`'s: `encode`, `decode`, `bos_id`,
 `eos_id`, `eos_ids` (stop ids), `pad_id`, `vocab_size`, `chat_template`,
-`apply_chat_template(messages) -> str` (with the generation prompt) and `save(dir)`.
+`apply_chat_template(messages, add_generation_prompt=True) -> str` and `save(dir)`.
 `load_tokenizer(dir)` picks the class from the files present.
 
 Stop ids are the tokenizer's EOS plus every id of `generation_config.json`'s `eos_token_id`
@@ -33,11 +33,11 @@ CHAT_TEMPLATE_DIR = "additional_chat_templates"  # transformers 5.x: named extra
 _LOADABLE = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def plain_chat_format(messages: list[dict]) -> str:
+def plain_chat_format(messages: list[dict], add_generation_prompt: bool = True) -> str:
     """Fallback when `data.template=chat` and the tokenizer has no chat template:
     'System: ...\\n\\nUser: ...\\n\\nAssistant:' (generation prompt last)."""
     parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n\n".join(parts + ["Assistant:"])
+    return "\n\n".join(parts + ["Assistant:"] * add_generation_prompt)
 
 
 class ByteTokenizer:
@@ -60,14 +60,15 @@ class ByteTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict]) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         if not self.chat_template:
-            return plain_chat_format(messages)
+            return plain_chat_format(messages, add_generation_prompt)
         # transformers' own renderer (sandboxed Jinja), so there is one renderer in the code
         from transformers.utils.chat_template_utils import render_jinja_template
 
         rendered, _ = render_jinja_template(conversations=[messages], chat_template=self.chat_template,
-                                            add_generation_prompt=True, bos_token="", eos_token="")
+                                            add_generation_prompt=add_generation_prompt, bos_token="",
+                                            eos_token="")
         return rendered[0]
 
     def save(self, directory) -> None:
@@ -152,12 +153,12 @@ class HFTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
-    def apply_chat_template(self, messages: list[dict]) -> str:
-        """The prompt text for `messages`, ending in the assistant's generation prompt;
-        `encode` of it equals transformers' `apply_chat_template(..., tokenize=True)`."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The text of `messages`, by default ending in the assistant's generation prompt (a
+        prompt); `encode` of it equals transformers' `apply_chat_template(..., tokenize=True)`."""
         if not self._tok.chat_template:
-            return plain_chat_format(messages)
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return plain_chat_format(messages, add_generation_prompt)
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def save(self, directory) -> None:
         directory = Path(directory)

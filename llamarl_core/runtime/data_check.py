@@ -13,7 +13,10 @@ the line, instead of a role failing after launch and being restarted for nothing
 - a checkpoint's chat template rendered on every prompt in a killable child under a time
   limit first (`template_check.py`): a template that loops or raises is one line naming its file;
 - every prompt rendered with the run's template and tokenizer (`encode_prompts`, as the
-  roles do), against `generation.max_prompt_tokens`: how many exceed it and the longest.
+  roles do), against `generation.max_prompt_tokens`: how many exceed it and the longest;
+- `warmstart.data`: every chat read and rendered as the trainer does (`warmstart_sequences`):
+  a row without `messages`, an unknown role or no assistant turn names its line; chats longer
+  than RL's sequences (`generation.max_prompt_tokens + generation.max_new_tokens`) are refused.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import DataFormatError, NoVerifier, prompt_format, resolve_template
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
+from llamarl_core.executors.warmstart import chat_warmstart, max_sequence_tokens
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards.custom import check_importable, is_custom
 from llamarl_core.data.template_check import check_template
@@ -51,6 +55,31 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
                          f"(data.on_error=skip; {first})")
     lines.append(f"data: {' / '.join(counts)} examples checked; prompts up to {longest} tokens "
                  f"(generation.max_prompt_tokens={cfg.generation.max_prompt_tokens})")
+    if cfg.warmstart.data:
+        lines += _check_warmstart_data(cfg, tokenizer)
+    return lines
+
+
+def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
+    path = cfg.warmstart.data
+    try:
+        seqs, report = chat_warmstart(cfg, tokenizer)
+    except (DataFormatError, FileNotFoundError) as e:
+        hint = " (data.on_error=skip would skip such lines)" if (
+            cfg.data.on_error == "raise" and ": no conversations" not in str(e)) else ""
+        raise ConfigError(f"warmstart.data: {e}{hint}") from None
+    except ValueError as e:
+        raise ConfigError(f"warmstart.data={path}: {e}") from None
+    lines = []
+    if report.num_skipped:
+        first = "; ".join(f"line {n}: {why}" for n, why in report.skipped[:3])
+        lines.append(f"warmstart.data: skipped {report.num_skipped} bad line(s) of {path} "
+                     f"(data.on_error=skip; {first})")
+    trained = sum(map(sum, (m for _, m in seqs)))
+    split = (f" as {len(seqs)} sequences (one per assistant turn where the template renders earlier turns "
+             f"differently later)" if len(seqs) != report.num_loaded else "")
+    lines.append(f"warmstart.data: {report.num_loaded} chats checked{split}, up to {max(len(t) for t, _ in seqs)} "
+                 f"tokens (limit {max_sequence_tokens(cfg)}), {trained} assistant tokens trained")
     return lines
 
 

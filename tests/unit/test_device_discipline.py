@@ -62,7 +62,7 @@ def test_a_warm_start_step_on_a_device_model_mixes_no_devices():
     model = _model(grad=True)
     with FakeCuda() as cuda:
         cuda.put(model)
-        loss = WarmStart(model, cfg.warmstart, TOK.pad_id).step([([1, 5, 6, 7, 8], 2), ([1, 9, 9], 1)])
+        loss = WarmStart(model, cfg.warmstart, TOK.pad_id).step([([1, 5, 6, 7, 8], [0, 0, 1, 1, 1]), ([1, 9, 9], [0, 1, 1])])
     assert 0 < loss < 20
 
 
