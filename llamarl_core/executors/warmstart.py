@@ -21,14 +21,15 @@ CHECKPOINT_NAME = "warmstart"  # <run_dir>/checkpoints/warmstart
 
 
 def warmstart_steps(model, w: WarmStartConfig, seed: int, prompts, tokenizer, rank: int = 0, world: int = 1,
-                    log=print, on_step=None) -> float:
+                    log=print, on_step=None, adam=None) -> float:
     """`w.steps` supervised steps (batches drawn with `seed`, run.seed); returns the last loss. `on_step(done, total)`
-    after each step (the trainer's heartbeat and live-view progress).
+    after each step (the trainer's heartbeat and live-view progress). `adam`: a LearnerConfig
+    (its `adam_betas`, `adam_eps`: trainer.*), None for the defaults.
 
     Every rank draws the same global batch and trains on its slice, so the warm start (and
     the accuracy RL starts from) is the same however many trainer ranks there are.
     """
-    ws = WarmStart(model, w, tokenizer.pad_id)
+    ws = WarmStart(model, w, tokenizer.pad_id, *((adam.adam_betas, adam.adam_eps) if adam else ()))
     seqs = sft_sequences(prompts, tokenizer)
     rng = random.Random(f"warmstart:{seed}")
     loss = float("nan")
