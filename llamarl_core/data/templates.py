@@ -15,14 +15,15 @@ instruction on a new line when there is one. Templates (docs/DATA.md):
              (``<system prompt>\\n\\nQuestion: ...``).
 - ``chat``:  ``tokenizer.apply_chat_template(messages)`` with the generation prompt, where
              messages are the system prompt as a ``system`` message (when set) and the
-             question as the ``user`` message.
+             question as the ``user`` message; ``data.chat_template_kwargs`` are passed on as
+             template variables (Qwen3's ``enable_thinking``).
 - ``auto``:  ``chat`` when the tokenizer has a chat template (a Hugging Face checkpoint's
              own), else ``plain`` (the byte tokenizer of the built-in tiny models).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
 
 from llamarl_core.config.choices import PROMPT_TEMPLATES
 from llamarl_core.data.example import Example
@@ -35,6 +36,7 @@ class PromptFormat:
     template: str = "plain"               # auto | plain | chat
     system_prompt: Optional[str] = None   # None or "": no system prompt
     instruction: str = ""                 # resolved: "" = none
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # data.chat_template_kwargs
 
     def __post_init__(self):
         if self.template not in TEMPLATES:
@@ -44,7 +46,8 @@ class PromptFormat:
 def prompt_format(data, data_name: Optional[str] = None) -> PromptFormat:
     """The prompt settings of a `DataConfig` for the data set `data_name` (default
     `data.name`; `llamarl eval` passes `eval.data`)."""
-    return PromptFormat(data.template, data.system_prompt, data.instruction_for(data_name))
+    return PromptFormat(data.template, data.system_prompt, data.instruction_for(data_name),
+                        dict(data.chat_template_kwargs))
 
 
 def resolve_template(template: str, tokenizer) -> str:
@@ -70,7 +73,7 @@ def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain"
         messages = _row_chat(example.messages, fmt, messages)
     else:
         messages.append({"role": "user", "content": question})
-    rendered = tokenizer.apply_chat_template(messages)
+    rendered = tokenizer.apply_chat_template(messages, **fmt.chat_template_kwargs)
     if not isinstance(rendered, str):
         raise TypeError(f"tokenizer.apply_chat_template must return str, got {type(rendered).__name__}")
     return rendered
