@@ -107,7 +107,7 @@ def _compose(recipe: str, overrides: Sequence[str]) -> tuple[DictConfig, dict]:
 def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> LlamaRLConfig:
     """Compose and bind to dataclasses: unknown keys, wrong types and field checks fail here."""
     cfg, env_texts = _compose(recipe, overrides)
-    _check_required(cfg, resolve_recipe_path(recipe))
+    _check_required(cfg, recipe)
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
@@ -116,14 +116,19 @@ def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> 
     return obj
 
 
-def _check_required(cfg: DictConfig, path: Path) -> None:
-    """A recipe's `key: ???` (OmegaConf's mark for a value that must be given) is a key the command
-    line has to set: recipe hf's model.checkpoint. Composition over the schema's default would
-    keep the default, so the recipe file itself is read for the marks."""
-    for key in _missing_keys(OmegaConf.to_container(OmegaConf.load(path), resolve=False)):
+def required_keys(recipe: str) -> list[str]:
+    """The keys a recipe marks `???` (OmegaConf's "must be given"): recipe hf's model.checkpoint.
+    Composition over the schema's default keeps the default, so the file itself is read."""
+    path = resolve_recipe_path(recipe)
+    return _missing_keys(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+
+
+def _check_required(cfg: DictConfig, recipe: str) -> None:
+    for key in required_keys(recipe):
         if OmegaConf.select(cfg, key) is None:
-            raise ConfigError(f"recipe {path.stem} needs {key}: add {key}=... to the command line"
-                              + (" (a Hugging Face checkpoint directory)" if key == "model.checkpoint" else ""))
+            raise ConfigError(f"recipe {resolve_recipe_path(recipe).stem} needs {key}: add {key}=... to the "
+                              "command line" + (" (a Hugging Face checkpoint directory)"
+                                                if key == "model.checkpoint" else ""))
 
 
 def _missing_keys(node, prefix: str = "") -> list[str]:
