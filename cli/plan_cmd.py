@@ -14,6 +14,7 @@ import sys
 
 from llamarl_cli.common import EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
 from llamarl_core.plan.plan import make_plan
+from llamarl_core.plan.recipe_values import set_by_recipe
 
 SET_BY_SLURM = ("resources.hostnames=", "controller.host=")
 
@@ -39,9 +40,11 @@ def main(argv) -> int:
         if args.slurm:
             return _slurm(recipe, overrides)
         cfg = load_config(recipe, overrides)
+        inherited = set_by_recipe(recipe, overrides, cfg.model.checkpoint)
         if args.out:
-            return _write(cfg, args.out, args.run_id)
+            return _write(cfg, args.out, args.run_id, inherited)
         plan = make_plan(cfg, require_data=False)
+        plan.set_by_recipe = inherited
         if args.json:
             print(json.dumps(plan.to_dict(), indent=2))
         else:
@@ -52,7 +55,7 @@ def main(argv) -> int:
     return run_guarded(run)
 
 
-def _write(cfg, out: str, run_id: str | None) -> int:
+def _write(cfg, out: str, run_id: str | None, inherited: dict) -> int:
     from llamarl_core.runtime.node import check_outputs
     from llamarl_core.runtime.run_dir import check_writable, resolve_resume, write_run_files
     from llamarl_core.runtime.run_lock import check_free
@@ -66,6 +69,7 @@ def _write(cfg, out: str, run_id: str | None) -> int:
     elif os.path.isdir(run_dir):
         check_outputs({"run_dir": run_dir}, cfg)  # never a fresh plan over a run's outputs
     plan = make_plan(cfg, run_dir=run_dir, require_data=True)  # nodes will run it: data must exist
+    plan.set_by_recipe = inherited
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     host = cfg.controller.host
     port = cfg.controller.port or free_port(host)  # fixed now: every node reads it from plan.json
@@ -74,6 +78,8 @@ def _write(cfg, out: str, run_id: str | None) -> int:
           f"{host}:{port}")
     for k in range(plan.nodes):
         print(f"  node {k}: llamarl node plan={run_dir}/plan.json node_rank={k}")
+    if inherited["advice"]:
+        print(inherited["advice"], file=sys.stderr)
     for w in plan.warnings:
         print(f"warning: {w}", file=sys.stderr)
     return EXIT_OK

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from llamarl_core.plan.memory import USABLE_FRACTION
 from llamarl_core.plan.plan import LaunchPlan
+from llamarl_core.plan.recipe_values import describe
 
 
 def _table(title: str, columns, left=()) -> Table:
@@ -61,5 +62,9 @@ def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
             if i == 2 and len(r.commands) > 4:
                 console.print(f"  … {len(r.commands) - 4} more node commands (see --json) …")
                 break
+    if plan.set_by_recipe:
+        text = describe(plan.set_by_recipe)
+        if text:
+            console.print(text, soft_wrap=True, markup=False, highlight=False)
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")

@@ -10,6 +10,7 @@ from rich.console import Console
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
 from llamarl_core.executors.end_reason import end_line
 from llamarl_core.plan.plan import make_plan
+from llamarl_core.plan.recipe_values import set_by_recipe
 from llamarl_core.runtime.controller import Controller
 from llamarl_core.runtime.data_check import check_data
 from llamarl_core.runtime.devices import check_host
@@ -41,6 +42,7 @@ def main(argv) -> int:
             print(line)
         run_dir = resolve_run_dir(cfg)
         plan = make_plan(cfg, run_dir=run_dir, require_data=True)
+        plan.set_by_recipe = set_by_recipe(recipe, overrides, cfg.model.checkpoint)
         console = Console()
         from llamarl_cli.render import print_plan
         print_plan(plan, console)

@@ -28,7 +28,17 @@ from llamarl_core.config.yaml_files import refuse_aliases, yaml_message
 DEFAULT_RECIPE = "cpu_tiny"
 SCHEMA_NAME = "llamarl_schema"
 
-ConfigStore.instance().store(name=SCHEMA_NAME, node=LlamaRLConfig)
+
+def _schema_node() -> DictConfig:
+    """The schema as Hydra composes it. Hydra closes every mapping to new keys (struct mode), so
+    `data.chat_template_kwargs={enable_thinking: false}` would be an "unknown key": a chat
+    template's variables are the template's names, not ours, so that one mapping stays open."""
+    node = OmegaConf.structured(LlamaRLConfig)
+    OmegaConf.set_struct(node.data.chat_template_kwargs, False)
+    return node
+
+
+ConfigStore.instance().store(name=SCHEMA_NAME, node=_schema_node())
 
 
 def recipes_dir() -> Path:
@@ -97,12 +107,36 @@ def _compose(recipe: str, overrides: Sequence[str]) -> tuple[DictConfig, dict]:
 def load_config(recipe: str = DEFAULT_RECIPE, overrides: Sequence[str] = ()) -> LlamaRLConfig:
     """Compose and bind to dataclasses: unknown keys, wrong types and field checks fail here."""
     cfg, env_texts = _compose(recipe, overrides)
+    _check_required(cfg, recipe)
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError(_clean_message(e, resolve_recipe_path(recipe))) from None
     remember(obj, env_texts, cfg)
     return obj
+
+
+def required_keys(recipe: str) -> list[str]:
+    """The keys a recipe marks `???` (OmegaConf's "must be given"): recipe hf's model.checkpoint.
+    Composition over the schema's default keeps the default, so the file itself is read."""
+    path = resolve_recipe_path(recipe)
+    return _missing_keys(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+
+
+def _check_required(cfg: DictConfig, recipe: str) -> None:
+    for key in required_keys(recipe):
+        if OmegaConf.select(cfg, key) is None:
+            raise ConfigError(f"recipe {resolve_recipe_path(recipe).stem} needs {key}: add {key}=... to the "
+                              "command line" + (" (a Hugging Face checkpoint directory)"
+                                                if key == "model.checkpoint" else ""))
+
+
+def _missing_keys(node, prefix: str = "") -> list[str]:
+    """Dotted keys whose value is `???` in a recipe's mapping."""
+    if not isinstance(node, dict):
+        return []
+    return [key for k, v in node.items() for key in
+            ([f"{prefix}{k}"] if v == "???" else _missing_keys(v, f"{prefix}{k}."))]
 
 
 def _recipe_keys(path: Path) -> set:

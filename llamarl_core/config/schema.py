@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
@@ -35,6 +35,21 @@ def _check_reward(value: str) -> None:
     if not sep or not attr.isidentifier() or not target or not (target.endswith(".py") or is_module):
         raise ConfigError(f"data.reward={value!r} is not one of auto, {', '.join(BUILTIN_REWARDS)}, "
                           f"package.module:function or path/to/file.py:function")
+
+
+# apply_chat_template's own arguments, which llamarl sets (a prompt ends in the generation prompt, as text)
+RESERVED_TEMPLATE_KWARGS = ("conversation", "add_generation_prompt", "tokenize", "chat_template",
+                            "continue_final_message", "return_dict", "tools", "documents")
+
+
+def _check_template_kwargs(value) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"data.chat_template_kwargs={value!r} must be a mapping, e.g. "
+                          "'data.chat_template_kwargs={enable_thinking: false}'")
+    taken = [k for k in value if not isinstance(k, str) or k in RESERVED_TEMPLATE_KWARGS]
+    if taken:
+        raise ConfigError(f"data.chat_template_kwargs: {taken[0]!r} is not a template variable llamarl "
+                          f"passes on (it sets {', '.join(RESERVED_TEMPLATE_KWARGS[1:4])} itself)")
 
 
 def _check_positive(key: str, value, minimum: int = 1) -> None:
@@ -289,6 +304,8 @@ class DataConfig:
     messages_key: Optional[str] = None   # the row field holding a chat message list (needs template=chat)
     template: str = "auto"               # auto (chat if the checkpoint's tokenizer has a chat
                                          # template, else plain) | plain | chat
+    chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)  # extra variables for every
+                                         # apply_chat_template call, e.g. {enable_thinking: false} (Qwen3)
     system_prompt: Optional[str] = None  # a system message (plain: a first paragraph); none by default
     instruction: Optional[str] = None    # appended to the question on a new line; None = the data
                                          # set's DEFAULT_INSTRUCTIONS entry, "" = none (docs/DATA.md)
@@ -319,6 +336,7 @@ class DataConfig:
         if self.messages_key and self.template != "chat":
             raise ConfigError(f"data.messages_key={self.messages_key} holds chat messages: it needs "
                               f"data.template=chat (got {self.template})")
+        _check_template_kwargs(self.chat_template_kwargs)
         if self.messages_key and self.prompt_key:
             raise ConfigError("data.messages_key and data.prompt_key both say where the prompt is: set one")
 
@@ -436,9 +454,17 @@ class RewardSettings:
 class TrainerSettings:
     max_nonfinite_steps: int = 3         # steps in a row whose loss or grad norm is not finite
                                          # (each skipped, trainer/nonfinite_steps) before the run stops
+    adam_betas: Optional[List[float]] = None  # AdamW (beta1, beta2) of RL and the warm start; None = RL
+                                         # (0.9, 0.95), warm start (0.9, 0.999) (executors/optimizer.py)
+    adam_eps: float = 1e-8               # AdamW epsilon of RL and the warm start (TRL's adam_epsilon)
 
     def __post_init__(self):
         _check_positive("trainer.max_nonfinite_steps", self.max_nonfinite_steps)
+        if self.adam_betas is not None:
+            betas = list(self.adam_betas)
+            if len(betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in betas):
+                raise ConfigError(f"trainer.adam_betas={betas} must be two numbers in [0, 1) (beta1, beta2)")
+        _check_number("trainer.adam_eps", self.adam_eps, above=0)
 
 
 @dataclass

@@ -34,7 +34,8 @@ def check_template(directory, fmt, examples) -> str | None:
     """None when every example renders under the limit, else one line naming the file."""
     rows = [{"id": e.id, "prompt": e.prompt, "reference": e.reference, "source": e.source,
              "messages": list(e.messages) if e.messages else None, "where": e.where} for e in examples]
-    payload = json.dumps({"format": [fmt.template, fmt.system_prompt, fmt.instruction], "rows": rows})
+    payload = json.dumps({"format": [fmt.template, fmt.system_prompt, fmt.instruction,
+                                     dict(fmt.chat_template_kwargs)], "rows": rows})
     file = template_file(directory)
     wall_s = LOAD_LIMIT_S + RENDER_LIMIT_S * min(len(rows), 10) + 0.01 * len(rows)
     try:

@@ -15,7 +15,8 @@ instruction on a new line when there is one. Templates (docs/DATA.md):
              (``<system prompt>\\n\\nQuestion: ...``).
 - ``chat``:  ``tokenizer.apply_chat_template(messages)`` with the generation prompt, where
              messages are the system prompt as a ``system`` message (when set) and the
-             question as the ``user`` message.
+             question as the ``user`` message; ``data.chat_template_kwargs`` are passed on as
+             template variables (Qwen3's ``enable_thinking``).
 - ``auto``:  ``chat`` when the tokenizer has a chat template (a Hugging Face checkpoint's
              own), else ``plain`` (the byte tokenizer of the built-in tiny models).
 
@@ -26,8 +27,8 @@ assistant turn as a completion after it (`` <answer>``); the system prompt as ab
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
 
 from llamarl_core.config.choices import PROMPT_TEMPLATES
 from llamarl_core.data.example import Example
@@ -40,6 +41,7 @@ class PromptFormat:
     template: str = "plain"               # auto | plain | chat
     system_prompt: Optional[str] = None   # None or "": no system prompt
     instruction: str = ""                 # resolved: "" = none
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # data.chat_template_kwargs
 
     def __post_init__(self):
         if self.template not in TEMPLATES:
@@ -49,7 +51,8 @@ class PromptFormat:
 def prompt_format(data, data_name: Optional[str] = None) -> PromptFormat:
     """The prompt settings of a `DataConfig` for the data set `data_name` (default
     `data.name`; `llamarl eval` passes `eval.data`)."""
-    return PromptFormat(data.template, data.system_prompt, data.instruction_for(data_name))
+    return PromptFormat(data.template, data.system_prompt, data.instruction_for(data_name),
+                        dict(data.chat_template_kwargs))
 
 
 def resolve_template(template: str, tokenizer) -> str:
@@ -72,7 +75,7 @@ def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain"
         messages = _row_chat(example.messages, fmt)
     else:
         messages = _with_system_prompt([{"role": "user", "content": question}], fmt.system_prompt)
-    return _apply_chat_template(tokenizer, messages, add_generation_prompt=True)
+    return _apply_chat_template(tokenizer, messages, True, fmt.chat_template_kwargs)
 
 
 def _plain_prompt(question: str, source: str) -> str:
@@ -85,7 +88,7 @@ def render_chat(turns, fmt: PromptFormat, tokenizer, add_generation_prompt: bool
     (chat), as a prompt does. `source`: the plain template's question format (as the prompts')."""
     messages = _with_system_prompt(turns, fmt.system_prompt)
     if resolve_template(fmt.template, tokenizer) == "chat":
-        return _apply_chat_template(tokenizer, messages, add_generation_prompt)
+        return _apply_chat_template(tokenizer, messages, add_generation_prompt, fmt.chat_template_kwargs)
     text = ""
     for m in messages:  # plain: after a user turn the text is a prompt; "Answer:" is its generation prompt
         if m["role"] == "system":
@@ -98,11 +101,15 @@ def render_chat(turns, fmt: PromptFormat, tokenizer, add_generation_prompt: bool
     return text
 
 
-def _apply_chat_template(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+def _apply_chat_template(tokenizer, messages: list[dict], add_generation_prompt: bool,
+                         template_kwargs: Mapping[str, Any]) -> str:
+    """`template_kwargs`: data.chat_template_kwargs, template variables (Qwen3's enable_thinking)."""
     if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
         raise ValueError("template 'chat' needs a tokenizer with apply_chat_template(messages) -> str")
-    rendered = (tokenizer.apply_chat_template(messages) if add_generation_prompt  # a prompt: the one-argument form
-                else tokenizer.apply_chat_template(messages, add_generation_prompt=False))
+    kwargs = dict(template_kwargs)
+    if not add_generation_prompt:  # a prompt: the default, so a one-argument apply_chat_template serves it
+        kwargs["add_generation_prompt"] = False
+    rendered = tokenizer.apply_chat_template(messages, **kwargs)
     if not isinstance(rendered, str):
         raise TypeError(f"tokenizer.apply_chat_template must return str, got {type(rendered).__name__}")
     return rendered

@@ -75,7 +75,8 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
             "max_batch_size": g.max_batch_size, "world_size": world_size,
             "device": "cuda" if use_cuda else "cpu", "threads": threads,
             "template": fmt.template, "system_prompt": fmt.system_prompt,
-            "instruction": fmt.instruction, "n_samples": cfg.eval.n_samples,
+            "instruction": fmt.instruction, "chat_template_kwargs": dict(fmt.chat_template_kwargs),
+            "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
             "max_new_tokens": max_new_tokens, "stop_strings": list(cfg.generation.stop_strings),
             "seed": cfg.run.seed}
@@ -126,7 +127,8 @@ def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:
                               quantization=spec["quantization"])
     return generate_predictions(
         engine, tokenizer, examples, n_samples=spec["n_samples"],
-        template=PromptFormat(spec["template"], spec.get("system_prompt"), spec.get("instruction", "")),
+        template=PromptFormat(spec["template"], spec.get("system_prompt"), spec.get("instruction", ""),
+                              spec.get("chat_template_kwargs") or {}),
         temperature=spec["temperature"], max_new_tokens=spec["max_new_tokens"],
         stop_strings=spec["stop_strings"], seed=spec["seed"], batch_size=spec["max_batch_size"],
         progress=progress, rank=rank, world_size=spec["world_size"], top_p=spec["top_p"])

@@ -11,6 +11,7 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -21,6 +22,7 @@ from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings, WarmStartConfig
 from llamarl_core.executors.nonfinite import NonFiniteGuard
+from llamarl_core.executors.optimizer import policy_optimizer
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import (chunked_policy_logprobs, chunked_sampled_logprobs,
                                               sampled_token_logprobs)
@@ -39,6 +41,8 @@ class LearnerConfig:
     max_steps: int                # run.max_steps: the length of the LR schedule
     stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, streamed_step.py)
     max_nonfinite_steps: int = TrainerSettings.max_nonfinite_steps  # skipped steps in a row before the run stops
+    adam_betas: Optional[tuple] = None  # trainer.adam_betas (None: executors/optimizer.py's default)
+    adam_eps: float = TrainerSettings.adam_eps  # trainer.adam_eps
 
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -100,8 +104,8 @@ class Learner:
         self.eos_ids = eos_ids
         # fused: one kernel over every parameter (CPU and CUDA; 0.15 s instead of 0.6 s a step
         # for the 135M real model on one CPU thread, same arithmetic within an fp32 ulp)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay,
-                                           betas=(0.9, 0.95), fused=_fusable(model))
+        self.optimizer = policy_optimizer(model.parameters(), a.lr, a.weight_decay, "rl", cfg.adam_betas,
+                                          cfg.adam_eps, fused=_fusable(model))
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
@@ -374,9 +378,10 @@ class WarmStart:
     """Supervised steps on (tokens, target_mask) sequences: the mean cross-entropy of the tokens
     whose mask is 1 (a reference solution after its prompt; a chat's assistant turns)."""
 
-    def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int):
+    def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int,
+                 adam_betas: Optional[tuple] = None, adam_eps: float = TrainerSettings.adam_eps):
         self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=w.lr, weight_decay=0.0)
+        self.optimizer = policy_optimizer(model.parameters(), w.lr, 0.0, "warmstart", adam_betas, adam_eps)
         self.steps, self.base_lr, self.t = w.steps, w.lr, 0
 
     def _lr(self) -> float:

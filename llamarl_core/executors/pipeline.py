@@ -149,7 +149,13 @@ def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
 
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
     return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
-                         cfg.run.max_steps, stream_groups_active(cfg), cfg.trainer.max_nonfinite_steps)
+                         cfg.run.max_steps, stream_groups_active(cfg), cfg.trainer.max_nonfinite_steps,
+                         _betas(cfg.trainer.adam_betas), cfg.trainer.adam_eps)
+
+
+def _betas(betas) -> tuple | None:
+    """trainer.adam_betas as a tuple (None: the stage's default, executors/optimizer.py)."""
+    return None if betas is None else tuple(float(b) for b in betas)
 
 
 def trainer_config(cfg: LlamaRLConfig):
@@ -179,7 +185,8 @@ def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
     model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
     seqs, _ = warmstart_sequences(cfg, prompts, tokenizer)
-    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m))
+    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m),
+                           adam=learner_config(cfg))
     save_pretrained(model, tokenizer, out_dir)
     return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,
             "seconds": time.perf_counter() - t0}

@@ -162,7 +162,7 @@ class TrainerExecutor:
                 self.data_skipped["warmstart"] = skipped
             warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, seqs, self.tokenizer.pad_id, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
-                            on_step=self._progress("warmstart"))
+                            on_step=self._progress("warmstart"), adam=self.learner.cfg)
         if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start
             copy_weights(self.ref, self.model)
         self.checkpoint(WARMSTART_CHECKPOINT)

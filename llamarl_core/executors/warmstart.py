@@ -57,15 +57,16 @@ def chat_warmstart(cfg: LlamaRLConfig, tokenizer) -> tuple[list[tuple[list[int],
 
 
 def warmstart_steps(model, w: WarmStartConfig, seed: int, seqs, pad_id: int, rank: int = 0, world: int = 1,
-                    log=print, on_step=None) -> float:
+                    log=print, on_step=None, adam=None) -> float:
     """`w.steps` supervised steps on `seqs` (`warmstart_sequences`; batches drawn with `seed`,
     run.seed); returns the last loss. `on_step(done, total)` after each step (the trainer's
-    heartbeat and live-view progress).
+    heartbeat and live-view progress). `adam`: a LearnerConfig (its `adam_betas`, `adam_eps`:
+    trainer.*), None for the defaults.
 
     Every rank draws the same global batch and trains on its slice, so the warm start (and
     the accuracy RL starts from) is the same however many trainer ranks there are.
     """
-    ws = WarmStart(model, w, pad_id)
+    ws = WarmStart(model, w, pad_id, *((adam.adam_betas, adam.adam_eps) if adam else ()))
     rng = random.Random(f"warmstart:{seed}")
     loss = float("nan")
     for i in range(w.steps):

@@ -7,7 +7,7 @@ Why AutoTokenizer and not our own reader: a checkpoint's tokenizer is more than
 what the checkpoint was saved with. `HFTokenizer` is a thin adapter exposing the small surface
 the rest of the code uses, the same as `ByteTokenizer`'s: `encode`, `decode`, `bos_id`,
 `eos_id`, `eos_ids` (stop ids), `pad_id`, `vocab_size`, `chat_template`,
-`apply_chat_template(messages, add_generation_prompt=True) -> str` and `save(dir)`.
+`apply_chat_template(messages, add_generation_prompt=True, **template_variables) -> str` and `save(dir)`.
 `load_tokenizer(dir)` picks the class from the files present.
 
 Stop ids are the tokenizer's EOS plus every id of `generation_config.json`'s `eos_token_id`
@@ -60,15 +60,15 @@ class ByteTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs) -> str:
         if not self.chat_template:
             return plain_chat_format(messages, add_generation_prompt)
         # transformers' own renderer (sandboxed Jinja), so there is one renderer in the code
         from transformers.utils.chat_template_utils import render_jinja_template
 
         rendered, _ = render_jinja_template(conversations=[messages], chat_template=self.chat_template,
-                                            add_generation_prompt=add_generation_prompt, bos_token="",
-                                            eos_token="")
+                                            add_generation_prompt=add_generation_prompt,
+                                            **{"bos_token": "", "eos_token": "", **template_kwargs})
         return rendered[0]
 
     def save(self, directory) -> None:
@@ -153,12 +153,14 @@ class HFTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs) -> str:
         """The text of `messages`, by default ending in the assistant's generation prompt (a
-        prompt); `encode` of it equals transformers' `apply_chat_template(..., tokenize=True)`."""
+        prompt); `encode` of it equals transformers' `apply_chat_template(..., tokenize=True)`.
+        `template_kwargs`: extra template variables (data.chat_template_kwargs)."""
         if not self._tok.chat_template:
             return plain_chat_format(messages, add_generation_prompt)
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             **template_kwargs)
 
     def save(self, directory) -> None:
         directory = Path(directory)

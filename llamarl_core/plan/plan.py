@@ -82,6 +82,7 @@ class LaunchPlan:
     roles: list[RolePlan]
     warnings: list[str] = field(default_factory=list)
     predicted: dict | None = None       # scale-simulator step times, GPU plans only
+    set_by_recipe: dict | None = None   # what the recipe set that the command line did not (recipe_values.py)
 
     def role(self, name: str) -> RolePlan:
         for r in self.roles:
@@ -96,6 +97,7 @@ class LaunchPlan:
             "nodes": self.nodes, "model": {"preset": self.model_preset, "num_params": self.num_params},
             "roles": [r.to_dict() for r in self.roles], "warnings": self.warnings,
             "predicted_step_s": self.predicted,
+            **({"set_by_recipe": self.set_by_recipe} if self.set_by_recipe is not None else {}),
         }
 
 

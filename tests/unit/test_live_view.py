@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from llamarl_cli.render import print_plan
-from llamarl_core.config.load import list_recipes, load_config
+from llamarl_core.config.load import list_recipes, load_config, required_keys
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.live_view import LiveView, bar, duration, eta_s, plain_line, render
 
@@ -87,7 +87,7 @@ def test_the_plain_line_names_restarts_only_once_there_were_some():
 
 @pytest.mark.parametrize("recipe", list_recipes())
 def test_plan_tables_fit_80_columns_with_whole_headers(recipe):
-    cfg = load_config(recipe, [])
+    cfg = load_config(recipe, [f"{key}=absent" for key in required_keys(recipe)])  # recipe hf: model.checkpoint
     if cfg.model.checkpoint and not os.path.isdir(cfg.model.checkpoint):
         pytest.skip(f"{recipe}: {cfg.model.checkpoint} is absent (smollm2_cpu's header says how to make it)")
     console = Console(width=80, record=True, color_system=None)
