@@ -1,8 +1,8 @@
 """docs/CONFIG.md from the schema: every key with its type, default, accepted values and meaning.
 
 The meaning is the schema's own comment on the field: the trailing `# ...` on its line, continued
-on the comment-only lines aligned under it, read with `tokenize`, so each rule is written once,
-in config/schema.py. A field without one stops generation, naming file, line and key. Accepted
+on the comment-only lines aligned under it (or, without one, the comment lines right above it),
+read with `tokenize`, so each rule is written once, in config/schema.py. A field without one stops generation, naming file, line and key. Accepted
 values come from the `_check_choice("key", self.field, CHOICES)` calls in the class's
 `__post_init__`: the tuples of config/choices.py that the schema checks against. The TRL and veRL
 tables are hand-written data in config/doc_mappings.py. `scripts/config_doc.py` writes the page.
@@ -65,18 +65,24 @@ def field_comments(cls, required: set[str]) -> dict[str, str]:
         name = node.target.id
         trailing = [comments[r] for r in range(node.lineno, node.end_lineno + 1)
                     if r in comments and not comments[r][2]]
-        if not trailing and name in required:
+        if trailing:
+            column, text, _ = trailing[0]
+            row = node.end_lineno + 1
+            while row in comments and comments[row][2] and comments[row][0] == column:
+                text += " " + comments[row][1]
+                row += 1
+        else:  # comment-only lines right above the field, at its indentation
+            above, row = [], node.lineno - 1
+            while row in comments and comments[row][2] and comments[row][0] == node.col_offset:
+                above.insert(0, comments[row][1])
+                row -= 1
+            text = " ".join(above)
+        if text:
+            out[name] = text
+        elif name in required:
             raise UndocumentedField(f"{path}:{first + node.lineno - 1}: {cls.__name__}.{name} has no "
                                     f"comment; add a trailing `# ...` saying what it means "
                                     f"(docs/CONFIG.md is generated from it)")
-        if not trailing:
-            continue
-        column, text, _ = trailing[0]
-        row = node.end_lineno + 1
-        while row in comments and comments[row][2] and comments[row][0] == column:
-            text += " " + comments[row][1]
-            row += 1
-        out[name] = text
     return out
 
 

@@ -48,7 +48,7 @@ TRL = Source(
           "`score(completion, example) -> float`, or on lists with `score.batch = True` (docs/REWARDS.md). "
           "Several: sum them in yours."),
         M("reward_weights", (), "Weight the terms inside your reward function."),
-        M("learning_rate", ("algorithm.lr",), "TRL's default 1e-6 suits a pretrained model; ours (2e-4) is the toy model's."),
+        M("learning_rate", ("algorithm.lr",), "TRL's default is 1e-6, ours 2e-4."),
         M("beta", ("algorithm.kl_coef",),
           "k3 KL to a frozen reference, in the loss; 0 (both defaults) loads no reference. TRL multiplies "
           "it by the ratio by default (`use_bias_correction_kl`); ours does not."),
@@ -75,7 +75,8 @@ TRL = Source(
         M("top_p", ("generation.top_p",), ""),
         M("top_k", ("generation.top_k",), "0 = off, in both."),
         M("min_p / repetition_penalty", (), "Use `generation.top_p` / `generation.top_k`."),
-        M("chat_template_kwargs", ("data.chat_template_kwargs",), "Passed to `apply_chat_template`, e.g. `{enable_thinking: false}`."),
+        M("chat_template_kwargs", ("data.chat_template_kwargs",),
+          "Passed to `apply_chat_template`, e.g. `{enable_thinking: false}`."),
         M("loss_type", ("algorithm.aggregation",),
           "`grpo` = `sequence_mean`; `dapo` (TRL's default) and `bnpo` = `token_mean`, every token of the "
           "update weighted alike. `dr_grpo`, `cispo`, `sapo`, `luspo`, `vespo`: not supported."),
@@ -101,7 +102,8 @@ TRL = Source(
           "`constant`, `linear`, `cosine` (to `algorithm.min_lr_ratio` × lr); the others: not supported. "
           "TRL defaults to `linear`, ours to `constant`, after `algorithm.lr_warmup_steps`."),
         M("warmup_steps", ("algorithm.lr_warmup_steps",), "TRL 0, ours 10."),
-        M("num_train_epochs", (), "Ours counts steps: `run.max_steps` = epochs × rows ÷ `algorithm.prompts_per_step`; "
+        M("num_train_epochs", (),
+          "Ours counts steps: `run.max_steps` = epochs × rows ÷ `algorithm.prompts_per_step`; "
           "the rows are reshuffled each epoch."),
         M("max_steps", ("run.max_steps",),
           "Ours counts RL steps (one batch each), several optimizer steps when `algorithm.mini_batches` or "
@@ -119,7 +121,8 @@ TRL = Source(
           "The trainer computes in it over an fp32 master copy, as TRL's mixed precision does. TRL's "
           "default is bf16, ours float32."),
         M("fp16", ("resources.trainer.dtype=float16", "resources.generator.dtype=float16"), ""),
-        M("gradient_checkpointing", ("resources.trainer.activation_checkpointing",), "TRL defaults to true, ours to false."),
+        M("gradient_checkpointing", ("resources.trainer.activation_checkpointing",),
+          "TRL defaults to true, ours to false."),
     ),
 )
 
@@ -162,7 +165,7 @@ VERL = Source(
         M(A + "policy_loss.loss_mode", ("algorithm.name",),
           "`vanilla` = `ppo`; `gspo`, `sapo`, `gpg`, `clip_cov`, `kl_cov`, `geo_mean`, `cispo` and the rest: "
           "not supported. Ours adds `aipo` (default), `pg`, `clamp`."),
-        M(A + "optim.lr", ("algorithm.lr",), "veRL 1e-6; ours (2e-4) is the toy model's."),
+        M(A + "optim.lr", ("algorithm.lr",), "veRL 1e-6, ours 2e-4."),
         M(A + "optim.weight_decay", ("algorithm.weight_decay",), "veRL 0.01, ours 0."),
         M(A + "optim.betas", ("trainer.adam_betas",), ""),
         M(A + "optim.lr_warmup_steps", ("algorithm.lr_warmup_steps",),
@@ -173,7 +176,8 @@ VERL = Source(
         M(A + "ppo_mini_batch_size", ("algorithm.mini_batches",),
           "veRL gives the size in prompts, ours the count: `mini_batches` = `data.train_batch_size` ÷ "
           "`ppo_mini_batch_size`."),
-        M(A + "ppo_micro_batch_size_per_gpu", ("resources.trainer.micro_batch_size",), "Sequences per forward/backward per rank."),
+        M(A + "ppo_micro_batch_size_per_gpu", ("resources.trainer.micro_batch_size",),
+          "Sequences per forward/backward per rank."),
         M(A + "use_dynamic_bsz", (), "Micro-batches count sequences, not tokens."),
         M(A + "ppo_epochs", ("algorithm.updates_per_batch",), ""),
         M(A + "clip_ratio", ("algorithm.clip_eps", PPO), "The clipped surrogate is ours with `algorithm.name=ppo`."),
@@ -189,7 +193,8 @@ VERL = Source(
           "`token-mean` (default in both) = `token_mean`, `seq-mean-token-mean` = `sequence_mean`; "
           "`token-sum`, `seq-mean-token-sum`, `seq-mean-token-sum-norm`: not supported."),
         M(A + "strategy", ("resources.trainer.strategy",),
-          "`fsdp` / `fsdp2` = `fsdp2` (shard group: `resources.trainer.fsdp`); `megatron`: not supported; ours adds `ddp`."),
+          "`fsdp` / `fsdp2` = `fsdp2` (shard group: `resources.trainer.fsdp`); `megatron`: not supported; "
+          "ours adds `ddp`."),
         M(A + "fsdp_config.param_offload / optimizer_offload", (),
           "Shard over more ranks instead (`resources.trainer.strategy=fsdp2`); `llamarl plan` prints the "
           "memory per rank."),

@@ -106,6 +106,9 @@ def test_a_tiny_schema_renders_types_defaults_choices_and_continued_comments(tmp
                                                             # second line
             # a heading comment, not the field above's
             flag: bool = True            # on or off
+            # a comment above a field
+            # with no trailing one
+            above: int = 3
 
             def __post_init__(self):
                 _check_choice("inner.mode", self.mode, MODES)
@@ -133,6 +136,7 @@ def test_a_tiny_schema_renders_types_defaults_choices_and_continued_comments(tmp
         | `inner.limit_s` | float or null | `null` | wall time; None = none |
         | `inner.names` | list of str | `[]` | first line, second line |
         | `inner.flag` | bool | `true` | on or off |
+        | `inner.above` | int | `3` | a comment above a field with no trailing one |
         """)
 
 
