@@ -1,11 +1,13 @@
 """docs/CONFIG.md from the schema: every key with its type, default, accepted values and meaning.
 
-The meaning is the schema's own comment on the field: the trailing `# ...` on its line, continued
-on the comment-only lines aligned under it (or, without one, the comment lines right above it),
-read with `tokenize`, so each rule is written once, in config/schema.py. A field without one stops generation, naming file, line and key. Accepted
-values come from the `_check_choice("key", self.field, CHOICES)` calls in the class's
-`__post_init__`: the tuples of config/choices.py that the schema checks against. The TRL and veRL
-tables are hand-written data in config/doc_mappings.py. `scripts/config_doc.py` writes the page.
+The meaning is the schema's own comment on the field, read with `tokenize`, so each rule is
+written once, in config/schema.py: the trailing `# ...` on its line, continued on the
+comment-only lines below indented past the field (or, with no trailing one, the comment lines
+right above it at its indentation). A field without one stops generation, naming file, line
+and key. Accepted values come from the `_check_choice("key", self.field, CHOICES)` calls in the
+class's `__post_init__`: the tuples of config/choices.py that the schema checks against. The
+TRL and veRL tables are hand-written data in config/doc_mappings.py; `scripts/config_doc.py`
+writes the page.
 """
 from __future__ import annotations
 
@@ -66,9 +68,9 @@ def field_comments(cls, required: set[str]) -> dict[str, str]:
         trailing = [comments[r] for r in range(node.lineno, node.end_lineno + 1)
                     if r in comments and not comments[r][2]]
         if trailing:
-            column, text, _ = trailing[0]
+            text = trailing[0][1]
             row = node.end_lineno + 1
-            while row in comments and comments[row][2] and comments[row][0] == column:
+            while row in comments and comments[row][2] and comments[row][0] > node.col_offset:
                 text += " " + comments[row][1]
                 row += 1
         else:  # comment-only lines right above the field, at its indentation
@@ -182,7 +184,7 @@ Every key `llamarl train|eval|plan` accepts, as a `key=value` override or in a r
 
 
 def render(root, sources=SOURCES) -> str:
-    out = [HEADER]
+    out = [HEADER.rstrip("\n")]
     for s in sections(root):
         out += [f"\n## {f'`{s.name}`' if s.name else 'Top level'}\n"]
         if s.about:

@@ -2,6 +2,7 @@
 TRL/veRL tables name only keys and values the schema accepts."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import textwrap
@@ -29,9 +30,8 @@ def leaf_keys(node: DictConfig, prefix: str = "") -> set[str]:
     """Every leaf key of the structured schema, walked by OmegaConf (not by the generator)."""
     out = set()
     for key in node.keys():
-        child = node._get_node(key)
-        if isinstance(child, DictConfig):
-            out |= leaf_keys(child, f"{prefix}{key}.")
+        if dataclasses.is_dataclass(OmegaConf.get_type(node, key)):  # a section; a dict-valued key is a leaf
+            out |= leaf_keys(node[key], f"{prefix}{key}.")
         else:
             out.add(f"{prefix}{key}")
     return out
@@ -103,7 +103,8 @@ def test_a_tiny_schema_renders_types_defaults_choices_and_continued_comments(tmp
             mode: str = "a"              # how it runs
             limit_s: Optional[float] = None  # wall time; None = none
             names: List[str] = field(default_factory=list)  # first line,
-                                                            # second line
+                                                            # second line,
+                                         # third line, not aligned
             # a heading comment, not the field above's
             flag: bool = True            # on or off
             # a comment above a field
@@ -134,7 +135,7 @@ def test_a_tiny_schema_renders_types_defaults_choices_and_continued_comments(tmp
         |---|---|---|---|
         | `inner.mode` | str: `a`, `b` | `a` | how it runs |
         | `inner.limit_s` | float or null | `null` | wall time; None = none |
-        | `inner.names` | list of str | `[]` | first line, second line |
+        | `inner.names` | list of str | `[]` | first line, second line, third line, not aligned |
         | `inner.flag` | bool | `true` | on or off |
         | `inner.above` | int | `3` | a comment above a field with no trailing one |
         """)
