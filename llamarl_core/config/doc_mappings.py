@@ -59,7 +59,9 @@ TRL = Source(
         M("num_generations", ("algorithm.group_size",), ""),
         M("generation_batch_size", ("algorithm.prompts_per_step", "algorithm.group_size"),
           "TRL counts completions, ours prompts: generation_batch_size = prompts_per_step × group_size."),
-        M("steps_per_generation", ("algorithm.mini_batches",), "Optimizer steps per generated batch."),
+        M("steps_per_generation", ("algorithm.mini_batches",),
+          "TRL counts micro-steps: `mini_batches` = steps_per_generation ÷ gradient_accumulation_steps "
+          "(1 by TRL's default), the optimizer steps per generated batch."),
         M("num_iterations", ("algorithm.updates_per_batch",), "μ, passes over each batch."),
         M("per_device_train_batch_size", ("resources.trainer.micro_batch_size",),
           "Sequences per forward/backward on one rank. In TRL it also sizes the batch; ours is "
