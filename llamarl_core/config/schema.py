@@ -73,11 +73,11 @@ class ModelConfig:
 
 @dataclass
 class GeneratorResources:
-    num_devices: int = 1
+    num_devices: int = 1                 # generator ranks (devices) in all, over every replica
     tp: int = 1                          # tensor parallel size inside one replica
     pp: int = 1                          # pipeline stages inside one replica
     dp: int = 0                          # replicas; 0 = num_devices / (tp * pp)
-    dtype: str = "float32"
+    dtype: str = "float32"               # the generator's weights and compute
     quantization: str = "none"           # weight-only: int8 (CPU/GPU) or fp8 e4m3 (CUDA)
     max_batch_size: int = 64             # sequences decoded together per replica
     threads: int = 0                     # torch threads per rank on CPU; 0 = planned
@@ -95,16 +95,17 @@ class GeneratorResources:
 
 @dataclass
 class TrainerResources:
-    num_devices: int = 1
+    num_devices: int = 1                 # trainer ranks (devices) in all
     fsdp: int = 1                        # parameter/grad/optimizer sharding group; 0 = all DP ranks
-    tp: int = 1
-    pp: int = 1
+    tp: int = 1                          # tensor parallel size
+    pp: int = 1                          # pipeline stages
     dp: int = 0                          # replicas of the sharded model; 0 = derived
-    dtype: str = "float32"               # the trained weights' dtype (training is never quantized)
+    dtype: str = "float32"               # compute dtype; bf16/fp16 = mixed precision over an fp32
+                                         # master copy (training is never quantized)
     strategy: str = "ddp"                # ddp | fsdp2 (data parallel implementation)
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = False  # recompute activations in the backward: less memory, more time
     micro_batch_size: int = 16           # sequences per forward/backward on one rank
-    threads: int = 0
+    threads: int = 0                     # torch threads per rank on CPU; 0 = planned
     stream_groups: bool = True           # async, one rank, one update per batch: micro-batches start
                                          # on groups as they arrive (config/streaming.py)
 
@@ -133,7 +134,7 @@ class RewardResources:
 @dataclass
 class ResourcesConfig:
     device: str = "cpu"                  # cpu | cuda (any NVIDIA GPU) | h100-80gb | h200-141gb
-    nodes: int = 1
+    nodes: int = 1                       # machines the plan spreads the roles over
     devices_per_node: int = 0            # 0 = the device type's default (8 GPUs; CPU cores)
     cpu_cores: int = 0                   # 0 = os.cpu_count(); CPU thread budget
     host_memory_gib: float = 0.0         # 0 = read from the host (CPU capacity)
@@ -161,17 +162,17 @@ class AlgorithmConfig:
     clip_eps_low: Optional[float] = None   # DAPO clip-higher: ratio >= 1 - clip_eps_low; None = clip_eps
     clip_eps_high: Optional[float] = None  # ratio <= 1 + clip_eps_high; None = clip_eps
     group_size: int = 8                  # samples per prompt
-    prompts_per_step: int = 32           # prompts per optimizer step
-    lr: float = 2e-4
+    prompts_per_step: int = 32           # prompts per step (its batch; mini_batches optimizer steps)
+    lr: float = 2e-4                     # the RL learning rate (AdamW)
     lr_warmup_steps: int = 10            # linear warm-up of the RL learning rate
     lr_schedule: str = "constant"        # after the warm-up, over run.max_steps: constant | linear | cosine
     min_lr_ratio: float = 0.0            # linear/cosine end at min_lr_ratio * lr
     updates_per_batch: int = 1           # passes over each batch (PPO epochs); > 1 records pi_old
     mini_batches: int = 1                # optimizer steps per pass, each on 1/mini_batches of the rows
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    weight_decay: float = 0.0            # AdamW's decoupled weight decay
+    grad_clip: float = 1.0               # the gradients' global norm is clipped to this
     kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one, sharded like the trainer
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.0            # weight of the entropy bonus subtracted from the loss
     advantage: str = "mean"              # mean | loo | std
     aggregation: str = "token_mean"      # token_mean | sequence_mean
     dynamic_sampling: bool = False       # DAPO: train only groups whose rewards differ, resampling to fill the step
@@ -240,8 +241,8 @@ class AlgorithmConfig:
 @dataclass
 class WarmStartConfig:
     steps: int = 0                       # supervised steps before RL, on reference solutions (or `data`'s chats)
-    batch_size: int = 32
-    lr: float = 1e-3
+    batch_size: int = 32                 # sequences per supervised step
+    lr: float = 1e-3                     # the supervised steps' learning rate
     data: Optional[str] = None           # your own chats ({"messages": [...]} rows, .jsonl or a table):
                                          # the steps train on their assistant turns instead (docs/DATA.md)
 
@@ -258,12 +259,12 @@ class WarmStartConfig:
 
 @dataclass
 class GenerationConfig:
-    max_new_tokens: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop_strings: List[str] = field(default_factory=list)
-    max_prompt_tokens: int = 64          # prompts are truncated/validated against this
+    max_new_tokens: int = 32             # completion length limit, in tokens
+    temperature: float = 1.0             # sampling temperature of the training rollouts; > 0
+    top_p: float = 1.0                   # nucleus sampling: keep the smallest token set of this mass; 1 = off
+    top_k: int = 0                       # keep the k most likely tokens; 0 = off
+    stop_strings: List[str] = field(default_factory=list)  # a completion ends at the first of these
+    max_prompt_tokens: int = 64          # longest prompt in tokens; a longer one is refused before launch
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
     streaming: bool = True               # async: a replica's slots stay full across steps (the
                                          # next step's prompts take freed slots; config/streaming.py)
@@ -311,9 +312,10 @@ class DataConfig:
                                          # set's DEFAULT_INSTRUCTIONS entry, "" = none (docs/DATA.md)
     on_error: str = "raise"              # raise | skip malformed data lines (counted, in summary.json)
     num_train_examples: int = 2000       # for the built-in task
-    num_eval_examples: int = 200
+    num_eval_examples: int = 200         # held-out rows: the built-in task's, or the last rows of
+                                         # `path` when there is no eval_path
     digits: int = 2                      # built-in task difficulty
-    num_operands: int = 2
+    num_operands: int = 2                # built-in task: numbers added per problem
     solution_style: str = "columns"      # built-in task's worked solution: columns | digit_sums | short
     seed: int = 0                        # picks the problems and the train/test split; run.seed
                                          # varies the run (init, prompt order, sampling), not these
@@ -355,10 +357,11 @@ class DataConfig:
 @dataclass
 class RunConfig:
     dir: Optional[str] = None            # default runs/<recipe>; suffixed if it exists
-    seed: int = 0
-    max_steps: int = 100                 # trainer optimizer steps of RL
+    seed: int = 0                        # the run's seed: init, prompt order, sampling
+    max_steps: int = 100                 # RL steps (batches of algorithm.prompts_per_step prompts)
     max_time_s: float = 0.0              # stop RL after this wall time; 0 = no limit
-    eval_every_steps: int = 10
+    eval_every_steps: int = 10           # held-out eval every N steps, also before RL and at the
+                                         # end; 0 = none in between
     checkpoint_every_steps: int = 25     # resumable checkpoints/step_<N>/; 0 = only the final HF export
     keep_checkpoints: int = 2            # newest stable step_<N> checkpoints kept (plus checkpoints/final)
     resume: str = ""                     # "" = fresh run | auto = newest stable checkpoint in run.dir | a step_<N> path
@@ -379,10 +382,10 @@ class ControllerConfig:
     role_port_base: int = 29510          # multi-node torchrun rendezvous ports, one per role
     weight_transport: str = "auto"       # auto | collective | shm | cuda_ipc (shared GPU)
     weight_bucket_mb: float = 256.0      # weight sync: a trainer rank's extra memory per sync (2 pieces of half)
-    heartbeat_interval_s: float = 1.0
+    heartbeat_interval_s: float = 1.0    # how often each rank reports that it is alive
     heartbeat_timeout_s: float = 120.0   # a rank whose main loop makes no progress this long is
                                          # hung; must exceed one chunk's generation or one eval
-    startup_timeout_s: float = 120.0
+    startup_timeout_s: float = 120.0     # a rank that has not started (registered) by then fails the run
     step_timeout_s: float = 600.0        # the longest any role waits on another
     max_restarts: int = 3                # restarts of a dead generator/reward group, per role (0: a death ends the run)
 
@@ -404,12 +407,12 @@ class ControllerConfig:
 
 @dataclass
 class EvalConfig:
-    checkpoint: Optional[str] = None
+    checkpoint: Optional[str] = None     # the Hugging Face directory `llamarl eval` scores
     data: Optional[str] = None           # arith | gsm8k | math500 | path/to.jsonl
-    split: str = "test"
+    split: str = "test"                  # which split of eval.data: test = the held-out rows
     policy: str = "model"                # model | reference (score the references)
-    n_samples: int = 1
-    temperature: float = 0.0
+    n_samples: int = 1                   # samples per prompt; > 1 adds pass@k and maj@k
+    temperature: float = 0.0             # 0 = greedy
     max_new_tokens: int = 0              # 0 = generation.max_new_tokens
     num_examples: int = 0                # 0 = all (arith: data.num_eval_examples)
     out: Optional[str] = None            # run directory; default run.dir, else runs/eval-<data>-<time>
@@ -431,7 +434,7 @@ class LoggingConfig:
     tensorboard: bool = True             # event files under <run_dir>/tb/ (needs `tensorboard`)
     wandb: bool = False                  # Weights & Biases under <run_dir>/wandb/ (needs `wandb`;
                                          # WANDB_MODE=offline writes files only)
-    wandb_project: str = "llamarl"
+    wandb_project: str = "llamarl"       # the Weights & Biases project
     wandb_run_name: Optional[str] = None  # None = the run directory's name
     samples_per_eval: int = 4            # (prompt, completion, reward) rows per held-out eval
     trained_samples_per_step: int = 0    # rows of every trained batch in trained_samples.jsonl (0: none)
