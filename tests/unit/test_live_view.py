@@ -86,10 +86,14 @@ def test_the_plain_line_names_restarts_only_once_there_were_some():
 
 
 @pytest.mark.parametrize("recipe", list_recipes())
-def test_plan_tables_fit_80_columns_with_whole_headers(recipe):
-    cfg = load_config(recipe, [f"{key}=absent" for key in required_keys(recipe)])  # recipe hf: model.checkpoint
+def test_plan_tables_fit_80_columns_with_whole_headers(recipe, tmp_path):
+    given = {}
+    if "model.checkpoint" in required_keys(recipe):  # recipe hf: the user's model, here a tiny Qwen2.5
+        from hf_tiny import save_tiny
+        given["model.checkpoint"] = str(save_tiny("qwen2.5", tmp_path / "qwen", max_position_embeddings=1024))
+    cfg = load_config(recipe, [f"{key}={given.get(key, 'absent')}" for key in required_keys(recipe)])
     if cfg.model.checkpoint and not os.path.isdir(cfg.model.checkpoint):
-        pytest.skip(f"{recipe}: {cfg.model.checkpoint} is absent (smollm2_cpu's header says how to make it)")
+        pytest.skip(f"{recipe}: {cfg.model.checkpoint} is absent (`llamarl models get smollm2-135m models/smollm2-135m`)")
     console = Console(width=80, record=True, color_system=None)
     print_plan(make_plan(cfg, require_data=False), console)
     text = console.export_text()
