@@ -34,7 +34,7 @@ def test_the_example_trains_two_rl_steps_and_logs_its_rewards(tmp_path):
     cmd = [sys.executable, "-m", "llamarl_cli.main", *words, f"run.dir={tmp_path / 'run'}", *TINY]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "its last 8 rows are held out, the 1992 before them train" in out.stdout
+    assert "its last 8 rows are held out, the 3992 before them train" in out.stdout
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in lines if "reward/mean" in m]
     assert [m["step"] for m in steps] == [1, 2]
