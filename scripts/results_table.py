@@ -200,6 +200,12 @@ ROWS: list[Row] = [
         {"g": "accuracy_gain_points", "n": "rl_steps", "s": "step_s_median"},
         lambda v: f"{v['g'][0]:+.1f} / {v['g'][1]:+.1f} points, {v['n'][0]} / {v['n'][1]} RL steps in the 200 s "
                   f"budget, median step {v['s'][0]:.2f} / {v['s'][1]:.2f} s (main / 69903e8)"),
+    Row("Bring your own task (`examples/my_task`: 2-digit addition as a JSONL with worked solutions, a reward from a .py file), from a fresh clone: "
+        "held-out greedy accuracy on its last 200 rows; the whole command's wall time",
+        "byo_example_cpu.json", {"b": "accuracy_before", "a": "accuracy_after", "g": "accuracy_gain_points",
+                                 "n": "rl_steps", "w": "command_wall_s"},
+        lambda v: f"{v['b']:.3f} → {v['a']:.3f} ({v['g']:+.1f} points) in {v['n']} RL steps; {v['w']:.0f} s",
+        "≥ +20 points in ≤ 600 s", lambda v: v["g"] >= 20 and v["w"] <= 600),
     Row("Default job on a 2.15× slower machine (emulated: two runs sharing the 2 cores)",
         "default_run_cpu_slow_machine.json", {"g": "accuracy_gain_points", "w": "run_wall_s", "n": "rl_steps"},
         lambda v: f"{span(v['g'], '+.1f')} points in {span(v['w'], '.0f')} s ({span(v['n'], 'd')} RL steps)",

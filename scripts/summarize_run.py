@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import platform
 import statistics
 from pathlib import Path
@@ -141,6 +142,9 @@ def main() -> None:
     p.add_argument("--command", default="", help="the command that made the run(s)")
     p.add_argument("--note", default="", help="how the runs were made (machine, load, what ran beside)")
     p.add_argument("--commit", default="", help="the commit the run(s) ran (default: this checkout's HEAD)")
+    p.add_argument("--command-wall-s", type=float, help="the whole command's wall seconds, timed outside it")
+    p.add_argument("--loadavg-at-start", default="", help="1,5,15-minute load averages before the run "
+                   "(the ones at the end are read here, run right after it)")
     args = p.parse_args()
     runs = [summarize(d) for d in args.run_dirs]
     result = runs[0] if len(runs) == 1 else {
@@ -152,6 +156,11 @@ def main() -> None:
         result["runs"] = [{k: v for k, v in r.items() if k != "config_yaml"} for r in runs]
     head = {k: v for k, v in (("command", args.command), ("note", args.note)) if v}
     head["commit"] = args.commit or git_commit()
+    if args.command_wall_s is not None:
+        head["command_wall_s"] = args.command_wall_s
+    if args.loadavg_at_start:
+        head["loadavg_at_start"] = [float(x) for x in args.loadavg_at_start.split(",")]
+        head["loadavg_at_end"] = list(os.getloadavg())
     result = {**head, **result}
     text = json.dumps(result, indent=2)
     if args.out:

@@ -41,6 +41,7 @@ from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import accuracy_curve, read_jsonl, read_timeline, rl_window
 from llamarl_core.bench.sync_vs_async import machine, run_one, shared_warmstart
 from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
+from llamarl_core.data.splits import eval_count
 
 # name, k, correction (contract values) ; correction -> algorithm.name
 CONFIGS = (("sync_k0", 0, "aipo"), ("async_k1_aipo", 1, "aipo"), ("async_k4_aipo", 4, "aipo"),
@@ -150,7 +151,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
     return {"benchmark": "quality", "command": command or " ".join(map(shlex.quote, sys.argv)),
             "recipe": base.recipe, "overrides": overrides, "steps": steps,
             "samples_per_run": steps * samples_per_step, "samples_per_step": samples_per_step,
-            "data_seed": base.data.seed, "num_eval_examples": base.data.num_eval_examples,
+            "data_seed": base.data.seed, "num_eval_examples": eval_count(base.data),
             "warmstart": warm, "warmstart_accuracy": before[0] if len(before) == 1 else statistics.mean(before),
             "warmstart_accuracy_values": before, "machine": machine(),
             "wall_s": time.perf_counter() - t0, "work_dir": work_dir, "configs": configs}

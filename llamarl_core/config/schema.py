@@ -312,8 +312,8 @@ class DataConfig:
                                          # set's DEFAULT_INSTRUCTIONS entry, "" = none (docs/DATA.md)
     on_error: str = "raise"              # raise | skip malformed data lines (counted, in summary.json)
     num_train_examples: int = 2000       # for the built-in task
-    num_eval_examples: int = 200         # held-out rows: the built-in task's, or the last rows of
-                                         # `path` when there is no eval_path
+    num_eval_examples: Optional[int] = None  # held-out rows; unset: 200, at most a fifth of a one-file
+                                         # data set's rows (the rule: data/splits.py held_out_count)
     digits: int = 2                      # built-in task difficulty
     num_operands: int = 2                # built-in task: numbers added per problem
     solution_style: str = "columns"      # built-in task's worked solution: columns | digit_sums | short
@@ -327,7 +327,8 @@ class DataConfig:
         _check_reward(self.reward)
         _check_choice("data.solution_style", self.solution_style, SOLUTION_STYLES)
         _check_positive("data.num_train_examples", self.num_train_examples)
-        _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
+        if self.num_eval_examples is not None:
+            _check_positive("data.num_eval_examples", self.num_eval_examples, 0)
         if not 1 <= self.digits <= 9:
             raise ConfigError(f"data.digits={self.digits} must be in 1..9")
         _check_positive("data.num_operands", self.num_operands, 2)

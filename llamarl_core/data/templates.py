@@ -2,9 +2,10 @@
 
 The completion is whatever the model writes after the rendered prompt, and the verifier
 reads the completion. ``render_target`` is the supervised warm-start target, built from
-the same solution format the verifier reads (``... #### N`` or ``\\boxed{}``), so SFT
-and reward agree by construction: ``get_reward(src)(render_target(ex), ex.reference)``
-is 1.0 for every example that has a solution.
+the same solution format the verifier reads (``... #### N`` or ``\\boxed{}``; a generic
+row's answer field as written), so SFT and reward agree by construction:
+``get_reward(src)(render_target(ex), ex.reference)`` is 1.0 for every example that has a
+solution.
 
 A ``PromptFormat`` is ``data.template``, ``data.system_prompt`` and ``data.instruction``
 with the instruction's default resolved (``prompt_format``; the defaults are one table,
@@ -135,10 +136,15 @@ def _with_system_prompt(turns, system_prompt: Optional[str]) -> list[dict]:
 def render_target(example: Example) -> str:
     """Supervised target appended to the prompt: a space, then the worked solution.
 
-    Without a solution, the bare final answer in the verifier's format.
+    Without a solution, the bare final answer: a generic row's answer exactly as the row
+    gives it (its reward is the user's, which reads the answer field, not a format we
+    chose; teaching ``#### N`` there made a last-line reward score the reference 0.5), a
+    math row's in ``\\boxed{}``, a GSM8K-style row's after ``####``.
     """
     if example.solution is not None:
         return " " + example.solution
+    if example.source == "generic":
+        return " " + example.reference
     if example.source == "math":
         return f" \\boxed{{{example.reference}}}"
     return f" #### {example.reference}"

@@ -26,7 +26,8 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import NoVerifier, default_reward, prompt_format, resolve_dataset
 from llamarl_core.data.datasets import DATA_SUFFIXES
-from llamarl_core.data.splits import data_keys, holds_both_splits, load_split, split_path
+from llamarl_core.data.splits import (data_keys, eval_count, holds_both_splits, load_split, split_path,
+                                      split_rule)
 from llamarl_core.eval.evaluate import EvalResult, merge_results, reference_predictions, score_predictions
 from llamarl_core.eval.metrics import summarize
 from llamarl_core.rewards import RewardPool
@@ -61,7 +62,7 @@ def load_eval_examples(cfg: LlamaRLConfig) -> list:
     count = cfg.eval.num_examples or None
     kwargs = {"keys": data_keys(cfg.data)}
     if name == "arith":
-        count = count or (cfg.data.num_eval_examples if split != "train" else None)
+        count = count or (eval_count(cfg.data) if split != "train" else None)
         kwargs = {**kwargs, **cfg.data.arith_knobs()}
     try:
         examples = resolve_dataset(name, path, split, num_examples=count, seed=cfg.data.seed,
@@ -79,7 +80,8 @@ def rows_line(cfg: LlamaRLConfig, examples) -> str:
     """What `eval` scores, in words: how many rows, of which file, and why those."""
     d, split, n = cfg.data, cfg.eval.split, len(examples)
     if uses_training_split(cfg):
-        which = ("the last data.num_eval_examples={} rows, the rows training held out".format(d.num_eval_examples)
+        which = (("the last data.num_eval_examples={} rows".format(d.num_eval_examples) if d.num_eval_examples
+                  is not None else f"the last {n} rows ({split_rule(d)})") + ", the rows training held out"
                  if split != "train" else "the rows before the held-out tail, the rows training used")
         return f"eval: {n} {'held-out' if split != 'train' else 'train'} rows of {d.path} (split={split}: {which})"
     name = eval_data_name(cfg)

@@ -27,6 +27,7 @@ from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
 from llamarl_core.executors.warmstart import chat_warmstart, max_sequence_tokens
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards.custom import check_importable, is_custom
+from llamarl_core.data.splits import holds_both_splits, split_rule
 from llamarl_core.data.template_check import check_template
 
 SPLITS = (("train", "train"), ("test", "held-out"))
@@ -55,6 +56,9 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
                          f"(data.on_error=skip; {first})")
     lines.append(f"data: {' / '.join(counts)} examples checked; prompts up to {longest} tokens "
                  f"(generation.max_prompt_tokens={cfg.generation.max_prompt_tokens})")
+    if holds_both_splits(cfg.data):
+        lines.append(f"data: {cfg.data.path}: its last {len(splits[1][2])} rows are held out, the "
+                     f"{len(splits[0][2])} before them train ({split_rule(cfg.data)})")
     if cfg.warmstart.data:
         lines += _check_warmstart_data(cfg, tokenizer)
     return lines

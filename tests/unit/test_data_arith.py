@@ -65,7 +65,8 @@ def test_chat_template_goes_through_the_tokenizer():
 
 def test_target_without_a_solution_uses_the_verifier_format():
     assert render_target(Example("1", "p", "\\frac12", None, "math")) == " \\boxed{\\frac12}"
-    assert render_target(Example("2", "p", "7")) == " #### 7"
+    assert render_target(Example("2", "p", "7", None, "gsm8k")) == " #### 7"
+    assert render_target(Example("3", "p", "7")) == " 7"  # generic: the answer field as written
 
 
 def test_column_solutions_work_each_digit_with_its_carry():
