@@ -10,13 +10,6 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 HEAD_BEGIN, HEAD_END = "<!-- headline:begin -->", "<!-- headline:end -->"  # scripts/results_table.py's block
 
-# Named by the README before they land: issue #45's examples/ folder, docs/CONFIG.md and the
-# `models`/`export` verbs and `recipe=hf` are built beside this change. Empty each set once its
-# item is merged, so that the README is checked for it too.
-PENDING_PATHS = {"examples/my_task/README.md", "examples/my_task/data.jsonl", "examples/my_task/reward.py",
-                 }
-PENDING_VERBS = set()
-PENDING_RECIPES = set()
 
 REPO_PATH = r"(?<![\w/.-])((?:docs|benchmarks/results|examples|recipes|scripts|tests|llamarl_core|cli|\.ci)/" \
             r"[\w./*-]*[\w*]|CHANGELOG\.md)"
@@ -45,7 +38,7 @@ def test_every_repo_path_the_readme_names_exists_except_those_still_being_built(
     paths = repo_paths(README)
     assert {"docs/RESULTS.md", "docs/KNOWN_GAPS.md", "CHANGELOG.md", ".ci/run",
             "benchmarks/results/real_model_cpu.json"} <= paths  # the scan finds links, prose and backticks
-    missing = sorted(p for p in paths - PENDING_PATHS if not glob.glob(str(ROOT / p)))
+    missing = sorted(p for p in paths if not glob.glob(str(ROOT / p)))
     assert missing == []
 
 
@@ -55,15 +48,16 @@ def test_repo_paths_finds_links_backticks_code_and_prose_but_not_urls_or_run_dir
     assert repo_paths(text) == {"docs/A.md", "recipes/*.yaml", "docs/C.md", "examples/t/data.jsonl"}
 
 
-def test_every_verb_and_recipe_the_readme_names_exists_except_those_still_being_built():
+def test_every_verb_and_recipe_the_readme_names_exists():
     code = "\n".join(code_blocks(README) + re.findall(r"`([^`\n]+)`", README))  # prose may say "llamarl runs …"
     verbs = set(re.findall(r"(?:^|&& |\n)llamarl (\w+)", code))
     assert {"train", "plan", "report", "eval"} <= verbs
-    assert sorted(verbs - PENDING_VERBS - set(VERBS)) == []
+    assert sorted(verbs - set(VERBS)) == []
     section = README.split("\n## Recipes\n")[1].split("\n## ")[0]
-    recipes = set(re.findall(r"recipe=(\w+)", README)) | set(re.findall(r"`(\w+)`", section))
+    named = set(re.findall(r"recipe=(\w+)(?![\w/.])", README))  # a name, not recipe=examples/…/recipe.yaml
+    recipes = named | set(re.findall(r"`(\w+)`", section))
     assert {"cpu_tiny", "405b_math"} <= recipes
-    assert sorted(r for r in recipes - PENDING_RECIPES if not (ROOT / "recipes" / f"{r}.yaml").exists()) == []
+    assert sorted(r for r in recipes if not (ROOT / "recipes" / f"{r}.yaml").exists()) == []
 
 
 def test_the_readme_quotes_no_test_counts_and_no_result_outside_the_generated_headline():
@@ -98,6 +92,6 @@ def test_the_pages_the_readme_moved_into_name_only_repo_files_that_exist():
     (from the repo root); the GPU check's JSON is the one named before anything writes it."""
     outputs = {"benchmarks/results/gpu_check.json"}
     pages = ["docs/KNOWN_GAPS.md", "docs/HISTORY.md", "docs/RESULTS.md", "CHANGELOG.md"]
-    missing = {page: sorted(p for p in repo_paths((ROOT / page).read_text()) - outputs - PENDING_PATHS
+    missing = {page: sorted(p for p in repo_paths((ROOT / page).read_text()) - outputs
                             if not glob.glob(str(ROOT / p))) for page in pages}
     assert missing == {page: [] for page in pages}
