@@ -6,6 +6,7 @@ import os
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
 from llamarl_core.executors.end_reason import end_line
@@ -75,9 +76,9 @@ def read_summary(run_dir: str) -> dict:
 def report(result, console: Console, resume_with: str | None = None) -> int:
     s = read_summary(result.run_dir)
     for w in s.get("warnings", ()):  # a run that could not learn says so last (learning_signal.py)
-        console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     if end_line(s):  # why it ended, also without the panel (end_reason.py)
-        console.print(end_line(s), soft_wrap=True, highlight=False)
+        console.print(end_line(s), soft_wrap=True, highlight=False, markup=False)  # a role's error text: [/a/b.cc:1]
     if result.ok:
         if s:
             before, after = s.get("accuracy_before"), s.get("accuracy_after")

@@ -128,6 +128,8 @@ def test_a_failed_role_is_named_in_the_controllers_end_reason(tmp_path):
     (end_reason.reached_max_time(200, 143, 150), "run ended: run.max_time_s=200 reached after 143 of 150 steps"),
     (end_reason.stopped_by_signal(signal.SIGTERM), "run ended: stopped by SIGTERM"),
     (end_reason.failed("it broke", "trainer", 1), "run ended: error in role trainer rank 1: it broke"),
+    (end_reason.failed("[/gloo/pair.cc:537] Connection closed by peer [127.0.0.1]:29500", "reward", 0),  # rich markup?
+     "run ended: error in role reward rank 0: [/gloo/pair.cc:537] Connection closed by peer [127.0.0.1]:29500"),
 ])
 def test_each_end_reason_is_written_to_summary_json_and_rendered(tmp_path, end, line):
     (tmp_path / "summary.json").write_text(json.dumps({"steps": 143, "accuracy_after": 0.7}))
