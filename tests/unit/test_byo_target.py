@@ -31,7 +31,9 @@ def test_the_warm_start_target_of_a_generic_row_is_its_answer_then_eos(tmp_path)
                                    "data.answer_key=target", "data.reward=gsm8k", "generation.max_prompt_tokens=64"])
     tok = ByteTokenizer()
     examples = load_split(cfg.data, "train")
-    (tokens, prompt_len), = sft_sequences(encode_prompts(cfg.data, cfg.generation, examples, tok), tok)
+    (tokens, target_mask), = sft_sequences(encode_prompts(cfg.data, cfg.generation, examples, tok), tok)
+    prompt_len = target_mask.index(1)
+    assert target_mask == [0] * prompt_len + [1] * (len(tokens) - prompt_len)  # the target and its EOS trained
     assert tok.decode(tokens[:prompt_len]) == "Question: 12+34\nAnswer:"
     assert tokens[prompt_len:] == tok.encode(" 46") + [tok.eos_id]
 
@@ -43,8 +45,8 @@ def test_the_examples_reward_gives_every_warm_start_target_of_its_data_full_mark
     score, tok = _score(), ByteTokenizer()
     examples = load_split(cfg.data, "train") + load_split(cfg.data, "test")
     prompts = encode_prompts(cfg.data, cfg.generation, examples, tok)
-    for ex, (tokens, prompt_len) in zip(examples, sft_sequences(prompts, tok)):
-        completion = tok.decode(tokens[prompt_len:-1])  # what the generator returns: EOS not in the text
+    for ex, (tokens, target_mask) in zip(examples, sft_sequences(prompts, tok)):
+        completion = tok.decode(tokens[target_mask.index(1):-1])  # what the generator returns: EOS not in the text
         assert score(completion, ex.as_dict()) == 1.0, (ex.prompt, completion)
     assert score(" #### 2082", {"target": "2082"}) == 0.5  # the old bare target: half marks, RL stalled
 
