@@ -39,7 +39,8 @@ def set_by_recipe(recipe: str, overrides: Sequence[str], checkpoint: str | None 
                   f"Llama); for your own model use recipe={HF_RECIPE} (no warm start, no time cap, "
                   f"a pretrained model's learning rate): llamarl train recipe={HF_RECIPE} "
                   f"model.checkpoint={checkpoint}")
-    return {"recipe": name, "values": values, "advice": advice}
+    shown = recipe if recipe.endswith((".yaml", ".yml")) or "/" in recipe else name  # a file: its path, not "recipe"
+    return {"recipe": shown, "values": values, "advice": advice}
 
 
 def describe(block: dict) -> str:

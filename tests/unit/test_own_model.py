@@ -269,3 +269,12 @@ def test_an_override_of_a_section_covers_the_keys_under_it_and_a_byte_checkpoint
     (tmp_path / "byte_tokenizer.json").write_text("{}")  # cpu_tiny's own warm start, continued on purpose
     assert set_by_recipe("cpu_tiny", [], str(tmp_path))["advice"] is None
     assert set_by_recipe("cpu_tiny", [])["advice"] is None  # no model brought: the toy run as designed
+
+
+def test_a_recipe_file_is_named_by_its_path_not_its_stem():
+    from llamarl_core.plan.recipe_values import describe, set_by_recipe
+
+    block = set_by_recipe("examples/my_task/recipe.yaml", [])
+    assert block["recipe"] == "examples/my_task/recipe.yaml"  # was "recipe": "set by recipe recipe (...)"
+    assert describe(block).startswith("set by recipe examples/my_task/recipe.yaml (not on your command line): ")
+    assert block["values"]["warmstart.steps"] == 120
