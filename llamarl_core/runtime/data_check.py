@@ -51,9 +51,7 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
         report = getattr(examples, "report", None)
         if report is not None and report.num_skipped and report.path not in reported:
             reported.add(report.path)
-            first = "; ".join(f"line {n}: {why}" for n, why in report.skipped[:3])
-            lines.append(f"data: skipped {report.num_skipped} bad line(s) of {report.path} "
-                         f"(data.on_error=skip; {first})")
+            lines.append(_skipped("data", report, report.path))
     lines.append(f"data: {' / '.join(counts)} examples checked; prompts up to {longest} tokens "
                  f"(generation.max_prompt_tokens={cfg.generation.max_prompt_tokens})")
     if holds_both_splits(cfg.data):
@@ -68,17 +66,9 @@ def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
     path = cfg.warmstart.data
     try:
         seqs, report = chat_warmstart(cfg, tokenizer)
-    except (DataFormatError, FileNotFoundError) as e:
-        hint = " (data.on_error=skip would skip such lines)" if (
-            cfg.data.on_error == "raise" and ": no conversations" not in str(e)) else ""
-        raise ConfigError(f"warmstart.data: {e}{hint}") from None
-    except ValueError as e:
-        raise ConfigError(f"warmstart.data={path}: {e}") from None
-    lines = []
-    if report.num_skipped:
-        first = "; ".join(f"line {n}: {why}" for n, why in report.skipped[:3])
-        lines.append(f"warmstart.data: skipped {report.num_skipped} bad line(s) of {path} "
-                     f"(data.on_error=skip; {first})")
+    except (ValueError, FileNotFoundError) as e:  # DataFormatError is a ValueError
+        raise _refused(cfg, "warmstart.data", path, e, ": no conversations") from None
+    lines = [_skipped("warmstart.data", report, path)] if report.num_skipped else []
     trained = sum(map(sum, (m for _, m in seqs)))
     split = (f" as {len(seqs)} sequences (one per assistant turn where the template renders earlier turns "
              f"differently later)" if len(seqs) != report.num_loaded else "")
@@ -94,12 +84,24 @@ def _key(cfg: LlamaRLConfig, split: str) -> str:
 def _load(cfg: LlamaRLConfig, split: str):
     try:
         return load_split(cfg.data, split)
-    except (DataFormatError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError) as e:  # DataFormatError is a ValueError
+        raise _refused(cfg, _key(cfg, split), split_path(cfg.data, split), e, ": no examples") from None
+
+
+def _refused(cfg: LlamaRLConfig, key: str, path, e: Exception, empty: str) -> ConfigError:
+    """One line for a data file that failed to load: a malformed or missing file names the key
+    (and says data.on_error=skip would skip such lines, unless the file had nothing at all:
+    `empty`); any other ValueError names key=path."""
+    if isinstance(e, (DataFormatError, FileNotFoundError)):
         hint = " (data.on_error=skip would skip such lines)" if (
-            cfg.data.on_error == "raise" and ": no examples" not in str(e)) else ""
-        raise ConfigError(f"{_key(cfg, split)}: {e}{hint}") from None
-    except ValueError as e:
-        raise ConfigError(f"{_key(cfg, split)}={split_path(cfg.data, split)}: {e}") from None
+            cfg.data.on_error == "raise" and empty not in str(e)) else ""
+        return ConfigError(f"{key}: {e}{hint}")
+    return ConfigError(f"{key}={path}: {e}")
+
+
+def _skipped(name: str, report, path) -> str:
+    first = "; ".join(f"line {n}: {why}" for n, why in report.skipped[:3])
+    return f"{name}: skipped {report.num_skipped} bad line(s) of {path} (data.on_error=skip; {first})"
 
 
 def _tokenizer(cfg: LlamaRLConfig):
