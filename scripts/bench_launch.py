@@ -37,7 +37,7 @@ def name_of(p: psutil.Process) -> str:
         cmd = p.cmdline()
     except psutil.Error:
         return "?"
-    if "llamarl_core.runtime.zygote" in cmd:
+    if "llamarl_core.runtime.zygote_server" in cmd:
         return "zygote"
     role = next((w.split("=", 1)[1] for w in cmd if w.startswith("role=")), "")
     if "llamarl_core.runtime.worker" in " ".join(cmd) and not any("torchrun" in w or "distributed.run" in w

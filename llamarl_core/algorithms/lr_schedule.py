@@ -10,6 +10,9 @@ at step T, one past the last, so the last step still trains), floored at m * lr 
 `min_lr_ratio`. The step counts RL steps (one batch each), not optimizer updates: with
 several updates per batch every update of step s uses lr(s). The trainer saves s as `lr_steps`
 in state.json, so a resumed run continues the schedule where it stopped.
+
+The supervised warm start uses the same schedule (`warmstart_lr_at`): cosine to 10% of its
+rate after a linear warm-up over the first 10% of its steps (at least one).
 """
 from __future__ import annotations
 
@@ -30,3 +33,9 @@ def lr_at(step: int, lr: float, warmup_steps: int, total_steps: int, schedule: s
     p = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
     decay = 1.0 - p if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
     return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * decay)
+
+
+def warmstart_lr_at(step: int, lr: float, total_steps: int) -> float:
+    """The learning rate of warm-start step `step` (0-based) of `total_steps`: warm-up over the
+    first tenth of the steps (at least one), then cosine to a floor of 0.1 * lr."""
+    return lr_at(step, lr, max(1, total_steps // 10), total_steps, "cosine", min_lr_ratio=0.1)

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-SOURCES = ("arith", "gsm8k", "math", "generic")
-
 
 @dataclass(frozen=True)
 class Example:
@@ -20,7 +18,7 @@ class Example:
     prompt: str  # the question/problem text, untemplated (with messages: the last user turn)
     reference: str  # the final answer string the verifier compares against
     solution: str | None = None  # worked solution ending the way the verifier reads it
-    source: str = "generic"  # arith | gsm8k | math | generic
+    source: str = "generic"  # arith (data/arith.py) | gsm8k | math | generic (data/loaders.py's formats)
     fields: Optional[dict] = field(default=None, compare=False, hash=False, repr=False)  # the row as read
     messages: Optional[tuple] = field(default=None, compare=False, hash=False)  # chat turns, when the row has them
     where: str = field(default="", compare=False)  # "file:line" (or "file:row N") it came from

@@ -17,7 +17,7 @@ import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
-from llamarl_core.algorithms.lr_schedule import lr_at
+from llamarl_core.algorithms.lr_schedule import lr_at, warmstart_lr_at
 from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings, WarmStartConfig
@@ -384,17 +384,9 @@ class WarmStart:
         self.optimizer = policy_optimizer(model.parameters(), w.lr, 0.0, "warmstart", adam_betas, adam_eps)
         self.steps, self.base_lr, self.t = w.steps, w.lr, 0
 
-    def _lr(self) -> float:
-        """Linear warm-up over the first 10% of steps, then cosine decay to 10%."""
-        warmup = max(1, self.steps // 10)
-        if self.t < warmup:
-            return self.base_lr * (self.t + 1) / warmup
-        progress = (self.t - warmup) / max(1, self.steps - warmup)
-        return self.base_lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
-
     def step(self, seqs: list[tuple[list[int], list[int]]]) -> float:
         for group in self.optimizer.param_groups:
-            group["lr"] = self._lr()
+            group["lr"] = warmstart_lr_at(self.t, self.base_lr, self.steps)
         self.t += 1
         length = max(len(t) for t, _ in seqs)
         tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]

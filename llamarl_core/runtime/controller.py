@@ -29,7 +29,7 @@ from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors import end_reason
 from llamarl_core.executors.end_reason import EndReason
 from llamarl_core.plan.plan import LaunchPlan
-from llamarl_core.runtime import prelaunch, procs, restarts, resume, run_lock, zygote
+from llamarl_core.runtime import kernel, prelaunch, procs, restarts, resume, run_lock, zygote
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
 
@@ -100,7 +100,7 @@ class Controller:
         self.control = ControlPlane(serve_run(store, files["run_id"]))
         resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        procs.become_subreaper()  # orphaned workers stay in our tree, where the final sweep finds them
+        kernel.become_subreaper()  # orphaned workers stay in our tree, where the final sweep finds them
         children_before = procs.children_of(os.getpid())
         result = RunResult(False, self.run_dir, "the controller stopped before supervising")
         try:
@@ -246,7 +246,7 @@ class Controller:
     def _dead_pid(self, role: str, rank: int) -> str:
         """The rank's pid if it registered one of ours and that process is gone, else ''."""
         pid = self._own_pid(role, rank)
-        return str(pid) if pid and not procs.pid_alive(pid) else ""
+        return str(pid) if pid and not kernel.pid_alive(pid) else ""
 
     def _killed_rank(self) -> tuple[str, int] | None:
         """A rank whose process is gone without an error report or a clean exit (SIGKILL, the

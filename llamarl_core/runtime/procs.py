@@ -1,7 +1,6 @@
 """Process plumbing for the controller: start role groups, find and end every process."""
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -12,31 +11,7 @@ import time
 from collections import deque
 
 from llamarl_core.runtime import zygote
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PR_SET_CHILD_SUBREAPER = 36
-try:  # resolved once here: a child between fork and exec must not dlopen
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Ask Linux to send `sig` to this process when its parent dies; False where prctl is
-    unavailable. (Check `os.getppid() == 1` after it: the parent may have died before.)
-
-    A torchrun agent starts its workers in sessions of their own, so a killed agent (SIGKILL,
-    the OOM killer) would otherwise leave them running with parent pid 1.
-    """
-    return _prctl is not None and _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-
-
-def become_subreaper() -> bool:
-    """Make orphaned descendants reparent to this process instead of pid 1 (Linux), so workers
-    of a dead torchrun agent (sessions of their own) and whatever a reward double-forks stay in
-    this process's tree, where `descendants_of` finds them; False where prctl is unavailable."""
-    return _prctl is not None and _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+from llamarl_core.runtime.kernel import die_with_parent, pid_alive
 
 
 def _parents() -> dict[int, int]:
@@ -112,21 +87,6 @@ def start_role(command: str, log_path: str, env: dict) -> subprocess.Popen | zyg
                                 preexec_fn=lambda: die_with_parent(signal.SIGTERM))
     finally:
         log.close()
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
 
 
 def signal_quietly(pid: int, sig: int, group: bool = False) -> None:

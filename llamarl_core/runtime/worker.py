@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from llamarl_core.runtime.procs import die_with_parent
+from llamarl_core.runtime.kernel import die_with_parent
 
 # First, before importing torch (seconds): if the torchrun agent dies, so does this worker.
 if __name__ == "__main__":

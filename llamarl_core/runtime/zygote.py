@@ -1,7 +1,7 @@
 """Start a role's torchrun agent by forking a pre-imported interpreter instead of exec'ing one.
 
     llamarl train                       (controller; it has threads: its store, the live view)
-      └─ zygote: python -m llamarl_core.runtime.zygote    fresh interpreter, single-threaded,
+      └─ zygote: python -m llamarl_core.runtime.zygote_server    fresh interpreter, single-threaded,
            │      imports torch.distributed.run + loopback_torchrun once, then only forks
            ├─ agent: `python -m llamarl_core.runtime.loopback_torchrun … role=generator plan=…`
            ├─ agent: … role=trainer …     (each: own session, its log on fds 1/2, the role's env,
@@ -36,7 +36,10 @@ import subprocess
 import sys
 import time
 
+from llamarl_core.runtime.kernel import die_with_parent, pid_alive
+
 AGENT_MODULES = ("llamarl_core.runtime.loopback_torchrun", "torch.distributed.run")
+SERVER_MODULE = "llamarl_core.runtime.zygote_server"  # the zygote process runs `python -m` this
 TITLE_ROOM = 4096          # bytes of argv the zygote reserves for each agent's command line
 START_TIMEOUT_S = 120.0    # the first request waits for the zygote's imports
 _ISOLATED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -98,12 +101,10 @@ class Zygote:
     with `proc` by worker_fork.py, a torchrun agent's own forked copy that forks its workers)."""
 
     def __init__(self, proc=None):
-        from llamarl_core.runtime.procs import die_with_parent
-
         self.startup = startup_vars(os.environ)
         if proc is None:
             env = {**os.environ, **_ISOLATED, "PYTHONUNBUFFERED": "1"}
-            proc = subprocess.Popen([sys.executable, "-m", __name__, " " * TITLE_ROOM], env=env,
+            proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, " " * TITLE_ROOM], env=env,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
                                     preexec_fn=lambda: die_with_parent(signal.SIGKILL))
         self.proc = proc
@@ -168,14 +169,8 @@ class Zygote:
                     self.exits[pid] = code
         if not self.alive():  # agents it can no longer report were sent SIGTERM (their parent died)
             for agent in self.agents.values():
-                if agent.returncode is None and not _pid_exists(agent.pid):
+                if agent.returncode is None and not pid_alive(agent.pid):
                     agent.returncode = -signal.SIGTERM
-
-
-def _pid_exists(pid: int) -> bool:
-    from llamarl_core.runtime.procs import pid_alive
-
-    return pid_alive(pid)
 
 
 _zygote: Zygote | None = None
@@ -200,9 +195,3 @@ def start_agent(argv: list[str], env: dict, log_path: str) -> Agent | None:
         print(f"llamarl: starting {argv[2]} from the zygote failed ({e}); exec'ing it instead",
               file=sys.stderr)
         return None
-
-
-if __name__ == "__main__":
-    from llamarl_core.runtime.zygote_server import serve
-
-    serve()

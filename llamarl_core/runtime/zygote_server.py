@@ -21,7 +21,7 @@ import threading
 import traceback
 import warnings
 
-from llamarl_core.runtime.procs import die_with_parent
+from llamarl_core.runtime.kernel import die_with_parent
 from llamarl_core.runtime.zygote import AGENT_MODULES, fork_unsafe
 
 
@@ -157,3 +157,7 @@ def serve(inherited: tuple[int, int] = (1, 2)) -> None:
                     finally:
                         os._exit(code)
                 _reply(f"pid {pid}")
+
+
+if __name__ == "__main__":  # started by zygote.Zygote
+    serve()

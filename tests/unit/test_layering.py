@@ -78,3 +78,74 @@ def test_cli_is_not_imported_by_the_core():
             for line, text in enumerate(p.read_text().splitlines(), 1)
             if text.strip().startswith(("import llamarl_cli", "from llamarl_cli"))]
     assert hits == []
+
+
+def module_name(path: Path, pkg_root: Path = PKG) -> str:
+    rel = path.relative_to(pkg_root.parent).with_suffix("").parts
+    return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+
+
+def imported_modules(path: Path, modules: set[str], pkg_root: Path = PKG):
+    """The llamarl_core modules a file imports, lazy imports and relative ones included:
+    `from a.b import c` is module a.b.c when that is a module, else a.b."""
+    name = module_name(path, pkg_root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from .x import y: x inside this package (.. one up)
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            for a in node.names:
+                found = f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                if found in modules:
+                    yield found
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name in modules)
+
+
+def import_cycles(pkg_root: Path = PKG, within: str = "llamarl_core.runtime") -> list[list[str]]:
+    """Every set of modules under `within` that import each other in a circle (the strongly
+    connected components of the import graph with more than one module, or one importing itself)."""
+    paths = {module_name(p, pkg_root): p for p in pkg_root.rglob("*.py")}
+    graph = {m: {d for d in imported_modules(p, set(paths), pkg_root) if d.startswith(within + ".")}
+             for m, p in paths.items() if m.startswith(within + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(m: str) -> None:  # Tarjan's strongly connected components
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for d in graph[m]:
+            if d not in index:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in stack:
+                low[m] = min(low[m], index[d])
+        if low[m] == index[m]:
+            component = [stack.pop()]
+            while component[-1] != m:
+                component.append(stack.pop())
+            if len(component) > 1 or m in graph[m]:
+                cycles.append(sorted(component))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return cycles
+
+
+def test_runtime_modules_import_each_other_in_no_circle():
+    assert import_cycles() == []
+
+
+def test_an_import_circle_is_found_even_through_a_lazy_import(tmp_path):
+    root = tmp_path / "llamarl_core"
+    (root / "runtime").mkdir(parents=True)
+    for name in ("__init__", "runtime/__init__", "runtime/c"):
+        (root / f"{name}.py").write_text("")
+    (root / "runtime" / "a.py").write_text("from llamarl_core.runtime import b, c\n")
+    (root / "runtime" / "b.py").write_text("def f():\n    from .a import x\n")
+    assert import_cycles(root) == [["llamarl_core.runtime.a", "llamarl_core.runtime.b"]]

@@ -41,8 +41,8 @@ def test_a_store_pid_outside_the_controllers_tree_survives_stop_and_sweep():
     sleeper = _stranger()
     try:
         code = textwrap.dedent(f"""
-            from llamarl_core.runtime import procs
-            procs.become_subreaper()
+            from llamarl_core.runtime import kernel, procs
+            kernel.become_subreaper()
             procs.stop_all([], [{sleeper.pid}], grace_s=0.2)
             assert procs.kill_mentioning("{MARK}") == []
             assert procs.kill_trees([{sleeper.pid}]) == []
@@ -92,8 +92,8 @@ def test_kill_trees_ends_an_orphan_adopted_by_the_subreaper():
     among its children, so the final sweep ends it; without the subreaper it went to pid 1."""
     code = textwrap.dedent("""
         import os, subprocess, sys, time
-        from llamarl_core.runtime import procs
-        assert procs.become_subreaper()
+        from llamarl_core.runtime import kernel, procs
+        assert kernel.become_subreaper()
         before = procs.children_of(os.getpid())
         subprocess.run([sys.executable, "-c",
                         "import os, time\\nif os.fork() == 0:\\n    os.setsid(); time.sleep(60)"], check=True)
@@ -103,7 +103,7 @@ def test_kill_trees_ends_an_orphan_adopted_by_the_subreaper():
         (orphan,) = adopted
         assert procs.kill_trees(sorted(adopted)) == [orphan]
         procs.reap_adopted(adopted)
-        assert not procs.pid_alive(orphan)
+        assert not kernel.pid_alive(orphan)
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
