@@ -21,6 +21,7 @@ import statistics
 from collections import defaultdict
 
 from llamarl_core.transport.idle import IDLE_STATES, both_idle_frac, both_idle_s, busy_intervals
+from llamarl_core.transport.timeline_read import read_spans
 
 BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart", "log")
 PHASES = ("generate", "score", "train")
@@ -40,14 +41,7 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def read_timeline(run_dir: str) -> list[dict]:
-    folder = os.path.join(run_dir, "timeline")
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{folder}: no timeline folder (did the run start?)")
-    spans = []
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".jsonl"):
-            spans += read_jsonl(os.path.join(folder, name))
-    return spans
+    return read_spans(run_dir)
 
 
 def training_role(spans: list[dict]) -> str:
