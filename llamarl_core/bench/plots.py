@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from llamarl_core.bench.run_stats import read_timeline, rl_window
+from llamarl_core.transport.timeline import IDLE_STATES
 
 COLORS = {"generate": "tab:blue", "score": "tab:orange", "train": "tab:green", "sync": "tab:red",
           "eval": "tab:purple", "checkpoint": "tab:gray", "warmstart": "tab:brown", "log": "tab:olive"}
@@ -21,6 +22,25 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def draw_gantt(ax, spans: list[dict], t0: float, t1: float) -> None:
+    """The Gantt chart (bench timeline, report gantt.png): one row per role rank, one bar per
+    busy span clipped to [t0, t1], x in seconds from t0; idle states are left blank."""
+    rows = sorted({(s["role"], s["rank"]) for s in spans})
+    for y, (role, rank) in enumerate(rows):
+        for s in spans:
+            if (s["role"], s["rank"]) != (role, rank) or s["state"] in IDLE_STATES:
+                continue
+            x0, x1 = max(s["t0"], t0) - t0, min(s["t1"], t1) - t0
+            if x1 > x0:
+                ax.barh(y, x1 - x0, left=x0, color=COLORS.get(s["state"], "black"), height=0.6)
+    ax.set_yticks(range(len(rows)), [f"{r} {k}" for r, k in rows])
+
+
+def gantt_legend(fig, plt) -> None:
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    fig.legend(handles, list(COLORS), loc="lower center", ncol=len(COLORS), frameon=False)
 
 
 def plot_timeline(run_dirs: dict, out_png: str, window_s: float | None = None) -> str:
@@ -35,20 +55,11 @@ def plot_timeline(run_dirs: dict, out_png: str, window_s: float | None = None) -
     for ax, (mode, spans) in zip(axes[:, 0], loaded.items()):
         t0, t1 = windows[mode]
         end = min(xmax, t1 - t0)
-        rows = sorted({(s["role"], s["rank"]) for s in spans})
-        for y, (role, rank) in enumerate(rows):
-            for s in spans:
-                if (s["role"], s["rank"]) != (role, rank) or s["state"] == "wait":
-                    continue
-                a, b = max(s["t0"] - t0, 0.0), min(s["t1"] - t0, end)
-                if b > a:
-                    ax.barh(y, b - a, left=a, color=COLORS.get(s["state"], "black"), height=0.6)
-        ax.set_yticks(range(len(rows)), [f"{r} {k}" for r, k in rows])
+        draw_gantt(ax, spans, t0, t0 + end)
         ax.set_xlim(0, xmax)
         ax.set_title(f"{mode}: role activity over the first {end:.0f} s of RL (blank = idle)")
     axes[-1, 0].set_xlabel("seconds since RL start")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    fig.legend(handles, list(COLORS), loc="lower center", ncol=len(COLORS), frameon=False)
+    gantt_legend(fig, plt)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
     fig.savefig(out_png, dpi=110)

@@ -20,7 +20,8 @@ import os
 import statistics
 from collections import defaultdict
 
-from llamarl_core.transport.idle import IDLE_STATES, both_idle_frac, both_idle_s, busy_intervals
+from llamarl_core.transport.idle import IDLE_STATES, both_idle_frac, both_idle_s, busy_intervals, union
+from llamarl_core.transport.timeline_read import read_spans
 
 BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart", "log")
 PHASES = ("generate", "score", "train")
@@ -40,14 +41,7 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def read_timeline(run_dir: str) -> list[dict]:
-    folder = os.path.join(run_dir, "timeline")
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{folder}: no timeline folder (did the run start?)")
-    spans = []
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".jsonl"):
-            spans += read_jsonl(os.path.join(folder, name))
-    return spans
+    return read_spans(run_dir)
 
 
 def training_role(spans: list[dict]) -> str:
@@ -76,21 +70,11 @@ def _overlap(s: dict, t0: float, t1: float) -> float:
     return max(0.0, min(s["t1"], t1) - max(s["t0"], t0))
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
-
-
 def overlap_s(spans: list[dict], state_a: str, state_b: str, t0: float, t1: float) -> float:
     """Seconds of [t0, t1] during which some rank is in `state_a` while some rank is in
     `state_b` (e.g. "generate" and "train": the overlap async RL exists for)."""
     def busy(state):
-        return _union([(max(s["t0"], t0), min(s["t1"], t1)) for s in spans
+        return union([(max(s["t0"], t0), min(s["t1"], t1)) for s in spans
                        if s["state"] == state and s["t1"] > t0 and s["t0"] < t1])
     total, a, b = 0.0, busy(state_a), busy(state_b)
     for a0, a1 in a:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from llamarl_core.bench.plots import COLORS, _pyplot
+from llamarl_core.bench.plots import _pyplot, draw_gantt, gantt_legend
 from llamarl_core.bench.run_stats import step_spans
 from llamarl_core.report.run_data import RunData
 
@@ -66,20 +66,11 @@ def plot_gantt(runs: list[RunData], path: str, num_steps: int = 5) -> str:
             ax.set_title(f"{run.label}: no RL step yet")
             continue
         t0, t1, a, b = window
-        rows = sorted({(s["role"], s["rank"]) for s in run.spans})
-        for y, (role, rank) in enumerate(rows):
-            for s in run.spans:
-                if (s["role"], s["rank"]) != (role, rank) or s["state"] == "wait":
-                    continue
-                x0, x1 = max(s["t0"], t0) - t0, min(s["t1"], t1) - t0
-                if x1 > x0:
-                    ax.barh(y, x1 - x0, left=x0, color=COLORS.get(s["state"], "black"), height=0.6)
-        ax.set_yticks(range(len(rows)), [f"{r} {k}" for r, k in rows])
+        draw_gantt(ax, run.spans, t0, t1)
         ax.set_xlim(0, t1 - t0)
         ax.set_title(f"{run.label}: steps {a}–{b} (blank = idle)")
     axes[-1, 0].set_xlabel("seconds")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    fig.legend(handles, list(COLORS), loc="lower center", ncol=len(COLORS), frameon=False)
+    gantt_legend(fig, plt)
     return _save(fig, plt, path, rect=(0, 0.07, 1, 1))  # room for the legend below
 
 

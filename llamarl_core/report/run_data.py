@@ -10,27 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-
-def read_jsonl_tolerant(path: str) -> list[dict]:
-    """JSON lines of `path`; a truncated *last* line (a writer mid-line) is dropped."""
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        lines = f.read().split("\n")
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines):  # no newline after it yet: still being written
-                break
-            raise ValueError(f"{path}:{i}: not a JSON line ({e})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{i}: a JSON {type(row).__name__}, not an object")
-        rows.append(row)
-    return rows
+from llamarl_core.transport.timeline_read import is_number as _number, read_jsonl_tolerant, read_spans
 
 
 def _metrics(path: str) -> list[dict]:
@@ -43,27 +23,6 @@ def _metrics(path: str) -> list[dict]:
             raise ValueError(f"{path}: row {i} has {'no step' if not bad else f'{bad}={row[bad]!r}'}"
                              " (not a metrics line llamarl writes)")
     return rows
-
-
-def _timeline(run_dir: str) -> list[dict]:
-    folder = os.path.join(run_dir, "timeline")
-    if not os.path.isdir(folder):
-        return []
-    spans = []
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".jsonl"):
-            continue
-        path = os.path.join(folder, name)
-        for i, span in enumerate(read_jsonl_tolerant(path), 1):
-            if not (isinstance(span.get("role"), str) and isinstance(span.get("state"), str)
-                    and _number(span.get("rank"), whole=True) and all(_number(span.get(k)) for k in ("t0", "t1"))):
-                raise ValueError(f"{path}: span {i} lacks a role, state, rank, t0 or t1 (not a timeline llamarl writes)")
-            spans.append(span)
-    return spans
-
-
-def _number(value, whole: bool = False) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
 
 
 def _whole(section: dict, key: str, default: int, run_dir: str) -> int:
@@ -138,7 +97,7 @@ def load_run(run_dir: str) -> RunData:
     algo = cfg.get("algorithm", {})
     samples = read_jsonl_tolerant(os.path.join(run_dir, "samples.jsonl"))
     return RunData(run_dir=run_dir, label=os.path.basename(os.path.normpath(run_dir)),
-                   metrics=metrics, spans=_timeline(run_dir),
+                   metrics=metrics, spans=read_spans(run_dir, missing_ok=True),
                    samples_per_step=_whole(algo, "prompts_per_step", 1, run_dir) * _whole(algo, "group_size", 1, run_dir),
                    max_steps=_whole(cfg.get("run", {}), "max_steps", 0, run_dir), summary=summary,
                    accuracy=_accuracy_points(metrics, summary, samples))

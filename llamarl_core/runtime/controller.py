@@ -91,34 +91,30 @@ class Controller:
             os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
             return self._run()
 
+    WHO, WHERE = "the controller", ""  # how messages name this process (node 0 says so)
+
     def _run(self) -> RunResult:
+        """The one launch-supervise-clean loop; `NodeController` changes only its hooks
+        (`_open_store`, `_launch`, `_before_sweep`, and the per-node checks of `_find_problem`)."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` cleans up like Ctrl-C
-        c = self.cfg.controller
-        store = start_store(c.host, c.port)
-        files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
-        self.control = ControlPlane(serve_run(store, files["run_id"]))
+        store, self.run_id = self._open_store()
+        self.control = ControlPlane(serve_run(store, self.run_id))
         resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         kernel.become_subreaper()  # orphaned workers stay in our tree, where the final sweep finds them
         children_before = procs.children_of(os.getpid())
-        result = RunResult(False, self.run_dir, "the controller stopped before supervising")
+        result = RunResult(False, self.run_dir, f"{self.WHO} stopped before supervising")
         try:
-            for role in self.plan.roles:
-                env["OMP_NUM_THREADS"] = str(role.threads)
-                for i, (cmd, node) in enumerate(zip(role.commands, role.nodes)):
-                    if node != 0:
-                        continue  # other nodes run their own line of the plan
-                    log = os.path.join(self.run_dir, "logs", f"{role.name}.torchrun.log")
-                    self.procs.append(procs.start_role(cmd, log, dict(env)))
-                    self.role_of_proc.append(role.name)
+            self._launch()
             result = self._supervise()
         except KeyboardInterrupt as e:
-            self._abort_quietly("interrupted (Ctrl-C or SIGTERM)")
-            result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM)",
+            reason = f"interrupted (Ctrl-C or SIGTERM){self.WHERE}"
+            self._abort_quietly(reason)
+            result = RunResult(False, self.run_dir, reason,
                                end=end_reason.stopped_by_signal(getattr(e, "signum", signal.SIGINT)))
         finally:
             procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
+            self._before_sweep(result.ok)
             self._sweep_tree(children_before)
             self._sweep_shm()
         if result.end is not None:  # a signal or an error: only the controller sees those
@@ -128,6 +124,27 @@ class Controller:
         except STORE_ERRORS:
             pass  # the failure is already in result.message
         return result
+
+    def _open_store(self) -> tuple[dist.TCPStore, str]:
+        """The store and the run id; writes plan.json and config.yaml with its address."""
+        c = self.cfg.controller
+        store = start_store(c.host, c.port)
+        files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
+        return store, files["run_id"]
+
+    def _launch(self) -> None:
+        """Node 0's torchrun lines of the plan (other nodes run their own)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for role in self.plan.roles:
+            env["OMP_NUM_THREADS"] = str(role.threads)
+            for cmd, node in zip(role.commands, role.nodes):
+                if node != 0:
+                    continue
+                self.procs.append(procs.start_role(cmd, self._torchrun_log(role.name), dict(env)))
+                self.role_of_proc.append(role.name)
+
+    def _before_sweep(self, ok: bool) -> None:
+        """Between stopping the workers and the final sweep (node 0 waits for the other nodes)."""
 
     def _abort_quietly(self, reason: str) -> None:
         try:
@@ -286,10 +303,8 @@ class Controller:
         procs.reap_adopted(adopted)
 
     def _sweep_shm(self) -> None:
+        from llamarl_core.transport import shm
         try:
-            import json
-            from llamarl_core.transport import shm
-            with open(os.path.join(self.run_dir, "plan.json")) as f:
-                shm.sweep(json.load(f).get("run_id", ""))
+            shm.sweep(self.run_id)
         except Exception:
             pass

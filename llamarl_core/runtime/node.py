@@ -25,11 +25,10 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.commands import node_commands
 from llamarl_core.plan.nodes import node_host, ranks_on_node
-from llamarl_core.runtime import procs, resume
-from llamarl_core.runtime.controller import (DONE_GRACE_S, POLL_S, STORE_ERRORS, Controller, RunResult,
-                                             _raise_interrupt)
+from llamarl_core.runtime import procs
+from llamarl_core.runtime.controller import DONE_GRACE_S, POLL_S, Controller, RunResult, _raise_interrupt
 from llamarl_core.transport import shm
-from llamarl_core.transport.control import ControlPlane, bind_store, connect_run, serve_run
+from llamarl_core.transport.control import ControlPlane, bind_store, connect_run
 
 NODE_EXIT_WAIT_S = 10.0     # how long node 0 keeps the store up for other nodes to stop cleanly
 NODE_LOST_AFTER_S = 10.0    # a node loop silent this long is gone (it beats every POLL_S; the
@@ -119,9 +118,13 @@ class NodeController(Controller):
                               for n in range(1, plan["nodes"])}
         self.lost_node: int | None = None
 
-    def _run(self) -> RunResult:  # Controller.run holds the run directory's lock around it
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _raise_interrupt)
+    WHO, WHERE = "node 0", " on node 0"
+
+    # Controller._run is the loop (Controller.run holds the run directory's lock around it);
+    # node 0 differs in where its store listens, which lines it launches, and waiting for the
+    # other nodes before the sweep. The sweep is the controller's: only this process's tree
+    # (it is a child subreaper), so on a loopback rehearsal node 1's processes are never hit.
+    def _open_store(self):
         check_outputs(self.plan_dict, self.cfg)
         host, port = self.plan_dict["controller"]["host"], self.plan_dict["controller"]["port"]
         try:
@@ -129,38 +132,21 @@ class NodeController(Controller):
         except (RuntimeError, OSError) as e:
             raise ConfigError(f"node 0 cannot listen on the plan's controller address {host}:{port} "
                               f"(controller.host / controller.port): {e}") from None
-        run_id = self.plan_dict["run_id"]
-        self.control = ControlPlane(serve_run(store, run_id))
-        resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
-        shm.sweep(run_id)
-        result = RunResult(False, self.run_dir, "node 0 stopped before supervising")
-        try:
-            self.procs, self.role_of_proc = launch_share(self.plan_dict, self.cfg, 0)
-            result = self._supervise()
-        except KeyboardInterrupt:
-            self._abort_quietly("interrupted (Ctrl-C or SIGTERM) on node 0")
-            result = RunResult(False, self.run_dir, "interrupted (Ctrl-C or SIGTERM) on node 0")
-        finally:
-            # Only this node's pids: a pid means nothing on another host. (No kill-by-plan-path
-            # sweep either: on a loopback rehearsal it would reach node 1's processes.)
-            procs.stop_all(self.procs, self._worker_pids(), grace_s=10.0 if result.ok else 5.0)
-            self._wait_for_nodes(DONE_GRACE_S if result.ok else NODE_EXIT_WAIT_S)
-            shm.sweep(run_id)
-        try:
-            result.metrics = self.control.get_json("metrics/latest", {}) or {}
-        except STORE_ERRORS:
-            pass
-        return result
+        shm.sweep(self.plan_dict["run_id"])  # a crashed earlier try's buffers
+        return store, self.plan_dict["run_id"]
+
+    def _launch(self) -> None:
+        self.procs, self.role_of_proc = launch_share(self.plan_dict, self.cfg, 0)
+
+    def _before_sweep(self, ok: bool) -> None:
+        self._wait_for_nodes(DONE_GRACE_S if ok else NODE_EXIT_WAIT_S)
 
     def _torchrun_log(self, role: str) -> str:
         return os.path.join(self.run_dir, "logs", f"{role}.node0.torchrun.log")
 
-    # Pids are checked where they live; other nodes report their own.
-    def _dead_pid(self, role: str, rank: int) -> str:
-        return super()._dead_pid(role, rank) if (role, rank) in self.local else ""
-
-    def _worker_pids(self) -> list[int]:
-        return _local_pids(self.control, self.local)
+    # Pids are checked where they live (and only if in this tree); other nodes report their own.
+    def _own_pid(self, role: str, rank: int) -> int | None:
+        return super()._own_pid(role, rank) if (role, rank) in self.local else None
 
     def _find_problem(self, elapsed: float, c) -> tuple | None:
         """Node heartbeats every poll, not only after something failed: a streaming generator on

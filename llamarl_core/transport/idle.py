@@ -6,15 +6,13 @@ t; it is idle otherwise (waiting, or between spans). `both_idle_s(spans, ("train
 pipeline bubble async RL exists to remove (`pipeline/both_idle_frac` in metrics.jsonl and in
 `llamarl bench`'s run stats).
 
-`TimelineTail` reads the `timeline/<role>_<rank>.jsonl` files a run is writing, only the lines
+`TimelineTail` (timeline_read.py) reads the `timeline/<role>_<rank>.jsonl` files a run is writing, only the lines
 added since its last read, so the trainer can compute the metric at every step cheaply.
 """
 from __future__ import annotations
 
-import json
-import os
-
-IDLE_STATES = ("wait",)
+from llamarl_core.transport.timeline import IDLE_STATES
+from llamarl_core.transport.timeline_read import TimelineTail  # noqa: F401  (its old home)
 
 
 def union(intervals) -> list[tuple[float, float]]:
@@ -43,34 +41,3 @@ def both_idle_s(spans: list[dict], roles: tuple[str, str], t0: float, t1: float)
 
 def both_idle_frac(spans: list[dict], roles: tuple[str, str], t0: float, t1: float) -> float:
     return both_idle_s(spans, roles, t0, t1) / (t1 - t0) if t1 > t0 else 0.0
-
-
-class TimelineTail:
-    """The spans of `<run_dir>/timeline/<role>_*.jsonl` for `roles`, read incrementally."""
-
-    def __init__(self, run_dir: str, roles):
-        self.folder = os.path.join(run_dir, "timeline")
-        self.roles = tuple(roles)
-        self.offsets: dict[str, int] = {}
-        self.spans: list[dict] = []
-
-    def read(self) -> list[dict]:
-        if not os.path.isdir(self.folder):
-            return self.spans
-        for name in sorted(os.listdir(self.folder)):
-            if not (name.endswith(".jsonl") and name.rsplit("_", 1)[0] in self.roles):
-                continue
-            path = os.path.join(self.folder, name)
-            with open(path) as f:
-                f.seek(self.offsets.get(path, 0))
-                while True:
-                    line = f.readline()
-                    if not line.endswith("\n"):  # a line still being written: read it next time
-                        break
-                    self.offsets[path] = f.tell()
-                    if line.strip():
-                        self.spans.append(json.loads(line))
-        return self.spans
-
-    def roles_seen(self) -> set[str]:
-        return {s["role"] for s in self.spans}
