@@ -8,14 +8,14 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.models.args import ModelArgs
+from llamarl_core.models.tp_slices import check_tp
 
 
 def _check_tp(key: str, tp: int, m: ModelArgs) -> None:
-    if m.n_heads % tp:
-        raise ConfigError(f"{key}={tp} does not divide the model's {m.n_heads} attention heads")
-    if m.n_kv_heads % tp and tp % m.n_kv_heads:
-        raise ConfigError(f"{key}={tp} does not divide the model's {m.n_kv_heads} KV heads "
-                          f"(nor is it a multiple of them)")
+    try:  # the rule lives beside the sharding it protects (models/tp_slices.py)
+        check_tp(m, tp, key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_split(key: str, num_devices: int, sizes: dict, dp: int) -> int:
