@@ -70,3 +70,16 @@ def test_every_log_prob_function_guards_temperature_through_one_check(monkeypatc
 def test_zero_temperature_is_refused_with_one_message(call):
     with pytest.raises(ValueError, match=r"temperature must be > 0 for a sampling distribution, got 0.0"):
         call()
+
+
+def test_eval_config_and_generate_predictions_refuse_greedy_repeats_with_one_rule():
+    from llamarl_core.config.schema import EvalConfig
+    from llamarl_core.eval.evaluate import generate_predictions
+    with pytest.raises(ConfigError, match=r"^eval.n_samples=4 with eval.temperature=0 gives 4 identical "
+                                          r"greedy samples; set temperature > 0$"):
+        EvalConfig(n_samples=4, temperature=0.0)
+    # the library call names its arguments, with the same words
+    with pytest.raises(ValueError, match=r"^n_samples=4 with temperature=0 gives 4 identical"):
+        generate_predictions(None, None, [], n_samples=4, temperature=0.0)
+    with pytest.raises(ValueError, match=r"^temperature=nan must be a finite number >= 0$"):
+        generate_predictions(None, None, [], n_samples=1, temperature=float("nan"))
