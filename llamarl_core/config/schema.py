@@ -275,6 +275,8 @@ class GenerationConfig:
         _check_choice("generation.batching", self.batching, BATCHING)
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
+        # the check users see (exit 2, names the key); models/logprobs.check_sampling_temperature
+        # is the same rule as a guard for direct callers of the log-prob functions
         if not self.temperature > 0 or not math.isfinite(self.temperature):
             raise ConfigError(f"generation.temperature={self.temperature} must be > 0: RL needs the "
                               f"behaviour policy's probabilities, and greedy decoding has none")
@@ -421,13 +423,20 @@ class EvalConfig:
     def __post_init__(self):
         _check_choice("eval.policy", self.policy, EVAL_POLICIES)
         _check_choice("eval.split", self.split, SPLITS)
-        _check_positive("eval.n_samples", self.n_samples)
+        check_eval_sampling(self.n_samples, self.temperature)
         _check_positive("eval.max_new_tokens", self.max_new_tokens, 0)
         _check_positive("eval.num_examples", self.num_examples, 0)
-        _check_number("eval.temperature", self.temperature, at_least=0)
-        if self.n_samples > 1 and self.temperature == 0:
-            raise ConfigError(f"eval.n_samples={self.n_samples} with eval.temperature=0 gives "
-                              f"{self.n_samples} identical greedy samples; set temperature > 0")
+
+
+def check_eval_sampling(n_samples: int, temperature: float, prefix: str = "eval.") -> None:
+    """The one rule for eval sampling (temperature 0 is greedy, so one sample): EvalConfig
+    applies it naming the eval.* keys (exit 2); eval/evaluate.py applies it, prefix "", to
+    direct callers of generate_predictions."""
+    _check_positive(f"{prefix}n_samples", n_samples)
+    _check_number(f"{prefix}temperature", temperature, at_least=0)
+    if n_samples > 1 and temperature == 0:
+        raise ConfigError(f"{prefix}n_samples={n_samples} with {prefix}temperature=0 gives "
+                          f"{n_samples} identical greedy samples; set temperature > 0")
 
 
 @dataclass

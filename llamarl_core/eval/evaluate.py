@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from llamarl_core.config.schema import check_eval_sampling
 from llamarl_core.data import Example, PromptFormat, render_prompt, render_target
 from llamarl_core.eval.answers import answer_fn_for
 from llamarl_core.eval.metrics import is_correct, summarize
@@ -172,13 +173,7 @@ def _prompt_ids(ex: Example, template: "PromptFormat | str", tokenizer, engine) 
 
 
 def _check_args(n_samples: int, temperature: float, batch_size: int, rank: int, world_size: int):
-    if n_samples < 1:
-        raise ValueError(f"n_samples={n_samples} must be >= 1")
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0")
-    if n_samples > 1 and temperature == 0:
-        raise ValueError(f"n_samples={n_samples} with temperature=0 would be {n_samples} identical "
-                         f"greedy samples; set temperature > 0 (e.g. 0.8) or n_samples=1")
+    check_eval_sampling(n_samples, temperature, prefix="")  # the config's rule (a ValueError)
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     if not 0 <= rank < world_size:

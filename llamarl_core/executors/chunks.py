@@ -17,6 +17,7 @@ from llamarl_core.config.schema import GenerationConfig
 from llamarl_core.wire.rollout import Rollout
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
+from llamarl_core.plan.validate import check_lengths_fit
 from llamarl_core.generation import Finished, GenerationEngine, SamplingParams
 
 
@@ -37,10 +38,8 @@ class ChunkGenerator:
         gen = cfg.generation
         self.cfg, self.tokenizer, self.prompts = cfg, tokenizer, prompts
         self.replica, self.num_replicas = replica, num_replicas
-        positions = model.args.max_seq_len  # the engine would stop completions early, as "length"
-        if gen.max_prompt_tokens + gen.max_new_tokens > positions:  # (the plan refuses this first)
-            raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = "
-                             f"{gen.max_prompt_tokens + gen.max_new_tokens} > the model's {positions} positions")
+        # the plan's rule (it refuses this first); here for callers that build chunks without a plan
+        check_lengths_fit(gen, model.args.max_seq_len, "the generator's model", "model.args.max_seq_len")
         self.engine = GenerationEngine(model, tokenizer, max_batch_size=cfg.max_batch_size,
                                        max_seq_len=gen.max_prompt_tokens + gen.max_new_tokens + 1,
                                        quantization=quantization, batching=gen.batching,

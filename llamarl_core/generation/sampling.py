@@ -33,6 +33,8 @@ from typing import Optional, Sequence, Union
 import torch
 import torch.utils.checkpoint
 
+from llamarl_core.models.logprobs import check_sampling_temperature
+
 from .params import SamplingParams
 
 
@@ -55,9 +57,7 @@ def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0,
                       top_p: float = 1.0) -> torch.Tensor:
     """logits [..., V] -> log-probs [..., V] of the truncated, renormalised sampling
     distribution (temperature, then top-k, then top-p); -inf outside the kept tokens."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature} "
-                         f"(greedy decoding has none)")
+    check_sampling_temperature(temperature)
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [..., V]
     if not top_k and top_p >= 1.0:
         return logp
@@ -74,8 +74,7 @@ def sampled_token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperat
     log p_T(token) - log(kept mass) instead, the same formula as inside the set, so the loss
     and its gradient stay finite and the importance ratio is small rather than 0.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature}")
+    check_sampling_temperature(temperature)
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, T, V]
     target_logp = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
     if not top_k and top_p >= 1.0:

@@ -49,15 +49,17 @@ class TPSlice(NamedTuple):
         return self.stop - self.start
 
 
-def check_tp(args: ModelArgs, tp_size: int) -> None:
-    """The same rule the planner applies (plan/validate.py), for callers outside a plan."""
+def check_tp(args: ModelArgs, tp_size: int, key: str = "tp") -> None:
+    """The one tensor-parallel divisibility rule: the plan calls it naming the config key
+    (plan/validate.py, exit 2 before launch); the sharding code calls it as a guard for
+    direct callers. `key` names the size in the message."""
     if tp_size < 1 or args.n_heads % tp_size:
-        raise ValueError(f"tensor parallel size {tp_size} does not divide {args.n_heads} attention heads")
+        raise ValueError(f"{key}={tp_size} does not divide the model's {args.n_heads} attention heads")
     if args.n_kv_heads % tp_size and tp_size % args.n_kv_heads:
-        raise ValueError(f"tensor parallel size {tp_size} neither divides nor is a multiple of "
-                         f"{args.n_kv_heads} KV heads")
+        raise ValueError(f"{key}={tp_size} does not divide the model's {args.n_kv_heads} KV heads "
+                         f"(nor is it a multiple of them)")
     if args.ffn_dim % tp_size:
-        raise ValueError(f"tensor parallel size {tp_size} does not divide ffn_dim={args.ffn_dim}")
+        raise ValueError(f"{key}={tp_size} does not divide the model's ffn_dim={args.ffn_dim}")
 
 
 def local_heads(args: ModelArgs, tp_size: int) -> tuple[int, int]:

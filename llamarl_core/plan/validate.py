@@ -6,16 +6,16 @@ import os
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.layout import trainer_sharding
-from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.schema import GenerationConfig, LlamaRLConfig
 from llamarl_core.models.args import ModelArgs
+from llamarl_core.models.tp_slices import check_tp
 
 
 def _check_tp(key: str, tp: int, m: ModelArgs) -> None:
-    if m.n_heads % tp:
-        raise ConfigError(f"{key}={tp} does not divide the model's {m.n_heads} attention heads")
-    if m.n_kv_heads % tp and tp % m.n_kv_heads:
-        raise ConfigError(f"{key}={tp} does not divide the model's {m.n_kv_heads} KV heads "
-                          f"(nor is it a multiple of them)")
+    try:  # the rule lives beside the sharding it protects (models/tp_slices.py)
+        check_tp(m, tp, key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_split(key: str, num_devices: int, sizes: dict, dp: int) -> int:
@@ -144,17 +144,22 @@ def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_rep
 
 
 def validate_lengths(cfg: LlamaRLConfig, m: ModelArgs, model_name: str) -> None:
-    """A prompt and its completion must fit the model's positions: the engine would otherwise
-    stop every long completion early (as "length") below generation.max_new_tokens."""
-    g = cfg.generation
+    source = ("max_position_embeddings in its config.json" if cfg.model.checkpoint
+              else f"model.preset={cfg.model.preset}")
+    check_lengths_fit(cfg.generation, m.max_seq_len, f"model {model_name}", source)
+
+
+def check_lengths_fit(g: GenerationConfig, positions: int, model: str, source: str) -> None:
+    """The one "the lengths fit" rule: a prompt and its completion must fit the model's
+    positions, or the engine would stop every long completion early (as "length") below
+    generation.max_new_tokens. The plan applies it before launch; chunk generation again for
+    callers that build it without a plan (executors/chunks.py)."""
     need = g.max_prompt_tokens + g.max_new_tokens
-    if need > m.max_seq_len:
-        source = ("max_position_embeddings in its config.json" if cfg.model.checkpoint
-                  else f"model.preset={cfg.model.preset}")
+    if need > positions:
         raise ConfigError(f"generation.max_prompt_tokens={g.max_prompt_tokens} + generation.max_new_tokens="
-                          f"{g.max_new_tokens} = {need} tokens, but model {model_name} has {m.max_seq_len} "
+                          f"{g.max_new_tokens} = {need} tokens, but {model} has {positions} "
                           f"positions ({source}): lower generation.max_new_tokens to at most "
-                          f"{max(0, m.max_seq_len - g.max_prompt_tokens)}")
+                          f"{max(0, positions - g.max_prompt_tokens)}")
 
 
 def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:

@@ -48,7 +48,7 @@ def test_sharded_slices_of_every_rank_reassemble_the_full_tensor():
 
 
 def test_sizes_that_do_not_divide_are_refused_naming_the_numbers():
-    with pytest.raises(ValueError, match="does not divide 4 attention heads"):
+    with pytest.raises(ValueError, match="tp=3 does not divide the model's 4 attention heads"):
         tp_slices(SHAPES, ARGS, 0, 3)
     with pytest.raises(ValueError, match=r"tp_rank=2 is not in \[0, 2\)"):
         tp_slice("layers.0.attention.wq.weight", (8, 8), ARGS, 2, 2)

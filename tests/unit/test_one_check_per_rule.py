@@ -1,0 +1,85 @@
+"""Issue #46: each rule written once. The plan (exit 2, names the key) and the runtime guards
+call the same function, so they cannot drift apart."""
+import json
+
+import pytest
+import torch
+
+from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.load import load_config
+from llamarl_core.config.schema import GenerationConfig
+from llamarl_core.executors import chunks
+from llamarl_core.generation import sampling
+from llamarl_core.models import logprobs
+from llamarl_core.models.args import get_preset
+from llamarl_core.models.tp_slices import check_tp
+from llamarl_core.plan import validate
+from llamarl_core.plan.plan import make_plan
+
+
+def plan_for(recipe, *overrides):
+    return make_plan(load_config(recipe, list(overrides)), require_data=False)
+
+
+def test_plan_and_sharding_refuse_a_tp_size_with_the_same_words():
+    with pytest.raises(ConfigError) as planned:
+        plan_for("70b_gsm8k", "resources.generator.tp=3")
+    with pytest.raises(ValueError) as sharded:
+        check_tp(get_preset("llama3-70b"), 3, "resources.generator.tp")
+    assert str(planned.value) == str(sharded.value) == \
+        "resources.generator.tp=3 does not divide the model's 64 attention heads"
+
+
+def test_plan_refuses_a_tp_size_that_does_not_divide_ffn_dim_before_the_sharding_would(tmp_path):
+    # 12 heads, 4 KV heads: tp=2 divides both, but not intermediate_size 511 (odd). The plan
+    # used to pass this and the generator's shard_model_ raised at launch.
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 192, "num_attention_heads": 12,
+        "num_key_value_heads": 4, "num_hidden_layers": 2, "intermediate_size": 511,
+        "vocab_size": 260}))
+    with pytest.raises(ConfigError, match="resources.generator.tp=2 does not divide the model's ffn_dim=511"):
+        plan_for("8b_gsm8k", f"model.checkpoint={tmp_path}", "resources.generator.tp=2")
+
+
+def test_chunk_generation_checks_lengths_with_the_plans_rule():
+    assert chunks.check_lengths_fit is validate.check_lengths_fit
+    g = GenerationConfig(max_prompt_tokens=16, max_new_tokens=500)
+    validate.check_lengths_fit(g, 516, "m", "s")  # 16 + 500 = 516 fits exactly
+    # 16 + 500 = 516 > 512: at most 512 - 16 = 496 new tokens
+    with pytest.raises(ConfigError, match=r"= 516 tokens, but m has 512 positions \(s\): lower "
+                                          r"generation.max_new_tokens to at most 496"):
+        validate.check_lengths_fit(g, 512, "m", "s")
+
+
+def test_every_log_prob_function_guards_temperature_through_one_check(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sampling, "check_sampling_temperature", seen.append)
+    monkeypatch.setattr(logprobs, "check_sampling_temperature", seen.append)
+    logits, targets = torch.zeros(1, 1, 3), torch.zeros(1, 1, dtype=torch.long)
+    sampling.sampling_logprobs(logits, 0.5)
+    sampling.sampled_token_logprobs(logits, targets, 0.7)
+    logprobs.token_logprobs(logits, targets, 0.9)
+    assert seen == [0.5, 0.7, 0.9]
+
+
+@pytest.mark.parametrize("call", [
+    lambda: sampling.sampling_logprobs(torch.zeros(1, 3), 0.0),
+    lambda: sampling.sampled_token_logprobs(torch.zeros(1, 1, 3), torch.zeros(1, 1, dtype=torch.long), 0.0),
+    lambda: logprobs.token_logprobs(torch.zeros(1, 1, 3), torch.zeros(1, 1, dtype=torch.long), 0.0),
+])
+def test_zero_temperature_is_refused_with_one_message(call):
+    with pytest.raises(ValueError, match=r"temperature must be > 0 for a sampling distribution, got 0.0"):
+        call()
+
+
+def test_eval_config_and_generate_predictions_refuse_greedy_repeats_with_one_rule():
+    from llamarl_core.config.schema import EvalConfig
+    from llamarl_core.eval.evaluate import generate_predictions
+    with pytest.raises(ConfigError, match=r"^eval.n_samples=4 with eval.temperature=0 gives 4 identical "
+                                          r"greedy samples; set temperature > 0$"):
+        EvalConfig(n_samples=4, temperature=0.0)
+    # the library call names its arguments, with the same words
+    with pytest.raises(ValueError, match=r"^n_samples=4 with temperature=0 gives 4 identical"):
+        generate_predictions(None, None, [], n_samples=4, temperature=0.0)
+    with pytest.raises(ValueError, match=r"^temperature=nan must be a finite number >= 0$"):
+        generate_predictions(None, None, [], n_samples=1, temperature=float("nan"))
