@@ -13,7 +13,7 @@ import pytest
 
 from llamarl_cli.main import main
 
-from launch_guard import Launched, no_launch  # noqa: F401  (no_launch: a fixture)
+from launch_guard import Launched, no_launch, train_refused  # noqa: F401  (no_launch: a fixture)
 
 BASE = ["warmstart.steps=0", "data.num_eval_examples=2", "generation.max_prompt_tokens=128", "data.instruction=''",
         "algorithm.prompts_per_step=2", "algorithm.group_size=2"]
@@ -32,13 +32,7 @@ def _jsonl(path, rows):
 
 
 def _refused(capsys, tmp_path, *overrides) -> str:
-    run_dir = tmp_path / "run"
-    code = main(["train", f"run.dir={run_dir}", *BASE, *overrides])
-    out, err = capsys.readouterr()
-    assert code == 2, out + err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert not run_dir.exists(), "the run directory was created"
-    return err
+    return train_refused(capsys, tmp_path, BASE, *overrides)
 
 
 CHAT = ["data.name=generic", "data.template=chat", "data.messages_key=messages", "data.answer_key=answer", "data.reward=gsm8k"]

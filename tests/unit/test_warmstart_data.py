@@ -23,7 +23,7 @@ from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_step
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs, load_tokenizer
 from llamarl_core.models.tokenizer import HFTokenizer
 
-from launch_guard import Launched, no_launch  # noqa: F401  (no_launch: a fixture)
+from launch_guard import Launched, no_launch, train_refused  # noqa: F401  (no_launch: a fixture)
 
 # Zephyr-style: each turn ends in the EOS `</s>`, then a newline the model never generates.
 ZEPHYR = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
@@ -188,13 +188,7 @@ def _write(tmp_path, lines) -> str:
 
 
 def _refused(capsys, tmp_path, *overrides) -> str:
-    run_dir = tmp_path / "run"
-    code = main(["train", f"run.dir={run_dir}", *BASE, *overrides])
-    out, err = capsys.readouterr()
-    assert code == 2, out + err
-    assert not run_dir.exists(), "the run directory was created"
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err
+    return train_refused(capsys, tmp_path, BASE, *overrides)
 
 
 GOOD = {"messages": CHAT}
