@@ -53,11 +53,11 @@ def test_a_generator_holds_no_weights_until_the_first_version_arrives_then_stays
     loop.receive()
     assert loop.held == 0 and control.held == [(3, 0)]
     assert all(torch.equal(p, q) for p, q in zip(gen.parameters(), trainer.parameters()))
-    # [W2]: chunk n is trained at step n - dropped, so with v0 and k = 1 chunks 0 and 1 may start
+    # [W2]: chunk n is trained at step n - extra, so with v0 and k = 1 chunks 0 and 1 may start
     assert loop.may_generate(True, 0) and loop.may_generate(True, 1)
     assert not loop.may_generate(True, 2)
     assert not loop.may_generate(False, 1)              # [W1]: the previous chunk not taken yet
-    control.add_dropped(0)                              # the trainer dropped one of this replica's
+    control.add_extra(0)                                # a step took one extra chunk of this replica
     assert loop.may_generate(True, 2)
 
 
