@@ -24,8 +24,8 @@ over all replicas:
                                       or one more extra chunk      stream's between-steps look)
                                       taken (dynamic sampling)
 
-Who asks: `GenerateLoop.may_generate` (the chunk loop, TP leaders; followers replay the leader's
-decision), the stream's per-chunk gate (`GeneratorExecutor._stream`), the sync actor's
+Who asks: `GenerateLoop.may_generate` (the generator's loop before it streams; TP followers
+replay their leader's decisions), the stream's per-chunk gate (`GeneratorExecutor._stream`), the sync actor's
 `OwnChunks.collect` (k = 0: true at held = the version it trains; asked anyway, so the rule is
 one). tests/unit/test_admission.py patches `may_start` and watches every path obey it.
 """

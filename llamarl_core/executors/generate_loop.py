@@ -1,11 +1,12 @@
 """What a generator replica decides, apart from how it is wired (links, restarts, TP steps).
 
     adopt        a version that has fully arrived → `receive()` (a slot swap), held = it
-    may generate the previous chunk taken by the reward role, and chunk n admitted:
-                 `Admission.may_start(n, held)` (executors/admission.py, the one staleness rule)
-    generate     chunk n with the held version; every SWAP_POLL_STEPS decode steps (every step
-                 while a stream's freed slots wait on the gate), a version that has fully
-                 arrived is adopted in place (rows record the versions they ran under)
+    may generate chunk n admitted: `Admission.may_start(n, held)` (executors/admission.py,
+                 the one staleness rule)
+    generate     (executors/stream.py) with the held version; every SWAP_POLL_STEPS decode
+                 steps (every step while the stream's freed slots wait on the gate), a version
+                 that has fully arrived is adopted in place (rows record the versions they ran
+                 under): `swap_if_published`
 
 It talks only to a `WeightReceiver` and a `ControlStore` (executors/ports.py), so a test drives
 it with fakes in one process (tests/unit/test_pipeline_fakes.py); `GeneratorExecutor`
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 from llamarl_core.executors.admission import Admission
 from llamarl_core.executors.ports import ControlStore, WeightReceiver
-from llamarl_core.wire.rollout import Rollout
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
 # Decode steps between two looks for new weights inside a chunk: each look is store round trips
@@ -74,18 +74,14 @@ class GenerateLoop:
             self.receive()
         return self.held
 
-    def may_generate(self, taken: bool, chunk: int) -> bool:
-        """The last chunk was `taken` and chunk n is admitted under the held version."""
-        return taken and self.admission.may_start(chunk, self.held)
+    def may_generate(self, chunk: int) -> bool:
+        """Chunk n is admitted under the held version."""
+        return self.admission.may_start(chunk, self.held)
 
-    def wait_until_ready(self, taken: Callable[[], bool], chunk: int) -> None:
-        """Until `may_generate`, or new weights arrive, or the run ends."""
-        while not self.should_stop() and not self.receiver.ready():
-            if self.may_generate(taken(), chunk):
+    def wait_until_ready(self, chunk: int, healthy: Callable[[], bool] = lambda: True) -> None:
+        """Until `may_generate`, or new weights arrive, or the run ends; `healthy()` raises
+        once a send failed (a reward restart must end the wait)."""
+        while not self.should_stop() and not self.receiver.ready() and healthy():
+            if self.may_generate(chunk):
                 return
             time.sleep(POLL_S)
-
-    def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
-        with self.span("generate", chunk=chunk, version=self.held):
-            return self.chunks.generate(chunk, self.held, on_group=on_group,
-                                        between_steps=self.swap_if_published)

@@ -3,21 +3,20 @@ the trainer except to stay within `max_offpolicy_steps` (k).
 
     loop:
       ┌─ a newer version has fully arrived in the staging slot? → adopt it (DDMA swap), continue
-      ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
+      ├─ a send to the reward rank failed? → wait for the controller's verdict (restart)
       ├─ chunk n not admitted (executors/admission.py: n − extra ≤ held + k)? → wait for weights
-      └─ generate chunk n with version u, each prompt group isent to the reward rank the
-         moment its last sample ends; between decode steps, newly published weights are
-         received in place (rows record the versions they ran under) ; n += 1
+      └─ stream chunks n, n+1, ... (executors/stream.py), each prompt group sent to the reward
+         rank the moment its last sample ends; between decode steps, newly published weights
+         are received in place (rows record the versions they ran under)
 
 Admission (executors/admission.py, the one staleness rule): the trainer consumes replica i's
 chunks in order, one per step plus the extra ones dynamic sampling takes, so chunk n is trained
 at step v = n - extra_i. Starting it only when the held version u ≥ v - k keeps every rollout
 within k versions of the policy that trains on it.
 
-Streaming (generation.streaming, the default in async mode; executors/stream.py):
-the "generate chunk n" step becomes one engine run over chunks n, n+1, ...: a row that ends
-frees its slot for the next prompt, from the next chunk once this one's have all started,
-each chunk admitted by the same rule before its first row starts. The run ends when the
+Streaming: one engine run over chunks n, n+1, ...: a row that ends frees its slot for the next
+prompt, from the next chunk once this one's have all started, each chunk admitted by the same
+rule before its first row starts. The run ends when the
 gate closes and the last row ends (then: swap or wait, as above). Under TP the leader
 announces the stream and broadcasts each start-or-not decision; followers replay it.
 
@@ -46,11 +45,9 @@ from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
 
 class GeneratorExecutor:
     def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
-                 resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int,
-                 streaming: bool):
+                 resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int):
         """`model`: what to build (its weights all come from the trainer); `data`: the train
-        prompts; `resources`: resources.generator (dtype, quantization); `streaming`: whether
-        this replica streams across steps (config/streaming.py)."""
+        prompts; `resources`: resources.generator (dtype, quantization)."""
         g, self.chunk_cfg = resources, chunk_cfg
         self.ctx, self.weight_sync = ctx, weight_sync
         # Built on the meta device and allocated only as this rank's TP slice: every weight
@@ -82,8 +79,7 @@ class GeneratorExecutor:
                                  max_offpolicy_steps=max_offpolicy_steps,
                                  should_stop=ctx.should_stop, span=ctx.timeline.span, agree=self.rank.agree,
                                  is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
-        self.streaming = streaming
-        self.stream = ChunkStream(self.chunks) if self.streaming else None
+        self.stream = ChunkStream(self.chunks)
         self.cut_by_restart = False
 
     @property
@@ -118,19 +114,14 @@ class GeneratorExecutor:
                     self.steps.announce("sync")
                     self.loop.receive()
                     continue
-                # streaming: the previous chunk need not be taken first (its groups stream out),
-                # but the wait still asks the sender whether a send failed (LinkBroken: a reward
-                # restart must end the wait, or the generator waits for weights forever)
-                taken = sender.healthy if self.streaming else sender.idle
-                if not self.loop.may_generate(taken(), chunk):
+                # the previous chunk need not be taken first (its groups stream out), but the wait
+                # still asks the sender whether a send failed (LinkBroken: a reward restart must
+                # end the wait, or the generator waits for weights forever)
+                if not (sender.healthy() and self.loop.may_generate(chunk)):
                     with ctx.timeline.span("wait"):
-                        self.loop.wait_until_ready(taken, chunk)
+                        self.loop.wait_until_ready(chunk, sender.healthy)
                     continue
-                if self.stream is not None:
-                    chunk = self._stream(sender, link, chunk, t0)
-                    continue
-                self.steps.announce("generate", chunk=chunk, version=self.held)
-                rollout = self.loop.generate(chunk, on_group=lambda part: self._send(sender, part, link))
+                chunk = self._stream(sender, link, chunk, t0)
             except LinkBroken as e:  # the reward rank died: wait for the controller's verdict
                 rejoin.await_verdict(ctx, self.watch, e)
                 sender, link = self._connect()
@@ -141,15 +132,11 @@ class GeneratorExecutor:
                     self.cut_by_restart = False
                     sender, link = self._connect()
                     chunk = self._start_chunk()
-                continue
-            self.quant_kl.measure(rollout, self.held)
-            chunk += 1
-            self._publish_stats(t0)
         self.steps.announce("stop")
         raise Stopped()
 
     def _stream(self, sender: AsyncSender, link, chunk: int, t0: float) -> int:
-        """Streaming: chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
+        """Chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
         def may_start(n: int) -> bool:
             try:
                 if self.ctx.should_stop():
@@ -217,15 +204,7 @@ class GeneratorExecutor:
             if step["do"] == "sync":
                 self.loop.receive()
                 continue
-            if step["do"] == "stream":
-                self._follow_stream(step)
-                continue
-            if step["version"] != self.held:
-                raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
-                                   f"but TP rank 0 of replica {self.rank.replica} generates with "
-                                   f"{step['version']}")
-            rollout = self.loop.generate(step["chunk"])
-            self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
+            self._follow_stream(step)  # "stream"
 
     def _follow_stream(self, step: dict) -> None:
         """A TP follower's copy of the leader's stream: the same engine run, each chunk

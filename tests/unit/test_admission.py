@@ -70,11 +70,12 @@ def _chunks():
     return cfg, chunks
 
 
-def test_the_chunk_loop_asks_the_rule_and_obeys_it(asks):
+def test_the_generator_loop_asks_the_rule_and_obeys_it(asks):
+    """GenerateLoop.may_generate: the generator's (and a TP leader's) test before it streams."""
     loop = GenerateLoop(None, SimpleNamespace(ready=lambda: False), FakeControl(), replica=0, global_rank=0,
                         max_offpolicy_steps=5, should_stop=lambda: False)
     loop.held = 7  # k = 5 and v7 would admit chunk 9: the patched rule says no
-    assert loop.may_generate(True, 1) and not loop.may_generate(True, 2)
+    assert loop.may_generate(1) and not loop.may_generate(2)
     assert asks == [(1, 7), (2, 7)]
 
 
