@@ -47,7 +47,7 @@ def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
             console.print(f"{r.name} total includes the KL reference (algorithm.kl_coef > 0): "
                           f"{r.memory.reference:.2f} GiB per device, sharded like the trained weights")
     flow = [f"{r.name} {what}" for r in plan.roles for on, what in (
-        (r.streaming, "streams prompts across steps (generation.streaming)"),
+        (r.name == "generator", "streams prompts across steps (executors/stream.py)"),
         (r.stream_groups, "starts micro-batches as groups arrive (resources.trainer.stream_groups)")) if on]
     if flow:
         console.print("pipeline: " + "; ".join(flow), soft_wrap=True)

@@ -1,4 +1,5 @@
-"""Benchmark: streaming vs chunked rollouts on one generator replica (generation.streaming).
+"""Benchmark: streaming vs chunked rollouts on one generator replica (executors/stream.py;
+the chunked mode lives only here, as the baseline).
 
 Same engine, same weights, same prompts, one process: `chunked` generates steps 0..S-1 one
 chunk at a time (ChunkGenerator.generate: a chunk runs until its longest row ends, the slots

@@ -126,8 +126,6 @@ def summarize(run_dir: Path) -> dict:
         "pipeline": pipeline_shares(lines),
         "pipeline_from_timelines": timeline_steps(spans) if spans is not None else None,
         "weight_adoption": weight_adoption(spans) if spans is not None else None,
-        # prompt groups too stale for their step: dropped and generated again (issue 26 item 2)
-        "stale_dropped_groups": lines[-1].get("trainer/stale_dropped_groups") if lines else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
         "machine": {"cpus": __import__("os").cpu_count(), "torch": torch.__version__,
                     "python": platform.python_version()},

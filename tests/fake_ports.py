@@ -10,17 +10,17 @@ class FakeControl:
     """A ControlStore in a dict: what the generator writes and reads of the run."""
 
     def __init__(self):
-        self.held, self.drops = [], {}
+        self.held, self.extras = [], {}
 
     def set_held(self, global_rank, version):
         self.held.append((global_rank, version))
 
-    def dropped(self, replica):
-        return self.drops.get(replica, 0)
+    def extra(self, replica):
+        return self.extras.get(replica, 0)
 
-    def add_dropped(self, replica, n=1):
-        self.drops[replica] = self.drops.get(replica, 0) + n
-        return self.drops[replica]
+    def add_extra(self, replica, n=1):
+        self.extras[replica] = self.extras.get(replica, 0) + n
+        return self.extras[replica]
 
 
 class LocalWeights:

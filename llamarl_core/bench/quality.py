@@ -1,28 +1,28 @@
 """`llamarl bench --quality`: does async AIPO learn as well as sync, per RL sample?
 
 From one shared warm-start checkpoint (`executors/warmstart.py`), with the same number of RL
-samples each (steps x prompts_per_step x group_size), seven configurations:
+samples each (steps x prompts_per_step x group_size), six configurations:
 
     sync_k0            k = 0, colocated, always on-policy (ratios are 1)
     async_k1_aipo      k = 1, AIPO  min(pi/mu, rho)
     async_k4_aipo      k = 4, AIPO
     async_k4_none      k = 4, plain policy gradient on stale samples (no correction)
     async_k4_ppo_clip  k = 4, PPO-style ratio clipping
-    streaming          k = 1, AIPO, generation.streaming=true (executors/stream.py)
-    streaming_k2       k = 2, AIPO, streaming: the setting at which the default job keeps the
-                       busier of trainer and generator busy through every step
+    streaming_k2       k = 2, AIPO: the setting at which the default job keeps the busier of
+                       trainer and generator busy through every step
 
-The async_* configurations generate chunk by chunk (generation.streaming=false), as they did
-when the committed results were measured; `streaming` is the default async generator.
+Every async configuration streams (executors/stream.py), the one async generator since #46.
+Results committed before that generated the async_* configurations chunk by chunk and had a
+`streaming` configuration (k = 1, AIPO): async_k1_aipo is that configuration now.
 
 `seeds` seeds each (`run.seed`: prompt order, sampling, not the problems: `data.seed` keeps the
 held-out set fixed). Runs go seed by seed, all the chosen configurations per seed, so machine noise
 hits every configuration alike.
 
-Why k = 4 is really 4 stale versions here: the generator's credit rule lets it start chunk n
-once it holds version n - k, and at these shapes one chunk takes the generator about half
-the time a step takes the trainer (one core each), so after the first steps the generator
-waits at the credit limit and every chunk is trained exactly k versions after the weights
+Why k = 4 is really 4 stale versions here: the admission rule (executors/admission.py) lets
+the generator start chunk n once it holds version n - k, and at these shapes one chunk takes
+the generator about half the time a step takes the trainer (one core each), so after the
+first steps the generator waits at the admission limit and every chunk is trained exactly k versions after the weights
 that sampled it. The realised staleness histogram in the result shows whether that held.
 """
 from __future__ import annotations
@@ -45,9 +45,7 @@ from llamarl_core.data.splits import eval_count
 
 # name, k, correction (contract values) ; correction -> algorithm.name
 CONFIGS = (("sync_k0", 0, "aipo"), ("async_k1_aipo", 1, "aipo"), ("async_k4_aipo", 4, "aipo"),
-           ("async_k4_none", 4, "none"), ("async_k4_ppo_clip", 4, "ppo_clip"), ("streaming", 1, "aipo"),
-           ("streaming_k2", 2, "aipo"))
-STREAMING_CONFIGS = ("streaming", "streaming_k2")  # the others pin generation.streaming=false
+           ("async_k4_none", 4, "none"), ("async_k4_ppo_clip", 4, "ppo_clip"), ("streaming_k2", 2, "aipo"))
 LOSS_NAME = {"aipo": "aipo", "none": "pg", "ppo_clip": "ppo"}
 # Sized so 15 runs take about a quarter of an hour on 2 cores (11 min measured): half the
 # recipe's prompts per step, evals every quarter of the run, no time cap. Overrides win.
@@ -66,10 +64,8 @@ def select_configs(names: list[str] | None) -> tuple:
     return tuple(row for row in CONFIGS if row[0] in names)
 
 
-def config_overrides(k: int, correction: str, steps: int, seed: int, checkpoint: str, run_dir: str,
-                     streaming: bool = False) -> list[str]:
+def config_overrides(k: int, correction: str, steps: int, seed: int, checkpoint: str, run_dir: str) -> list[str]:
     return [f"model.checkpoint={checkpoint}", "warmstart.steps=0", f"run.seed={seed}",
-            f"generation.streaming={str(streaming).lower()}",
             f"algorithm.max_offpolicy_steps={k}", f"algorithm.name={LOSS_NAME[correction]}",
             f"run.max_steps={steps}", f"run.eval_every_steps={max(1, steps // 4)}", f"run.dir={run_dir}"]
 
@@ -143,8 +139,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
         for name, k, correction in chosen:
             log(f"seed {seed}: {name}")
             run_dir = os.path.join(work_dir, f"{name}_seed{seed}")
-            run_one(frozen, config_overrides(k, correction, steps, seed, warm["dir"], run_dir,
-                                             streaming=name in STREAMING_CONFIGS), log)
+            run_one(frozen, config_overrides(k, correction, steps, seed, warm["dir"], run_dir), log)
             runs[name].append(quality_run_stats(run_dir, samples_per_step))
     configs = [aggregate_config(name, k, c, seed_list, runs[name]) for name, k, c in chosen]
     before = sorted({r["accuracy_before"] for c in configs for r in c["runs"]})

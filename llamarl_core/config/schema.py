@@ -266,8 +266,6 @@ class GenerationConfig:
     stop_strings: List[str] = field(default_factory=list)  # a completion ends at the first of these
     max_prompt_tokens: int = 64          # longest prompt in tokens; a longer one is refused before launch
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
-    streaming: bool = True               # async: a replica's slots stay full across steps (the
-                                         # next step's prompts take freed slots; config/streaming.py)
     cuda_graphs: bool = False            # capture the decode step in CUDA graphs (GPU only;
                                          # not built yet: the plan refuses true)
 

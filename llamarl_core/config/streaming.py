@@ -1,16 +1,9 @@
-"""Whether generator replicas stream prompts across steps (`generation.streaming`), and whether the
-trainer starts a step's micro-batches on its groups as they arrive (`resources.trainer.stream_groups`).
-
-Streaming (executors/stream.py) needs separate generator replicas (async, k >= 1): sync mode
-(k = 0) keeps its colocated chunked step, the paper's baseline. Under generator TP the
-followers replay the leader's stream, which broadcasts each start-or-not decision
-(executors/generator.py). `llamarl plan` shows the outcome per generator role.
+"""Whether the trainer starts a step's micro-batches on its groups as they arrive
+(`resources.trainer.stream_groups`). Generator replicas (async, k >= 1) always stream prompts
+across steps (executors/stream.py); sync mode (k = 0) keeps its colocated chunked step, the
+paper's baseline. `llamarl plan` shows both per role.
 """
 from __future__ import annotations
-
-
-def streaming_active(cfg) -> bool:
-    return bool(cfg.generation.streaming) and cfg.algorithm.max_offpolicy_steps >= 1
 
 
 def stream_groups_active(cfg) -> bool:

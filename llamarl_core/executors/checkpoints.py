@@ -6,7 +6,8 @@
       rng/rank_<r>.json              torch and Python RNG states of trainer rank r (JSON)
       state.json                     step, policy_version, lr_steps (the LR schedule's position),
                                      next_chunk per generator replica (data position of the last
-                                     TRAINED chunk + 1), dropped per replica (controller state),
+                                     TRAINED chunk + 1), extra chunks per replica (controller state;
+                                     "dropped" before #46),
                                      held-out accuracy by version
       STABLE                         written last; a checkpoint without it is never loaded
       config.json, tokenizer         written first by the trainer (save_model_files): the step is

@@ -56,17 +56,16 @@ class ChunkGenerator:
 
     def generate(self, chunk: int, policy_version: int,
                  on_group: Optional[Callable[[Rollout], None]] = None,
-                 between_steps: Optional[Callable[[], Optional[int]]] = None, attempt: int = 0) -> Rollout:
+                 between_steps: Optional[Callable[[], Optional[int]]] = None) -> Rollout:
         """Chunk `chunk` as one Rollout; each prompt group also goes to `on_group` the moment
-        its last sample ends (continuous batching ends groups out of order). `attempt`: which
-        copy of the chunk this is (0 first; a redo's number, GenerateLoop.generate_redo)."""
+        its last sample ends (continuous batching ends groups out of order)."""
         a = self.cfg
         indices = chunk_prompt_indices(len(self.prompts), chunk, a.prompts_per_step, a.seed)
         lo, hi = prompt_range(self.replica, self.num_replicas, a.prompts_per_step)
         example_ids = [i for i in indices[lo:hi] for _ in range(a.group_size)]
         prompt_ids = [self.prompts.prompt_ids[i] for i in example_ids]
         seed = (a.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
-        groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group, attempt)
+        groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
         self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
                            between_steps=between_steps, policy_version=policy_version,
                            prompt_tokens=groups.tokens)
@@ -77,9 +76,9 @@ class _Groups:
     """Collects finished samples into prompt groups; builds each group's rows as tensors."""
 
     def __init__(self, owner: ChunkGenerator, chunk: int, example_ids: list[int],
-                 prompt_ids: list[list[int]], policy_version: int, on_group, attempt: int = 0):
+                 prompt_ids: list[list[int]], policy_version: int, on_group):
         gen, n = owner.cfg.generation, len(example_ids)
-        self.owner, self.chunk, self.on_group, self.attempt = owner, chunk, on_group, attempt
+        self.owner, self.chunk, self.on_group = owner, chunk, on_group
         self.size = owner.cfg.group_size
         self.prompt_ids = prompt_ids
         # Tokens and log-probs are assembled where the engine made them (no per-sample copy to
@@ -117,7 +116,7 @@ class _Groups:
         return Rollout(self.tokens[lo:hi], self.prompt_lens[lo:hi], self.completion_lens[lo:hi],
                        self.behavior[lo:hi], torch.zeros(hi - lo), self.example_ids[lo:hi],
                        int(versions.min()), self.owner.replica, self.chunk,
-                       policy_versions=versions, group=group, chunk_groups=chunk_groups, attempt=self.attempt)
+                       policy_versions=versions, group=group, chunk_groups=chunk_groups)
 
     def whole(self) -> Rollout:
         return self._rows(0, self.tokens.shape[0])

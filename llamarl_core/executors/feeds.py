@@ -2,18 +2,16 @@
 
     RewardFeed (async, k >= 1): receive this rank's rows of every generator replica that feeds
         it, from that replica's reward rank, as complete prompt groups (executors/intake.py):
-        step v takes, of each source replica, the first groups (its share) whose oldest token
-        is within k versions of v, in arrival order; a group too stale is dropped, counted
-        (`trainer/stale_dropped_groups`) and its chunk generated again (`ControlPlane.request_redo`);
-        a copy of a group this rank trained or holds already is dropped and counted
-        (`trainer/duplicate_dropped_groups`).
+        step v takes, of each source replica, its slice of that replica's next chunk, chunks in
+        order; a copy of a group this rank took or holds already (after a restart) is dropped
+        and counted (`trainer/duplicate_dropped_groups`).
     OwnChunks  (sync, k = 0):   generate this rank's own chunk with the weights it trains, have
         the reward role score it, train on it. Always on-policy.
 
 Dynamic sampling (executors/resample.py) takes more rows within one step: `collect_more`
-takes one further share of every source replica and counts it as a dropped chunk, so the
-generator's credit rule (chunk n is trained at step n - dropped) still holds; `agree` is how
-the trainer ranks decide together without entering a collective.
+counts one extra chunk of every source replica, then takes it, so chunk n is still trained at
+step n - extra, the step executors/admission.py let it start for; `agree` is how the trainer
+ranks decide together without entering a collective.
 
 `start()` is called once version 0 is published: no chunk can arrive before that, and a
 receive posted earlier would wait through the warm start and first eval (and time out).
@@ -34,6 +32,7 @@ from typing import Callable
 
 import torch
 
+from llamarl_core.executors.admission import Admission
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import Stopped
 from llamarl_core.executors.intake import GroupIntake
@@ -43,8 +42,7 @@ from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE,
                                              LinkBroken)
 from llamarl_core.wire.rollout import Rollout, concat, staleness_per_row
 
-STALE_GROUPS_METRIC = "trainer/stale_dropped_groups"  # groups dropped as too stale, all ranks, whole run
-# copies of groups already trained or buffered (a redo regenerates a whole chunk), dropped untrained
+# copies of groups already taken or buffered (a restarted generator's), dropped untrained
 DUPLICATE_GROUPS_METRIC = "trainer/duplicate_dropped_groups"
 
 
@@ -52,7 +50,7 @@ DUPLICATE_GROUPS_METRIC = "trainer/duplicate_dropped_groups"
 class FeedConfig:
     prompts_per_step: int     # algorithm.prompts_per_step (all trainer ranks together)
     group_size: int           # algorithm.group_size
-    max_offpolicy_steps: int  # algorithm.max_offpolicy_steps (k)
+    max_offpolicy_steps: int  # algorithm.max_offpolicy_steps (k): OwnChunks asks admission.py
     replicas: int             # generator replicas (the sync actor's ranks in sync mode)
     quantization: str = "none"  # resources.generator.quantization (OwnChunks' engine)
     stream_groups: bool = False  # the reward role forwards each group as scored (config/streaming.py)
@@ -72,11 +70,11 @@ class FeedRuntime:
     await_verdict: Callable[[BaseException], set[str]]  # after a broken link: restarted roles
 
 
-def counts_drops_of(rank: int, replicas: int, trainers: int, prompts: int, group_size: int) -> set[int]:
-    """Replicas whose dropped chunks this trainer rank counts: the first rank each one feeds.
+def counts_extra_of(rank: int, replicas: int, trainers: int, prompts: int, group_size: int) -> set[int]:
+    """Replicas whose extra chunks this trainer rank counts: the first rank each one feeds.
 
     Every rank a replica feeds takes the same extra chunk (same rounds), so exactly one of them
-    adds it to `dropped/<replica>`, which the generator's credit rule reads.
+    adds it to `extra/<replica>`, which the admission rule reads.
     """
     return {i for i in range(replicas)
             if chunk_slices_for_trainers(i, replicas, trainers, prompts, group_size)[0][0] == rank}
@@ -84,14 +82,13 @@ def counts_drops_of(rank: int, replicas: int, trainers: int, prompts: int, group
 
 def merge_positions(views: list[dict], control: ControlStore) -> dict:
     """Every trainer rank's `position()` → the checkpoint's data fields: where each replica
-    resumes (the first chunk some rank has not consumed), its dropped count, each rank's own
-    position (its groups trained beyond that are skipped when they come again) and the stale
-    and duplicate groups dropped so far."""
+    resumes (the first chunk some rank has not consumed), its extra chunks, each rank's own
+    position (its groups trained beyond that are skipped when they come again) and the
+    duplicate groups dropped so far."""
     replicas = sorted({int(i) for v in views for i in v["next_chunk"]})
     next_chunk = {i: min(v["next_chunk"][i] for v in views if i in v["next_chunk"]) for i in replicas}
-    return {"next_chunk": next_chunk, "dropped": {i: control.dropped(i) for i in replicas},
-            "positions": views, "stale_dropped_groups": control.stale_groups(),
-            "duplicate_dropped_groups": control.duplicate_groups()}
+    return {"next_chunk": next_chunk, "extra": {i: control.extra(i) for i in replicas},
+            "positions": views, "duplicate_dropped_groups": control.duplicate_groups()}
 
 
 def no_restarts() -> set[str]:
@@ -169,12 +166,11 @@ class RewardFeed(_Waits):
     def __init__(self, cfg: FeedConfig, rt: FeedRuntime, rank: int, world: int):
         self.cfg, self.rt, self.rank, self.world, self.replicas = cfg, rt, rank, world, cfg.replicas
         self.sources = replicas_for_trainer(rank, self.replicas, world, cfg.prompts_per_step)
-        self.counted = counts_drops_of(rank, self.replicas, world, cfg.prompts_per_step, cfg.group_size)
+        self.counted = counts_extra_of(rank, self.replicas, world, cfg.prompts_per_step, cfg.group_size)
         slices = {i: next((lo, hi) for j, lo, hi in chunk_slices_for_trainers(
             i, self.replicas, world, cfg.prompts_per_step, cfg.group_size) if j == rank) for i in self.sources}
         g = cfg.group_size
         self.intake = GroupIntake({i: (hi - lo) // g for i, (lo, hi) in slices.items()}, g,
-                                  cfg.max_offpolicy_steps, on_drop=self._dropped,
                                   on_consumed=lambda i, n: rt.control.set_expected(i, rank, n),
                                   first_groups={i: lo // g for i, (lo, _) in slices.items()},
                                   on_duplicate=lambda i, n, groups: rt.control.add_duplicate_groups(groups))
@@ -187,8 +183,7 @@ class RewardFeed(_Waits):
 
     @property
     def metrics(self) -> dict:
-        return {STALE_GROUPS_METRIC: self.rt.control.stale_groups(),
-                DUPLICATE_GROUPS_METRIC: self.rt.control.duplicate_groups()}
+        return {DUPLICATE_GROUPS_METRIC: self.rt.control.duplicate_groups()}
 
     def position(self) -> dict:
         return self.intake.position()
@@ -199,11 +194,6 @@ class RewardFeed(_Waits):
         positions = state.get("positions") or []
         self.intake.restore(positions[self.rank] if len(positions) == self.world
                             else {"next_chunk": state["next_chunk"]})
-
-    def _dropped(self, replica: int, chunk: int, groups: int) -> None:
-        """`groups` groups of `chunk` went stale here: counted, and the chunk generated again."""
-        self.rt.control.add_stale_groups(groups)
-        self.rt.control.request_redo(replica, chunk)
 
     def _open(self) -> None:
         self.links.drop("reward")
@@ -228,7 +218,7 @@ class RewardFeed(_Waits):
         groups, t0 = [], time.time()
         with self.rt.timeline.span("wait", step=step):
             for i in self.sources:
-                groups.extend(self._fresh_groups(i, version))
+                groups.extend(self._chunk_slice(i))
         return concat(groups), staleness_per_row(groups, version), time.time() - t0
 
     def _collect_streamed(self, step: int, version: int, on_groups, on_idle) -> Collected:
@@ -236,7 +226,7 @@ class RewardFeed(_Waits):
         for i in self.sources:
             share, mine = self.intake.shares[i], []
             while True:
-                more = self.intake.take_upto(i, version, share - len(mine))
+                more = self.intake.take_upto(i, share - len(mine))
                 if more:
                     mine.extend(more)
                     on_groups(more, staleness_per_row(more, version))
@@ -266,16 +256,16 @@ class RewardFeed(_Waits):
             return None
 
     def collect_more(self, step: int, version: int) -> Collected:
-        """One more share of every source replica within step `step`; each counts as dropped."""
-        rows, staleness, waited_s = self.collect(step, version)
+        """One more chunk of every source replica within step `step`, counted as extra first (its
+        replica may then start one chunk further: admission.py)."""
         for i in self.sources:
             if i in self.counted:
-                self.rt.control.add_dropped(i)
-        return rows, staleness, waited_s
+                self.rt.control.add_extra(i)
+        return self.collect(step, version)
 
-    def _fresh_groups(self, i: int, version: int) -> list[Rollout]:
-        """Replica i's share of groups within k versions of `version` (intake.py decides)."""
-        while (groups := self.intake.take(i, version)) is None:
+    def _chunk_slice(self, i: int) -> list[Rollout]:
+        """This rank's slice of replica i's next chunk (intake.py keeps the order)."""
+        while (groups := self.intake.take(i)) is None:
             got = self._get(lambda: self.inboxes[i], self._open)
             if got is not None:
                 self.intake.add(got)
@@ -292,6 +282,7 @@ class OwnChunks(_Waits):
         self.outbox = AsyncSender("actor-sender")
         self.inbox: AsyncReceiver | None = None
         self.next_chunk: dict[int, int] = {}  # this rank's next chunk (= step without resampling)
+        self.admission = Admission(rt.control, rank, cfg.max_offpolicy_steps)
 
     def position(self) -> dict:
         return {"next_chunk": dict(self.next_chunk), "trained_ahead": {}}
@@ -311,6 +302,9 @@ class OwnChunks(_Waits):
     def collect(self, step: int, version: int) -> Collected:
         rt, t0 = self.rt, time.time()
         chunk = self.next_chunk.get(self.rank, step)
+        if not self.admission.may_start(chunk, version):  # k = 0: chunk = version + extra, always
+            raise RuntimeError(f"actor rank {self.rank}: chunk {chunk} may not start at version {version} "
+                               f"(extra chunks {rt.control.extra(self.rank)}, executors/admission.py)")
         with rt.timeline.span("generate", step=step, version=version):
             rollout = self.chunks.generate(chunk, version)
         scored, send = None, True
@@ -333,10 +327,9 @@ class OwnChunks(_Waits):
         return scored, staleness_per_row([scored], version), time.time() - t0
 
     def collect_more(self, step: int, version: int) -> Collected:
-        """One more chunk, generated now with the weights being trained; counted as dropped."""
-        collected = self.collect(step, version)
-        self.rt.control.add_dropped(self.rank)
-        return collected
+        """One more chunk, generated now with the weights being trained; counted as extra first."""
+        self.rt.control.add_extra(self.rank)
+        return self.collect(step, version)
 
     def weights_changed(self) -> None:
         self.chunks.engine.refresh_weights()  # the engine shares the trained module

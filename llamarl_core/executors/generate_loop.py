@@ -1,11 +1,12 @@
 """What a generator replica decides, apart from how it is wired (links, restarts, TP steps).
 
     adopt        a version that has fully arrived → `receive()` (a slot swap), held = it
-    may generate weights held, the previous chunk taken by the reward role, and chunk n
-                 within the staleness window: n - dropped ≤ held + k
-    generate     chunk n with the held version; every SWAP_POLL_STEPS decode steps (every step
-                 while a stream's freed slots wait on the gate), a version that has fully
-                 arrived is adopted in place (rows record the versions they ran under)
+    may generate chunk n admitted: `Admission.may_start(n, held)` (executors/admission.py,
+                 the one staleness rule)
+    generate     (executors/stream.py) with the held version; every SWAP_POLL_STEPS decode
+                 steps (every step while the stream's freed slots wait on the gate), a version
+                 that has fully arrived is adopted in place (rows record the versions they ran
+                 under): `swap_if_published`
 
 It talks only to a `WeightReceiver` and a `ControlStore` (executors/ports.py), so a test drives
 it with fakes in one process (tests/unit/test_pipeline_fakes.py); `GeneratorExecutor`
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Optional
+from typing import Callable
 
+from llamarl_core.executors.admission import Admission
 from llamarl_core.executors.ports import ControlStore, WeightReceiver
-from llamarl_core.wire.rollout import Rollout
 
 POLL_S = 0.02  # store polls per generator rank: 50/s, light even for hundreds of ranks
 # Decode steps between two looks for new weights inside a chunk: each look is store round trips
@@ -36,13 +37,13 @@ class GenerateLoop:
                  span: Callable = _no_span, agree: Callable[[bool], bool] = lambda flag: flag,
                  is_leader: bool = True, on_adopt: Callable[[int], None] = lambda version: None):
         self.chunks, self.receiver, self.control = chunks, receiver, control
-        self.replica, self.global_rank, self.k = replica, global_rank, max_offpolicy_steps
+        self.replica, self.global_rank = replica, global_rank
+        self.admission = Admission(control, replica, max_offpolicy_steps)
         self.should_stop, self.span, self.agree = should_stop, span, agree
         self.is_leader, self.on_adopt = is_leader, on_adopt
         self.held = -1
         self.last_sync: dict = {}
         self.decode_turns = 0  # swap_if_published calls: the same count on every TP rank of a replica
-        self.redo_seen = 0     # chunks asked again (ControlStore.redo_requests) served or skipped
 
     def receive(self) -> None:
         """Adopt the next version (a slot swap; blocks only until this rank's slice has arrived,
@@ -73,47 +74,14 @@ class GenerateLoop:
             self.receive()
         return self.held
 
-    def may_generate(self, taken: bool, chunk: int) -> bool:
-        """Weights held, the last chunk was `taken`, and chunk n is trained at n - dropped ≤ held + k."""
-        return (self.held >= 0 and taken
-                and chunk - self.control.dropped(self.replica) <= self.held + self.k)
+    def may_generate(self, chunk: int) -> bool:
+        """Chunk n is admitted under the held version."""
+        return self.admission.may_start(chunk, self.held)
 
-    def wait_until_ready(self, taken: Callable[[], bool], chunk: int,
-                         interrupt: Callable[[], bool] = lambda: False) -> None:
-        """Until `may_generate`, or new weights arrive, or `interrupt()` (a chunk asked again),
-        or the run ends."""
-        while not self.should_stop() and not self.receiver.ready() and not interrupt():
-            if self.may_generate(taken(), chunk):
+    def wait_until_ready(self, chunk: int, healthy: Callable[[], bool] = lambda: True) -> None:
+        """Until `may_generate`, or new weights arrive, or the run ends; `healthy()` raises
+        once a send failed (a reward restart must end the wait)."""
+        while not self.should_stop() and not self.receiver.ready() and healthy():
+            if self.may_generate(chunk):
                 return
             time.sleep(POLL_S)
-
-    # ---- chunks asked again: a trainer rank dropped groups of them as too stale (feeds.py) ----
-    def skip_redos(self) -> None:
-        """At a (re)start: the chunks asked again so far are at or above where the replica starts
-        (the first chunk the trainer has not consumed), so they are generated anyway."""
-        self.redo_seen = self.control.redo_requests(self.replica)
-
-    def next_redo(self) -> Optional[int]:
-        """The next chunk asked again, if any (it goes before the next new chunk)."""
-        if self.control.redo_requests(self.replica) <= self.redo_seen:
-            return None
-        return self.control.redo_chunk(self.replica, self.redo_seen)
-
-    def generate_redo(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None) -> Rollout:
-        """Chunk `chunk` (what `next_redo()` just returned) again, with the version held now (no
-        staleness gate: it is fresh). Its rows carry attempt = the ask's number + 1, never that
-        of another copy this process sent, so the reward rank assembles it apart from any copy
-        of the same chunk still in flight (wire/assembly.py)."""
-        rollout = self.generate(chunk, on_group=on_group, attempt=self.redo_seen + 1)
-        self.redo_seen += 1
-        # asks for the same chunk made meanwhile (other trainer ranks' stale groups of it) are
-        # answered by this copy, a whole chunk: one generation, not one per ask
-        while self.next_redo() == chunk:
-            self.redo_seen += 1
-        return rollout
-
-    def generate(self, chunk: int, on_group: Optional[Callable[[Rollout], None]] = None,
-                 attempt: int = 0) -> Rollout:
-        with self.span("generate", chunk=chunk, version=self.held):
-            return self.chunks.generate(chunk, self.held, on_group=on_group,
-                                        between_steps=self.swap_if_published, attempt=attempt)

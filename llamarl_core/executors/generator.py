@@ -3,20 +3,20 @@ the trainer except to stay within `max_offpolicy_steps` (k).
 
     loop:
       ┌─ a newer version has fully arrived in the staging slot? → adopt it (DDMA swap), continue
-      ├─ previous chunk not yet taken by the reward role? → poll (stay joinable for syncs)
-      ├─ chunk n would be more than k versions stale when trained? → wait for weights
-      └─ generate chunk n with version u, each prompt group isent to the reward rank the
-         moment its last sample ends; between decode steps, newly published weights are
-         received in place (rows record the versions they ran under) ; n += 1
+      ├─ a send to the reward rank failed? → wait for the controller's verdict (restart)
+      ├─ chunk n not admitted (executors/admission.py: n − extra ≤ held + k)? → wait for weights
+      └─ stream chunks n, n+1, ... (executors/stream.py), each prompt group sent to the reward
+         rank the moment its last sample ends; between decode steps, newly published weights
+         are received in place (rows record the versions they ran under)
 
-Credit rule: the trainer consumes replica i's chunks in order, one per step, skipping
-dropped ones, so chunk n is trained at step v = n - dropped_i. Starting it only when the
-held version u ≥ v - k keeps every rollout within k versions of the policy that trains on it.
+Admission (executors/admission.py, the one staleness rule): the trainer consumes replica i's
+chunks in order, one per step plus the extra ones dynamic sampling takes, so chunk n is trained
+at step v = n - extra_i. Starting it only when the held version u ≥ v - k keeps every rollout
+within k versions of the policy that trains on it.
 
-Streaming (generation.streaming, the default in async mode; executors/stream.py):
-the "generate chunk n" step becomes one engine run over chunks n, n+1, ...: a row that ends
-frees its slot for the next prompt, from the next chunk once this one's have all started,
-each chunk gated by the same credit rule before its first row starts. The run ends when the
+Streaming: one engine run over chunks n, n+1, ...: a row that ends frees its slot for the next
+prompt, from the next chunk once this one's have all started, each chunk admitted by the same
+rule before its first row starts. The run ends when the
 gate closes and the last row ends (then: swap or wait, as above). Under TP the leader
 announces the stream and broadcasts each start-or-not decision; followers replay it.
 
@@ -42,15 +42,12 @@ from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
 from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
-from llamarl_core.executors.late_chunk import LateChunk
 
 class GeneratorExecutor:
     def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
-                 resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int,
-                 streaming: bool):
+                 resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int):
         """`model`: what to build (its weights all come from the trainer); `data`: the train
-        prompts; `resources`: resources.generator (dtype, quantization); `streaming`: whether
-        this replica streams across steps (config/streaming.py)."""
+        prompts; `resources`: resources.generator (dtype, quantization)."""
         g, self.chunk_cfg = resources, chunk_cfg
         self.ctx, self.weight_sync = ctx, weight_sync
         # Built on the meta device and allocated only as this rank's TP slice: every weight
@@ -82,10 +79,8 @@ class GeneratorExecutor:
                                  max_offpolicy_steps=max_offpolicy_steps,
                                  should_stop=ctx.should_stop, span=ctx.timeline.span, agree=self.rank.agree,
                                  is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
-        self.streaming = streaming
-        self.stream = ChunkStream(self.chunks) if self.streaming else None
+        self.stream = ChunkStream(self.chunks)
         self.cut_by_restart = False
-        self.late = LateChunk(max_offpolicy_steps)  # a test hook, off unless its env var is set
 
     @property
     def held(self) -> int:
@@ -118,31 +113,15 @@ class GeneratorExecutor:
                 if self.receiver.ready():
                     self.steps.announce("sync")
                     self.loop.receive()
-                    self._send_due(sender, link)
                     continue
-                # streaming: the previous chunk need not be taken first (its groups stream out),
-                # but the wait still asks the sender whether a send failed (LinkBroken: a reward
-                # restart must end the wait, or the generator waits for weights forever)
-                taken = sender.healthy if self.streaming else sender.idle
-                redo = self.loop.next_redo()  # a chunk whose groups went stale at the trainer: first
-                if redo is not None and self.held >= 0:
-                    if not taken():
-                        time.sleep(POLL_S)
-                        continue
-                    self.steps.announce("generate", chunk=redo, version=self.held)
-                    rollout = self.loop.generate_redo(redo, on_group=lambda part: self._send(sender, part, link))
-                    self.quant_kl.measure(rollout, self.held)  # as TP followers do theirs (collectives)
-                    continue
-                if not self.loop.may_generate(taken(), chunk):
+                # the previous chunk need not be taken first (its groups stream out), but the wait
+                # still asks the sender whether a send failed (LinkBroken: a reward restart must
+                # end the wait, or the generator waits for weights forever)
+                if not (sender.healthy() and self.loop.may_generate(chunk)):
                     with ctx.timeline.span("wait"):
-                        redo_due = lambda: self.held >= 0 and self.loop.next_redo() is not None  # noqa: E731
-                        self.loop.wait_until_ready(taken, chunk, interrupt=redo_due)
+                        self.loop.wait_until_ready(chunk, sender.healthy)
                     continue
-                if self.stream is not None:
-                    chunk = self._stream(sender, link, chunk, t0)
-                    continue
-                self.steps.announce("generate", chunk=chunk, version=self.held)
-                rollout = self.loop.generate(chunk, on_group=lambda part: self._send(sender, part, link))
+                chunk = self._stream(sender, link, chunk, t0)
             except LinkBroken as e:  # the reward rank died: wait for the controller's verdict
                 rejoin.await_verdict(ctx, self.watch, e)
                 sender, link = self._connect()
@@ -153,15 +132,11 @@ class GeneratorExecutor:
                     self.cut_by_restart = False
                     sender, link = self._connect()
                     chunk = self._start_chunk()
-                continue
-            self.quant_kl.measure(rollout, self.held)
-            chunk += 1
-            self._publish_stats(t0)
         self.steps.announce("stop")
         raise Stopped()
 
     def _stream(self, sender: AsyncSender, link, chunk: int, t0: float) -> int:
-        """Streaming: chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
+        """Chunks chunk, chunk+1, ... in one engine run; the next chunk to start."""
         def may_start(n: int) -> bool:
             try:
                 if self.ctx.should_stop():
@@ -170,9 +145,7 @@ class GeneratorExecutor:
                     self.cut_by_restart = True
                     raise StreamCut()
                 sender.idle()  # raises LinkBroken once a send failed
-                # a chunk asked again goes first, once this run drains
-                start = (n - self.ctx.control.dropped(self.rank.replica) <= self.held + self.loop.k
-                         and self.loop.next_redo() is None)
+                start = self.loop.admission.may_start(n, self.held)
             except (StreamCut, LinkBroken):
                 self.rank.agree(True)  # TP followers cut their stream at the same turn
                 raise
@@ -194,7 +167,6 @@ class GeneratorExecutor:
 
     def _start_chunk(self) -> int:
         """Where this replica (re)starts: the first chunk the trainer has not consumed."""
-        self.loop.skip_redos()  # read first: a chunk asked again from now on is served
         return rejoin.start_chunk(self.ctx, self.rank.replica, self.chunk_cfg.prompts_per_step,
                                   self.chunk_cfg.group_size)
 
@@ -209,29 +181,17 @@ class GeneratorExecutor:
             self._publish_stats(t0)
 
     def _send(self, sender: AsyncSender, part, link) -> None:
-        """Hand a prompt group to the sender (unless the test hook keeps it back: late_chunk.py);
-        a broken link is not raised inside the engine's decode loop (the chunk ends cleanly and
-        is generated again): `sender.idle()` raises it at the loop's next turn."""
-        self._send_due(sender, link)
-        if self.late.hold(part):
-            return
+        """Hand a prompt group to the sender; a broken link is not raised inside the engine's
+        decode loop (the chunk ends cleanly and is generated again): `sender.idle()` raises it
+        at the loop's next turn."""
         try:
             sender.send(part, link, TAG_TO_REWARD)
         except LinkBroken:
             pass
 
-    def _send_due(self, sender: AsyncSender, link) -> None:
-        """The groups the test hook kept back, once they are due (none in a real run)."""
-        for part in self.late.due(self.held):
-            try:
-                sender.send(part, link, TAG_TO_REWARD)
-            except LinkBroken:
-                return
-
     def _connect(self) -> tuple[AsyncSender, object]:
         """A fresh sender and link to this replica's reward rank, in the epochs of now."""
         self.links.drop("reward")
-        self.late.forget()
         reward = rejoin.endpoint(self.ctx, "reward", self.ctx.reward_rank_for(self.rank.replica))
         return AsyncSender("rollout-sender"), self.links.get(rejoin.my_endpoint(self.ctx), reward, sending=True)
 
@@ -244,15 +204,7 @@ class GeneratorExecutor:
             if step["do"] == "sync":
                 self.loop.receive()
                 continue
-            if step["do"] == "stream":
-                self._follow_stream(step)
-                continue
-            if step["version"] != self.held:
-                raise RuntimeError(f"generator rank {self.ctx.local_rank} holds weight version {self.held} "
-                                   f"but TP rank 0 of replica {self.rank.replica} generates with "
-                                   f"{step['version']}")
-            rollout = self.loop.generate(step["chunk"])
-            self.quant_kl.measure(rollout, self.held)  # its forwards all-reduce with the leader's
+            self._follow_stream(step)  # "stream"
 
     def _follow_stream(self, step: dict) -> None:
         """A TP follower's copy of the leader's stream: the same engine run, each chunk

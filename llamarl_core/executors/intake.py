@@ -1,68 +1,54 @@
-"""Which complete prompt groups step v trains (issue 26 item 2): pure bookkeeping, no I/O.
+"""Which prompt groups step v trains: each source replica's chunks, in order (no I/O).
 
     rows from the reward role (a chunk's slice for this rank, or single groups)
       └─ split into groups, each keyed (replica, chunk, slot): slot = its place in this rank's
-         slice of the chunk. A key already trained is skipped; a key already buffered is
-         replaced in place by the newer (fresher) copy; else appended (arrival order). A
-         skipped or replaced copy is a duplicate: dropped untrained and counted (`on_duplicate`).
-    step v, per source replica i: the first share_i buffered groups whose oldest token was
-      sampled under a version >= v - k, in arrival order; every buffered group older than
-      that is dropped — counted, and its chunk handed back (`on_drop`) to be generated again.
-    chunk n of replica i is consumed once every slot of this rank's slice of it was trained:
+         slice of the chunk. A key already taken (below `next_chunk`, or taken in this chunk) is
+         skipped; a key already buffered is replaced by the newer copy. Either is a duplicate:
+         dropped untrained and counted (`on_duplicate`).
+    step v, per source replica i: the slice of chunk next_chunk[i], whole (`take`) or piece by
+      piece as its groups arrive (`take_upto`, arrival order); a later chunk's groups that
+      arrive early wait in the buffer. A dynamic-sampling round takes the next chunk as well.
+    chunk n of replica i is consumed once every slot of this rank's slice of it was taken:
       `on_consumed(i, n + 1)` (data/expect: where a restarted generator starts).
 
-Why a share per source replica, not the first groups of any replica: the generator's credit rule
-(chunk n is trained at step n - dropped_i, executors/generate_loop.py) assumes each step takes
-one chunk's worth of replica i. Taking more of a fast replica would leave a slow one's window
-behind the trainer and let it stall (its gate shut, the trainer waiting for its groups). With
-one source replica per trainer rank (G = 1, or G = T) both rules are the same.
+Why in order: chunk n is then trained at exactly step n − extra_i, the step the admission rule
+(executors/admission.py) let it start for, so no group is older than k: nothing here compares
+versions, nothing is dropped or generated again. The buffer is bounded by the same rule: a
+replica runs at most k + 1 chunks ahead of the step.
 
-Exactly once: a group is trained at most once (its key is remembered until its chunk is
-consumed; keys below `next_chunk` are never taken again). Copies of a chunk come from its
-generation and from each redo (a redo regenerates the whole chunk, so its groups that were
-trained come again, and two trainer ranks, or one rank at two steps, may each ask for it): they
-reach a rank in the order they were generated (one replica → one reward rank → this rank, each
-hop in order), so the later arrival is the fresher copy, whatever its `attempt` (that number
-only keeps copies apart at the reward rank; a restarted generator's chunks are attempt 0
-again). A dropped group is not consumed, so its chunk stays at or above `next_chunk`: it is
-generated again (by `on_drop`'s redo, or by a restarted or resumed generator starting at the
-first chunk not consumed) and trained later.
-The buffer is bounded by the credit rule: a replica runs at most k + 1 chunks ahead of the step.
-A row's oldest token is its first (versions only move forward), so checking each group's
-`policy_versions.min()` bounds every token.
+Exactly once: a group is taken at most once (keys below `next_chunk` are never taken again).
+Copies come only from restarts: a restarted or resumed generator starts at the first chunk not
+consumed by every trainer rank (rejoin.start_chunk), so groups this rank took or buffered
+already can come again (as they do, in order, over one replica → one reward rank → this rank).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Callable, Optional
 
 from llamarl_core.wire.rollout import Rollout
 
 
 class GroupIntake:
-    def __init__(self, shares: dict[int, int], group_size: int, max_offpolicy_steps: int,
-                 on_drop: Callable[[int, int, int], None] = lambda replica, chunk, groups: None,
+    def __init__(self, shares: dict[int, int], group_size: int,
                  on_consumed: Callable[[int, int], None] = lambda replica, next_chunk: None,
                  first_groups: Optional[dict[int, int]] = None,
                  on_duplicate: Callable[[int, int, int], None] = lambda replica, chunk, groups: None):
         """`shares`: replica → groups of each of its chunks this rank trains (its slice);
-        `on_drop(replica, chunk, groups)`: that many groups of the chunk went stale here;
-        `on_duplicate(replica, chunk, groups)`: that many copies of groups trained or buffered
+        `on_duplicate(replica, chunk, groups)`: that many copies of groups taken or buffered
         already arrived (dropped untrained);
         `first_groups`: replica → the chunk's group index of the slice's first group (for
         rollouts sent one group at a time, which carry their group index)."""
-        self.shares, self.group_size, self.k = dict(shares), group_size, max_offpolicy_steps
-        self.on_drop, self.on_consumed, self.on_duplicate = on_drop, on_consumed, on_duplicate
+        self.shares, self.group_size = dict(shares), group_size
+        self.on_consumed, self.on_duplicate = on_consumed, on_duplicate
         self.first_groups = first_groups or {i: 0 for i in shares}
         self.next_chunk: dict[int, int] = {i: 0 for i in shares}
         self.trained: dict[int, dict[int, set[int]]] = {i: {} for i in shares}  # chunks >= next_chunk
-        self.buffer: dict[int, OrderedDict] = {i: OrderedDict() for i in shares}  # (chunk, slot) → rows
-        self.dropped_groups = 0
+        self.buffer: dict[int, dict] = {i: {} for i in shares}  # (chunk, slot) → rows, arrival order
         self.duplicate_groups = 0
 
     # ---- arrivals -----------------------------------------------------------------------
     def add(self, rollout: Rollout) -> int:
-        """Buffer `rollout`'s groups (skipping any already trained, replacing any buffered);
+        """Buffer `rollout`'s groups (skipping any already taken, replacing any buffered);
         returns how many were new."""
         i, n, g = rollout.replica, rollout.chunk, self.group_size
         if not rollout.chunk_groups and rollout.num_rows != self.shares[i] * g:
@@ -73,14 +59,12 @@ class GroupIntake:
         new = duplicates = 0
         for t in range(rollout.num_rows // g):
             key = (n, base + t)
-            if self._trained(i, key):  # a late copy of a group trained already
-                duplicates += 1
-                continue
-            if key in self.buffer[i]:  # the newer copy replaces the older one, in its place
+            if self._trained(i, key) or key in self.buffer[i]:
                 duplicates += 1
             else:
                 new += 1
-            self.buffer[i][key] = rollout.rows(t * g, (t + 1) * g)
+            if not self._trained(i, key):  # the newer copy replaces the older one, in its place
+                self.buffer[i][key] = rollout.rows(t * g, (t + 1) * g)
         if duplicates:
             self.duplicate_groups += duplicates
             self.on_duplicate(i, n, duplicates)
@@ -91,57 +75,40 @@ class GroupIntake:
         return chunk < self.next_chunk[replica] or slot in self.trained[replica].get(chunk, ())
 
     # ---- a step -------------------------------------------------------------------------
-    def take(self, replica: int, version: int, n: Optional[int] = None) -> Optional[list[Rollout]]:
-        """The first `n` (default: the replica's share) fresh groups of `replica` for a step at
-        `version`, marked trained; None while fewer are buffered. Stale ones are dropped first."""
-        n = self.shares[replica] if n is None else n
-        self._drop_stale(replica, version)
-        if len(self.buffer[replica]) < n:
-            return None
-        return self._pop(replica, n)
+    def take(self, replica: int) -> Optional[list[Rollout]]:
+        """The rest of `replica`'s current chunk slice, marked taken; None until all of it is
+        buffered."""
+        keys = self._current(replica)
+        left = self.shares[replica] - len(self.trained[replica].get(self.next_chunk[replica], ()))
+        return self._pop(replica, keys) if len(keys) >= left else None
 
-    def take_upto(self, replica: int, version: int, n: int) -> list[Rollout]:
-        """Up to `n` fresh groups of `replica` buffered now (none is fine), marked trained: how a
-        trainer that starts micro-batches as groups arrive takes its share piece by piece
-        (executors/streamed_step.py). Taken in arrival order at the step's one version, the
-        pieces are the groups `take` would have taken at once."""
-        self._drop_stale(replica, version)
-        return self._pop(replica, n)
+    def take_upto(self, replica: int, n: int) -> list[Rollout]:
+        """Up to `n` groups of `replica`'s current chunk buffered now (none is fine), marked taken:
+        how a trainer that starts micro-batches as groups arrive takes its share piece by piece
+        (executors/streamed_step.py)."""
+        return self._pop(replica, self._current(replica)[:max(0, n)])
 
-    def _pop(self, replica: int, n: int) -> list[Rollout]:
-        """The first `n` buffered groups of `replica` (fewer if fewer), marked trained."""
-        buf = self.buffer[replica]
-        keys = list(buf)[:max(0, n)]
-        taken = [buf.pop(key) for key in keys]
+    def _current(self, replica: int) -> list[tuple[int, int]]:
+        """Buffered keys of the replica's current chunk, in arrival order."""
+        return [key for key in self.buffer[replica] if key[0] == self.next_chunk[replica]]
+
+    def _pop(self, replica: int, keys: list[tuple[int, int]]) -> list[Rollout]:
+        taken = [self.buffer[replica].pop(key) for key in keys]
         for chunk, slot in keys:
             self.trained[replica].setdefault(chunk, set()).add(slot)
-        if keys:
-            self._advance(replica)
-        return taken
-
-    def _drop_stale(self, replica: int, version: int) -> None:
-        """Drop (count, hand back) every buffered group older than `version` - k."""
-        buf, oldest = self.buffer[replica], version - self.k
-        stale = [key for key, rows in buf.items() if rows.policy_version < oldest]
-        for key in stale:
-            del buf[key]
-        self.dropped_groups += len(stale)
-        for chunk in sorted({c for c, _ in stale}):
-            self.on_drop(replica, chunk, sum(c == chunk for c, _ in stale))
-
-    def _advance(self, replica: int) -> None:
         done, share, moved = self.trained[replica], self.shares[replica], False
         while len(done.get(self.next_chunk[replica], ())) >= share:
-            del done[self.next_chunk[replica]]
+            done.pop(self.next_chunk[replica], None)
             self.next_chunk[replica] += 1
             moved = True
         if moved:
             self.on_consumed(replica, self.next_chunk[replica])
+        return taken
 
     # ---- checkpoints --------------------------------------------------------------------
     def position(self) -> dict:
         """This rank's data position as JSON: the first chunk not consumed per replica and the
-        slots trained beyond it. What is only buffered is not in it: it is generated again."""
+        slots taken beyond it. What is only buffered is not in it: it is generated again."""
         return {"next_chunk": dict(self.next_chunk),
                 "trained_ahead": {i: {c: sorted(s) for c, s in chunks.items() if s}
                                   for i, chunks in self.trained.items()}}

@@ -13,29 +13,31 @@ another; SWAP is where weights change, STALENESS where it is bounded.
     weights/published = 0 ──────▶ [W3] waits for it, opens links  each turn, the first that holds:
   feed.start(): opens links                                       ├ a version fully arrived?
   for step v = 0, 1, …:                                           │   adopt it: SWAP (slot flip)
-   [W4] this rank's share of each ◀─ rows(lo, hi) ─ each group is ◀── a prompt group, as it ends
-        replica feeding t: the       scored as it comes; a whole  ├ [W1] previous chunk taken by
-        first complete groups        chunk's rows are routed to   │      the reward rank?
-        with oldest token ≥ v − k    the trainer ranks unchanged  ├ [W2] n − dropped_i ≤ held + k?
-        (STALENESS, trainer side);                                │      STALENESS (generator side)
-        older: dropped, counted, chunk asked again data/redo/i ─▶ │   no: wait for [W1], [W2] or
-                                                                  │   a new version (a chunk asked again goes first)
-   [W5] every trainer rank has                                    └ yes: chunk n with held u, each
-        its rows (collected/v)                                      prompt group sent as it ends;
-   learner.rl_step: AIPO                                            every 8 decode steps a version
-     (all-reduce over T)                                            that fully arrived is adopted
-   publish v+1 ══[W6]════════════ weights (DDMA) ═══════════════▶   in place: SWAP mid-chunk (a row
-   eval, checkpoint when due;                                       keeps the version it started
-   one metrics.jsonl line                                           under: its policy_versions)
+   [W4] this rank's slice of each ◀─ rows(lo, hi) ─ each group is ◀── a prompt group, as it ends
+        replica feeding t: its next  scored as it comes; a whole  ├ [W1] a send failed? wait for
+        chunk, chunks in order (a    chunk's rows are routed to   │      the restart verdict
+        later chunk's early groups   the trainer ranks unchanged  ├ [W2] may_start(n, held):
+        wait in the buffer)                                       │      n − extra_i ≤ held + k
+                                                                  │      STALENESS (admission.py)
+                                                                  │   no: wait for [W2] or
+                                                                  │   a new version
+   [W5] every trainer rank has                                    └ yes: stream chunks n, n+1, …
+        its rows (collected/v)                                      (stream.py), each admitted by
+   learner.rl_step: AIPO                                            [W2] before its first row, each
+     (all-reduce over T)                                            prompt group sent as it ends;
+   publish v+1 ══[W6]════════════ weights (DDMA) ═══════════════▶   a version that fully arrived is
+   eval, checkpoint when due;                                       adopted in place between decode
+   one metrics.jsonl line                                           steps: SWAP (a row keeps the
+                                                                    version it started under)
 
   Who waits for what, what unblocks it, where it is:
-   [W0] held ≥ 0                    ← v0 (vN on resume) fully arrived  generate_loop.may_generate
-   [W1] the sender is idle          ← the reward rank received the     generate_loop.may_generate
-                                      previous groups
-   [W2] chunk − dropped_i ≤ held+k  ← a newer version adopted, or an   generate_loop.may_generate
+   [W0] held ≥ 0                    ← v0 (vN on resume) fully arrived  admission.Admission.may_start
+   [W1] no send failed              ← the controller's verdict on a    rejoin.await_verdict
+                                      reward restart
+   [W2] chunk − extra_i ≤ held + k  ← a newer version adopted, or an   admission.Admission.may_start
                                       extra chunk of i taken (resample)
    [W3] published version ≥ 0       ← trainer rank 0 published v0      reward.RewardExecutor.run
-   [W4] share_i fresh groups of i   ← its reward rank sent the rows    feeds.RewardFeed._fresh_groups
+   [W4] slice of i's next chunk     ← its reward rank sent the rows    feeds.RewardFeed._chunk_slice
    [W5] collected/<v> = T           ← the slowest trainer rank's rows  feeds.RewardFeed.wait_for_peers
    [W6] each generator left the     ← its SWAP (at a decode-step       transport/ddma.py DdmaSender.send
         slot v+1 goes into            boundary): adopted/<n-1>/<g>;
@@ -43,14 +45,14 @@ another; SWAP is where weights change, STALENESS where it is bounded.
   Every wait also polls `should_stop` (run ended or aborted) and, on the trainer, restarts of
   the other roles (executors/rejoin.py); none waits longer than controller.step_timeout_s.
 
-  The credit rule behind STALENESS: replica i's chunk n is trained at step n − dropped_i, so
-  starting it only when held ≥ (n − dropped_i) − k [W2] keeps every row within k versions of
-  the policy that trains on it; a group that still arrives older than v − k [W4] is dropped,
-  counted and its chunk generated again (executors/intake.py), so its prompt is trained once,
-  later; only chunks taken beyond a step's share (dynamic sampling) move dropped_i on.
+  The admission rule behind STALENESS (executors/admission.py, its one docstring and function):
+  the trainer takes replica i's chunks in order [W4], so chunk n is trained at step n − extra_i
+  exactly; starting it only when held ≥ (n − extra_i) − k [W2] keeps every row within k versions
+  of the policy that trains on it. Nothing is dropped or generated again; only chunks taken
+  beyond a step's one (dynamic sampling) move extra_i on.
 
 Sync mode (k = 0): one `actor` role replaces generator and trainer. Its feed (`OwnChunks`)
-generates this rank's chunk with the weights it trains, sends it to the reward rank and waits
+generates this rank's chunk with the weights it trains (admitted by the same rule: one slot), sends it to the reward rank and waits
 for it scored [W4]; its publisher (`InPlace`) only refreshes the engine (the module is shared).
 
 Roles talk only through the Protocols of executors/ports.py: a trainer reads a `RolloutFeed` and
@@ -62,7 +64,7 @@ sits, the control store, the links' address, its timeline), which the worker ent
 
   component            its sections (each also gets the RoleRuntime)
   GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
-                       algorithm.max_offpolicy_steps, streaming (config/streaming.py)
+                       algorithm.max_offpolicy_steps
   RewardExecutor       model (the tokenizer), data, resources.reward, algorithm, whether to forward
                        each group as scored (the trainer streams groups: config/streaming.py)
   TrainerExecutor      TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
@@ -76,7 +78,7 @@ import os
 import time
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.config.streaming import stream_groups_active, streaming_active
+from llamarl_core.config.streaming import stream_groups_active
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.heldout import HeldoutConfig
@@ -94,8 +96,7 @@ def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
     if role == "generator":
         from llamarl_core.executors.generator import GeneratorExecutor
         return GeneratorExecutor(ctx, chunk_config(cfg), cfg.model, cfg.data, cfg.resources.generator,
-                                 weight_sync_config(cfg, plan), cfg.algorithm.max_offpolicy_steps,
-                                 streaming_active(cfg))
+                                 weight_sync_config(cfg, plan), cfg.algorithm.max_offpolicy_steps)
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
         return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm,

@@ -8,7 +8,7 @@ same order, or one waits in a sync while another waits in an all-reduce: a deadl
     TP rank 0 (leader)                       TP ranks 1.. (followers)
       decides like a lone generator            ─ wait for step n in the store
       announces step n in the store  ───────▶  ─ do exactly that step
-      does it (sync / generate chunk)          ─ n += 1
+      does it (sync / stream chunks)           ─ n += 1
       sends the rollout; publishes stats       (their rollout copy is dropped)
 
 Replica i is the generator ranks [i·tp, (i+1)·tp); with tp = 1 every rank leads its own

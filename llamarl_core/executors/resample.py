@@ -11,9 +11,9 @@ collected in rounds until it holds `prompts_per_step` informative groups (DAPO, 
                    n = min over ranks of min(quota, informative groups it holds)
 
 Why every invariant holds:
-- Credit rule and staleness: each extra chunk consumed counts as a dropped chunk of its replica,
-  so chunk n is still trained at step n - dropped_i, the rule the generator uses to start chunk
-  n only when it holds version >= n - dropped_i - k: every row stays within k versions.
+- Staleness: each extra chunk is counted (`extra/<replica>`) before it is taken, so chunk n is
+  still trained at step n - extra_i, the step executors/admission.py let it start for: every
+  row stays within k versions.
 - Data position: next_chunk moves past every consumed chunk, so a resume starts right after the
   last one consumed, and trained_examples.jsonl lists exactly the groups trained.
 - Data-parallel ranks: the rounds are decided together, so every rank fed by a replica consumes

@@ -6,11 +6,11 @@
     a prompt group whose last row ended ──▶ on_group (to the reward role, as in chunk mode)
 
 The chunk stays the unit of accounting: chunk n is still replica i's share of step n's
-prompts (`chunk_prompt_indices`), the trainer still consumes a replica's chunks in order
-(feeds.py puts a chunk that completes before its predecessor aside), and the generator's
-credit rule still gates each chunk before its first row starts (`may_start(n)`: n - dropped
-≤ held + k), so every token of chunk n is within k versions of the step that trains it
-— the bound is on the oldest token, which is a row's first. What changes is only that the
+prompts (`chunk_prompt_indices`), the trainer consumes a replica's chunks in order (intake.py:
+groups of a chunk that completes before its predecessor wait), and each chunk is admitted
+before its first row starts (`may_start(n)`, which asks executors/admission.py), so every
+token of chunk n is within k versions of the step that trains it — the bound is on the oldest
+token, which is a row's first. What changes is only that the
 tail of chunk n no longer leaves slots idle: chunk n+1 fills them, under whatever version is
 held when each row starts (weights still swap in place between decode steps; each token
 records its version: `Finished.token_versions`).

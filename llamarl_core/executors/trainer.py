@@ -255,7 +255,7 @@ class TrainerExecutor:
 
     def save_checkpoint(self, step: int) -> None:
         """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
-        # the data position: next_chunk, dropped, each rank's position (feeds.merge_positions)
+        # the data position: next_chunk, extra, each rank's position (feeds.merge_positions)
         position = merge_positions(self._gather(self.feed.position()), self.ctx.control)
         state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
                  **position, "accuracy_by_version": self.accuracy}
@@ -306,8 +306,8 @@ class TrainerExecutor:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         return bool(flag.item())
 
-    def _dropped_total(self) -> int:
-        return sum(self.ctx.control.dropped(i) for i in range(self.feed.replicas))
+    def _extra_total(self) -> int:
+        return sum(self.ctx.control.extra(i) for i in range(self.feed.replicas))
 
     def _log(self, step: int, metrics: dict, batch: Rollout, waited_s: float, step_s: float) -> None:
         if self.log is None:
@@ -319,7 +319,7 @@ class TrainerExecutor:
                 **{f"trainer/{k}": v for k, v in metrics.items()},
                 **getattr(self.feed, "metrics", {}), **getattr(self.sampler, "metrics", {}),
                 "trainer/batch_min_policy_version": batch.policy_version,
-                "generator/dropped_chunks": self._dropped_total(),
+                "generator/dropped_chunks": self._extra_total(),
                 **{f"restarts/{r}": role_epoch(ctx.control.store, r) for r in self.restartable},
                 "trainer/step_s": step_s, "trainer/wait_s": waited_s,
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
@@ -346,7 +346,7 @@ class TrainerExecutor:
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,
                    "accuracy_by_version": self.accuracy,
-                   "dropped_chunks": self._dropped_total(),
+                   "dropped_chunks": self._extra_total(),
                    "data_skipped_lines": self.data_skipped,
                    "warnings": self.log.signal.warnings(),  # why the run could not learn, in words
                    **end.fields()}  # why it ended (end_reason.py)

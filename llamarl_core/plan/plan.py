@@ -15,7 +15,7 @@ from typing import Optional
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.config.streaming import stream_groups_active, streaming_active
+from llamarl_core.config.streaming import stream_groups_active
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
@@ -46,7 +46,6 @@ class RolePlan:
     devices: list[int] = field(default_factory=list)  # local GPU indices on each of its nodes
     commands: list[str] = field(default_factory=list)
     batching: Optional[str] = None      # generation.batching, for roles that generate
-    streaming: Optional[bool] = None    # generator role: slots kept full across steps
     stream_groups: Optional[bool] = None  # trainer role: micro-batches start as groups arrive
 
     @property
@@ -64,7 +63,6 @@ class RolePlan:
             "threads": self.threads, "uses_accelerator": self.uses_accelerator, "devices": self.devices,
             "commands": self.commands,
             **({"batching": self.batching} if self.batching else {}),
-            **({"streaming": self.streaming} if self.streaming is not None else {}),
             **({"stream_groups": self.stream_groups} if self.stream_groups is not None else {}),
         }
 
@@ -144,8 +142,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
                               batching=gen.batching))
     else:
         roles.append(RolePlan("generator", g.num_devices, 0, [], gen_par, g.dtype, g.quantization,
-                              gen_mem, 0.0, threads, batching=gen.batching,
-                              streaming=streaming_active(cfg)))
+                              gen_mem, 0.0, threads, batching=gen.batching))
         fsdp, tdp = trainer_sharding(t, t.num_devices)
         roles.append(RolePlan("trainer", t.num_devices, g.num_devices, [],
                               {"tp": t.tp, "dp": tdp, "fsdp": fsdp, "pp": t.pp}, t.dtype, "none",

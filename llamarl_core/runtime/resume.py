@@ -136,14 +136,13 @@ def restore_controller_state(control: ControlPlane, run_dir: str, path: str, log
     if not path and not any(os.path.exists(os.path.join(run_dir, name)) for name in LOGS):
         return  # a fresh start in a new directory: nothing to cut, nothing to restore
     checkpoints = _checkpoints()
-    state = checkpoints.read_state(path) if path else {"step": 0, "next_chunk": {}, "dropped": {}}
+    state = checkpoints.read_state(path) if path else {"step": 0, "next_chunk": {}, "extra": {}}
     for name in LOGS:
         cut_jsonl(os.path.join(run_dir, name), state["step"], log)
     for replica, chunk in state["next_chunk"].items():
         control.set_next_chunk(int(replica), chunk)
-    for replica, n in state["dropped"].items():
-        control.add_dropped(int(replica), n)
-    if state.get("stale_dropped_groups"):  # cumulative metrics: they go on from the checkpoint's
-        control.add_stale_groups(state["stale_dropped_groups"])
-    if state.get("duplicate_dropped_groups"):
+    # "dropped": the name of extra/<replica> in checkpoints written before #46
+    for replica, n in state.get("extra", state.get("dropped", {})).items():
+        control.add_extra(int(replica), n)
+    if state.get("duplicate_dropped_groups"):  # a cumulative metric: it goes on from the checkpoint's
         control.add_duplicate_groups(state["duplicate_dropped_groups"])

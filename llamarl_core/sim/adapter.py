@@ -18,7 +18,7 @@ a recipe speaks in devices, parallel sizes and *caps*. The mapping, one rule per
 |                             | step reaches the cap, at 3x the mean (docs/SIMULATOR.md)     |
 | max_offpolicy_steps         | `algorithm.max_offpolicy_steps`                              |
 | batching, max_batch_size    | `generation.batching`, `generator.max_batch_size` (the engine)|
-| streaming                   | `generation.streaming` where built (config/streaming.py)     |
+| streaming                   | async (k ≥ 1): every async generator streams                 |
 | wire_bytes_per_param, fp8   | the generators' dtype bytes; quantization fp8 → block linears |
 |                             | as fp8 + row scales (executors/weights.py plans the same)    |
 
@@ -36,7 +36,6 @@ from llamarl_core.config.choices import DTYPE_BYTES, QUANT_BYTES
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.config.hardware import DeviceSpec
 from llamarl_core.config.layout import trainer_sharding
-from llamarl_core.config.streaming import streaming_active
 
 
 
@@ -59,7 +58,7 @@ def sim_inputs_from_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpe
         new_tokens=max(1, round(gen.max_new_tokens / constants.max_to_mean_new_tokens)),
         max_offpolicy_steps=cfg.algorithm.max_offpolicy_steps, batching=gen.batching,
         wire_bytes_per_param=float(DTYPE_BYTES[g.dtype]), wire_fp8=g.quantization == "fp8",
-        max_batch_size=g.max_batch_size, streaming=streaming_active(cfg))
+        max_batch_size=g.max_batch_size, streaming=cfg.algorithm.max_offpolicy_steps >= 1)
 
 
 def simulate_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec,

@@ -94,7 +94,7 @@ class CpuSystem:
     sync_ranks: int  # actor ranks in sync mode (= generator + trainer devices)
     param_bytes: int  # trainer and generator dtype bytes (float32: 4)
     weight_transport: str  # "shm" (one memcpy) | "collective" (gloo)
-    streaming: bool = False  # generation.streaming as built: the async generator pays no tail
+    streaming: bool = False  # async as built (executors/stream.py): the generator pays no tail
 
 
 def generation_seconds(s: CpuSystem, w: CpuWorkload, f: CpuFitted, rows: int, flops_per_s: float) -> dict:

@@ -107,14 +107,14 @@ def chunk_decode_steps(sequences: int, batch: int, new_tokens: float, tail_facto
                        batching: str) -> float:
     """Decode steps one replica runs for a chunk of `sequences` samples, at most `batch` at a
     time, mean length `new_tokens`, longest `tail_factor` x the mean: the engine as built
-    (generation/scheduler.py). Chunk by chunk (sync mode, or generation.streaming=false), a
+    (generation/scheduler.py). Chunk by chunk (sync mode, or the what-if of an async chunked one), a
     chunk ends when its longest row ends, so it pays the tail.
 
     continuous: a finished row's slot is refilled at once, so the slots stay full for
         sequences x mean / batch steps, then the last rows drain: + (longest - mean). With
         every row in one batch that is just the longest row.
     static:     each batch of rows runs until its longest row ends.
-    streaming:  async generators with generation.streaming (executors/stream.py): the next
+    streaming:  async generators as built (executors/stream.py): the next
         chunk's prompts fill the slots this chunk's finished rows free, so in steady state no
         chunk pays a tail: sequences x mean / batch."""
     longest = new_tokens * tail_factor

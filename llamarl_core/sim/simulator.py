@@ -51,7 +51,7 @@ class SimInputs:
     wire_fp8: bool = False
     # resources.generator.max_batch_size: the engine's slots (0 = as many as the KV cache holds)
     max_batch_size: int = 0
-    # generation.streaming as built (config/streaming.py): async generators keep their slots
+    # as built, async generators stream (executors/stream.py): they keep their slots
     # full across steps, so no chunk pays the long tail (sim/model.py, "streaming");
     # sync mode always generates chunk by chunk
     streaming: bool = False
@@ -208,7 +208,7 @@ def simulate(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> dic
     asyn = simulate_async(inp, constants)
     ideal = sync["step_s"] / max(asyn["generation_s"], asyn["training_s"])
     # The other async rule, priced beside the one built: chunk by chunk when streaming is on
-    # (what the generator did before generation.streaming), streaming when it is off.
+    # (what the generator did before it streamed), streaming when it is off.
     other = replace(inp, streaming=not inp.streaming)
     alt = simulate_async(other, constants)
     return {"sync": sync, "async": asyn, "speedup": sync["step_s"] / asyn["step_s"],

@@ -10,7 +10,8 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
     run/abort_reason          why the run stopped early (names role and rank)
     weights/published         policy version the trainer has published (absent before v0)
     weights/held/<grank>      version a generator rank holds
-    dropped/<replica>         stale rollout chunks dropped from a generator replica (int)
+    extra/<replica>           chunks of a generator replica steps took beyond one each (dynamic
+                              sampling; executors/admission.py reads it) (int)
     data/next_chunk/<replica> the chunk a generator replica starts at (resume: first untrained)
     hb/<role>/<rank>          when the rank's main loop last made progress, unix seconds
     pid/<role>/<rank>         the worker's pid, for diagnostics only: the controller uses it only
@@ -27,11 +28,9 @@ Keys (all under the run's prefix; values are small — TCPStore drops values ove
                               and followed by the others ({"do": "sync" | ...})
     membership/<role>, membership/epoch  restarts of a role group; their sum (the run's epoch)
     data/expect/<replica>/<j> the next chunk of a replica that trainer rank j will consume
-    data/redo/<replica>/n, data/redo/<replica>/<m>  chunks of a replica to generate again (a
-                              trainer rank dropped groups of them as too stale): count, m-th chunk
-    trainer/stale_dropped_groups  stale prompt groups the trainer ranks dropped (int)
     trainer/duplicate_dropped_groups  copies of prompt groups already trained or buffered that
-                              reached a trainer rank (a redo regenerates a whole chunk), dropped (int)
+                              reached a trainer rank (a restarted generator starts again at the
+                              first chunk not consumed), dropped (int)
     xfer/<epoch>/..., links/... DDMA endpoints per generator epoch; rollout links (links.py)
 """
 from __future__ import annotations
@@ -177,11 +176,11 @@ class ControlPlane:
     def set_held(self, global_rank: int, version: int) -> None:
         self.store.set(f"weights/held/{global_rank}", str(version))
 
-    def add_dropped(self, replica: int, n: int = 1) -> int:
-        return int(self.store.add(f"dropped/{replica}", n))
+    def add_extra(self, replica: int, n: int = 1) -> int:
+        return int(self.store.add(f"extra/{replica}", n))
 
-    def dropped(self, replica: int) -> int:
-        return self.get_int(f"dropped/{replica}")
+    def extra(self, replica: int) -> int:
+        return self.get_int(f"extra/{replica}")
 
     def set_next_chunk(self, replica: int, chunk: int) -> None:
         self.store.set(f"data/next_chunk/{replica}", str(chunk))
@@ -197,33 +196,12 @@ class ControlPlane:
         raw = self.get_str(f"data/expect/{replica}/{trainer_rank}")
         return int(raw) if raw else None
 
-    def request_redo(self, replica: int, chunk: int) -> None:
-        """Ask replica `replica` to generate chunk `chunk` again (groups of it went stale)."""
-        m = int(self.store.add(f"data/redo/{replica}/pending", 1)) - 1
-        self.store.set(f"data/redo/{replica}/{m}", str(chunk))
-        self.store.add(f"data/redo/{replica}/n", 1)  # counted once the chunk number is there
-
-    def add_stale_groups(self, n: int) -> int:
-        """Prompt groups a trainer rank dropped as too stale (each is generated again)."""
-        return int(self.store.add("trainer/stale_dropped_groups", n))
-
-    def stale_groups(self) -> int:
-        return self.get_int("trainer/stale_dropped_groups")
-
     def add_duplicate_groups(self, n: int) -> int:
         """Copies of prompt groups a trainer rank had trained or buffered already (dropped)."""
         return int(self.store.add("trainer/duplicate_dropped_groups", n))
 
     def duplicate_groups(self) -> int:
         return self.get_int("trainer/duplicate_dropped_groups")
-
-    def redo_requests(self, replica: int) -> int:
-        return self.get_int(f"data/redo/{replica}/n")
-
-    def redo_chunk(self, replica: int, m: int) -> int | None:
-        """The m-th chunk asked again; None while its writer has not set it yet."""
-        raw = self.get_str(f"data/redo/{replica}/{m}")
-        return int(raw) if raw else None
 
     # ---- liveness -----------------------------------------------------------------------
     def heartbeat(self, role: str, rank: int, progress_s: float | None = None) -> None:

@@ -15,12 +15,9 @@ group straight into its rows of one packed buffer per chunk:
 both take the lock. A message that is a whole chunk (chunk_groups = 0: the sync actor's)
 gets buffers of its own and is its own chunk.
 
-A buffer is one copy of a chunk, keyed (replica, chunk, attempt): a chunk asked again while an
-earlier copy of it is still arriving or being scored (a trainer rank found groups of it too
-stale, executors/intake.py) is a second copy, with its own rows and its own count of groups
-landed; keyed by (replica, chunk) alone, the two copies' groups would overwrite each other's
-rows, one copy would be counted complete with the other's rows in it, and the other's buffer
-would never complete. Which copy the trainer trains is the intake's business.
+A buffer is keyed (replica, chunk): a chunk is generated once (executors/admission.py), again
+only by a restarted generator, whose copy of a group lands in the same rows. Which copy the
+trainer trains is the intake's business (executors/intake.py).
 """
 from __future__ import annotations
 
@@ -44,15 +41,15 @@ class ChunkAssembly:
     def __init__(self, group_size: int):
         self.group_size = group_size
         self._lock = threading.Lock()
-        self._chunks: dict[tuple[int, int, int], _Chunk] = {}  # (replica, chunk, attempt) → its buffer
+        self._chunks: dict[tuple[int, int], _Chunk] = {}  # (replica, chunk) → its buffer
 
     def buffers(self, header: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Where the message with `header` is received: its rows of its chunk's buffers."""
         rows, length, completion = (int(x) for x in header[:3])
-        replica, chunk, group, chunk_groups, attempt = (int(x) for x in header[4:9])
+        replica, chunk, group, chunk_groups = (int(x) for x in header[4:8])
         if chunk_groups == 0:
             return Rollout.empty_buffers(header)
-        first, key = group * self.group_size, (replica, chunk, attempt)
+        first, key = group * self.group_size, (replica, chunk)
         with self._lock:
             c = self._chunks.get(key)
             if c is None:
@@ -60,7 +57,7 @@ class ChunkAssembly:
                 c = self._chunks[key] = _Chunk(torch.empty(n, length + 4, dtype=torch.int64),
                                                torch.empty(n, completion + 1, dtype=torch.float32))
         if (c.ints.shape[1], c.floats.shape[1]) != (length + 4, completion + 1) or first + rows > c.ints.shape[0]:
-            raise ValueError(f"replica {replica} chunk {chunk} group {group} (attempt {attempt}): {rows} rows of "
+            raise ValueError(f"replica {replica} chunk {chunk} group {group}: {rows} rows of "
                              f"{length} tokens and {completion} log-probs do not fit its chunk's [{c.ints.shape[0]}, "
                              f"{c.ints.shape[1] - 4}] rows (group_size {self.group_size})")
         return c.ints[first:first + rows], c.floats[first:first + rows]
@@ -69,12 +66,11 @@ class ChunkAssembly:
         """The whole chunk once `part` was its last group (views of its buffers), else None."""
         if part.chunk_groups == 0:
             return part
-        key = (part.replica, part.chunk, part.attempt)
+        key = (part.replica, part.chunk)
         with self._lock:
             c = self._chunks[key]
             c.groups.update(range(part.group, part.group + part.num_rows // self.group_size))
             if len(c.groups) * self.group_size < c.ints.shape[0]:
                 return None
             del self._chunks[key]
-        return Rollout._from_packed(c.ints, c.floats, part.tokens.shape[1], part.replica, part.chunk,
-                                    part.attempt)
+        return Rollout._from_packed(c.ints, c.floats, part.tokens.shape[1], part.replica, part.chunk)

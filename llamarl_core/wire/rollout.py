@@ -8,12 +8,9 @@ torch.distributed.
 A generator sends each prompt group as soon as its last sample ends (continuous batching):
 such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups
 in the whole chunk; 0 = this rollout is the whole chunk); the reward role receives a chunk's
-groups straight into one packed buffer (wire/assembly.py). `attempt` tells copies of one chunk
-apart: 0 for its first generation, > 0 for a copy asked again because groups of it went stale
-at the trainer (GenerateLoop.generate_redo); two copies in flight at once are assembled apart.
+groups straight into one packed buffer (wire/assembly.py).
 `policy_versions[r]` is the oldest policy version row r was decoded under (weights may be
-swapped between decode steps); `policy_version` is the oldest over all rows, the one the
-trainer's staleness rule checks.
+swapped between decode steps); `policy_version` is the oldest over all rows.
 
 One layout on the wire: a received rollout's fields are views into its two packed tensors
 (`packed`), and what is made from it by `rows` and `concat` stays packed, so a reward rank
@@ -30,9 +27,8 @@ import torch
 
 TENSOR_FIELDS = ("tokens", "prompt_lens", "completion_lens", "behavior_logprobs", "rewards", "example_ids",
                  "policy_versions")
-# [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups, attempt]:
-# a field is only ever appended (readers index the first eight as before; attempt defaults to 0)
-HEADER_LEN = 9
+# [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups]
+HEADER_LEN = 8
 
 
 @dataclass
@@ -49,7 +45,6 @@ class Rollout:
     policy_versions: Optional[torch.Tensor] = None  # [N] int64; None: every row at policy_version
     group: int = 0
     chunk_groups: int = 0
-    attempt: int = 0  # which copy of the chunk: 0 first, > 0 generated again (a redo)
     packed: Optional[tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default=None, repr=False,
                                                                             compare=False)
 
@@ -64,7 +59,7 @@ class Rollout:
     def header(self) -> torch.Tensor:
         return torch.tensor([self.num_rows, self.tokens.shape[1], self.behavior_logprobs.shape[1],
                              self.policy_version, self.replica, self.chunk, self.group,
-                             self.chunk_groups, self.attempt], dtype=torch.int64)
+                             self.chunk_groups], dtype=torch.int64)
 
     def pack(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self._is_packed():
@@ -100,15 +95,14 @@ class Rollout:
                        behavior_logprobs=floats[:, :-1], rewards=floats[:, -1],
                        policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]),
                        policy_versions=ints[:, length + 3], group=int(header[6]),
-                       chunk_groups=int(header[7]), attempt=int(header[8]), packed=(ints, floats))
+                       chunk_groups=int(header[7]), packed=(ints, floats))
 
     @staticmethod
-    def _from_packed(ints: torch.Tensor, floats: torch.Tensor, length: int, replica: int, chunk: int,
-                     attempt: int = 0) -> "Rollout":
+    def _from_packed(ints: torch.Tensor, floats: torch.Tensor, length: int, replica: int, chunk: int) -> "Rollout":
         """A whole chunk (or rows of one) over packed tensors: its version is its rows' oldest."""
         versions = ints[:, length + 3]
         header = torch.tensor([ints.shape[0], length, floats.shape[1] - 1,
-                               int(versions.min()) if versions.numel() else 0, replica, chunk, 0, 0, attempt])
+                               int(versions.min()) if versions.numel() else 0, replica, chunk, 0, 0])
         return Rollout._views(header, ints, floats)
 
     def to(self, device) -> "Rollout":
@@ -121,12 +115,12 @@ class Rollout:
         if self._is_packed():  # views of the packed rows: forwarded as they are
             ints, floats = self.packed
             return Rollout._from_packed(ints[start:stop], floats[start:stop], self.tokens.shape[1],
-                                        self.replica, self.chunk, self.attempt)
+                                        self.replica, self.chunk)
         return Rollout(self.tokens[start:stop], self.prompt_lens[start:stop],
                        self.completion_lens[start:stop], self.behavior_logprobs[start:stop],
                        self.rewards[start:stop], self.example_ids[start:stop],
                        int(self.policy_versions[start:stop].min()), self.replica, self.chunk,
-                       self.policy_versions[start:stop], attempt=self.attempt)
+                       self.policy_versions[start:stop])
 
     def select(self, rows: torch.Tensor) -> "Rollout":
         """Rows `rows` (indices, possibly none) as one rollout; an empty one keeps the version."""
@@ -134,7 +128,7 @@ class Rollout:
         return Rollout(self.tokens[rows], self.prompt_lens[rows], self.completion_lens[rows],
                        self.behavior_logprobs[rows], self.rewards[rows], self.example_ids[rows],
                        int(versions.min()) if versions.numel() else self.policy_version, self.replica,
-                       self.chunk, versions, attempt=self.attempt)
+                       self.chunk, versions)
 
 
 def _pack(r: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

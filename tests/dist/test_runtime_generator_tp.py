@@ -45,11 +45,10 @@ def test_tp2_generator_replica_trains_and_each_rank_holds_the_slice_the_trainer_
     assert all(held[key] == sent[key] for key in held)
     assert sent[0, 0] != sent[0, 1], "the two TP ranks hold different slices"
 
-    # Both ranks of the replica ran the same streams (generation.streaming, the default: the
+    # Both ranks of the replica ran the same streams (every async generator streams: the
     # leader broadcasts each chunk start), in lockstep, from chunk 0 on.
     def chunks(rank):
         spans = _lines(run_dir / "timeline" / f"generator_{rank}.jsonl")
         return [(s["chunk"], s["version"], s.get("streaming")) for s in spans if s["state"] == "generate"]
     assert chunks(0) == chunks(1) and chunks(0)[0][0] == 0
     assert all(streaming for _, _, streaming in chunks(0))
-    assert gen["streaming"] is True

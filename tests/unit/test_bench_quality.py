@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from llamarl_core.bench.quality import (CONFIGS, STREAMING_CONFIGS, aggregate_config, config_overrides,
+from llamarl_core.bench.quality import (CONFIGS, aggregate_config, config_overrides,
                                         quality_run_stats)
 from llamarl_core.bench.quality_plots import plot_curves, plot_staleness
 from llamarl_core.config.load import load_config
@@ -72,9 +72,7 @@ def test_a_configuration_reports_mean_and_sample_sd_over_seeds(tmp_path):
 
 @pytest.mark.parametrize("name,k,correction", CONFIGS)
 def test_each_configuration_is_a_valid_run_from_the_shared_checkpoint(name, k, correction):
-    cfg = load_config("cpu_tiny", config_overrides(k, correction, 24, 5, "/tmp/ws", "/tmp/run",
-                                                   streaming=name in STREAMING_CONFIGS))
-    assert cfg.generation.streaming == name.startswith("streaming")
+    cfg = load_config("cpu_tiny", config_overrides(k, correction, 24, 5, "/tmp/ws", "/tmp/run"))
     assert cfg.model.checkpoint == "/tmp/ws" and cfg.warmstart.steps == 0 and cfg.run.seed == 5
     assert cfg.algorithm.max_offpolicy_steps == k and cfg.data.seed == 0
     assert cfg.algorithm.name == {"aipo": "aipo", "none": "pg", "ppo_clip": "ppo"}[correction]
@@ -83,7 +81,7 @@ def test_each_configuration_is_a_valid_run_from_the_shared_checkpoint(name, k, c
 def test_select_configs_keeps_order_and_refuses_unknown_names():
     from llamarl_core.bench.quality import select_configs
     assert select_configs(None) == CONFIGS
-    assert [n for n, _, _ in select_configs(["streaming", "sync_k0"])] == ["sync_k0", "streaming"]
+    assert [n for n, _, _ in select_configs(["streaming_k2", "sync_k0"])] == ["sync_k0", "streaming_k2"]
     with pytest.raises(ValueError, match="async_k9"):
         select_configs(["sync_k0", "async_k9"])
 

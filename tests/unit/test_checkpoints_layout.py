@@ -11,11 +11,12 @@ from llamarl_core.executors import checkpoints
 from llamarl_core.runtime import resume
 
 
-def make_checkpoint(run_dir: Path, step: int, stable: bool = True) -> Path:
+def make_checkpoint(run_dir: Path, step: int, stable: bool = True, extra_field: str = "extra") -> Path:
+    """`extra_field`: "dropped" is how checkpoints before #46 named the extra chunks."""
     path = run_dir / "checkpoints" / f"step_{step}"
     (path / "trainer").mkdir(parents=True)
     (path / "state.json").write_text(json.dumps({"step": step, "next_chunk": {"0": step + 1},
-                                                 "dropped": {"0": 1}}))
+                                                 extra_field: {"0": 1}}))
     if stable:
         (path / "STABLE").write_text(f"{step}\n")
     return path
@@ -105,17 +106,18 @@ class FakeControl:
     def set_next_chunk(self, replica, chunk):
         self.keys[f"data/next_chunk/{replica}"] = chunk
 
-    def add_dropped(self, replica, n):
-        self.keys[f"dropped/{replica}"] = self.keys.get(f"dropped/{replica}", 0) + n
+    def add_extra(self, replica, n):
+        self.keys[f"extra/{replica}"] = self.keys.get(f"extra/{replica}", 0) + n
 
 
-def test_controller_state_is_restored_and_logs_cut_back(tmp_path):
-    path = make_checkpoint(tmp_path, 5)
+@pytest.mark.parametrize("extra_field", ["extra", "dropped"])
+def test_controller_state_is_restored_and_logs_cut_back(tmp_path, extra_field):
+    path = make_checkpoint(tmp_path, 5, extra_field=extra_field)
     (tmp_path / "trained_examples.jsonl").write_text(
         "".join(json.dumps({"step": s, "example_ids": [s]}) + "\n" for s in range(1, 8)))
     control = FakeControl()
     resume.restore_controller_state(control, str(tmp_path), str(path))
-    assert control.keys == {"data/next_chunk/0": 6, "dropped/0": 1}
+    assert control.keys == {"data/next_chunk/0": 6, "extra/0": 1}
     assert len((tmp_path / "trained_examples.jsonl").read_text().splitlines()) == 5
 
 

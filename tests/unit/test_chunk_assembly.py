@@ -8,12 +8,12 @@ from llamarl_core.wire.assembly import ChunkAssembly
 from llamarl_core.wire.rollout import Rollout
 
 
-def _group(replica, chunk, group, chunk_groups, size=2, length=5, completion=3, version=0, attempt=0):
+def _group(replica, chunk, group, chunk_groups, size=2, length=5, completion=3, version=0):
     """Group `group` of a chunk, as a generator sends it: its rows carry recognisable values."""
-    base = 1000 * attempt + 100 * replica + 10 * chunk + group
+    base = 100 * replica + 10 * chunk + group
     return Rollout(torch.full((size, length), base), torch.full((size,), 2), torch.full((size,), 3),
                    torch.full((size, completion), float(base)), torch.zeros(size), torch.full((size,), base),
-                   version, replica, chunk, group=group, chunk_groups=chunk_groups, attempt=attempt)
+                   version, replica, chunk, group=group, chunk_groups=chunk_groups)
 
 
 def test_interleaved_chunks_of_two_replicas_each_complete_in_group_order_without_a_copy():
@@ -52,29 +52,10 @@ def test_a_group_that_does_not_fit_its_chunk_names_replica_chunk_and_group():
         receive(assembly, _group(3, 7, 1, chunk_groups=2, length=6))
 
 
-def test_two_copies_of_a_chunk_in_flight_at_once_are_assembled_apart():
-    """A chunk asked again (attempt 2) while its previous copy (attempt 1) is still arriving:
-    copy 1's last group is received but not yet scored when copy 2's first lands. Keyed by
-    (replica, chunk) alone, copy 2's group 0 overwrote copy 1's rows 0-1 (copy 1 came out as
-    ids [2050, 2050, 1051, 1051]) and copy 2 completed with rows never received into it."""
-    assembly = ChunkAssembly(group_size=2)
-    first = receive(assembly, _group(0, 5, 0, chunk_groups=2, attempt=1))
-    assert assembly.add(first) is None
-    last = receive(assembly, _group(0, 5, 1, chunk_groups=2, attempt=1))
-    second = [receive(assembly, _group(0, 5, 0, chunk_groups=2, attempt=2))]
-    copy1 = assembly.add(last)
-    second.append(receive(assembly, _group(0, 5, 1, chunk_groups=2, attempt=2)))
-    assert assembly.add(second[0]) is None
-    copy2 = assembly.add(second[1])
-    assert copy1.example_ids.tolist() == [1050, 1050, 1051, 1051] and copy1.attempt == 1
-    assert copy2.example_ids.tolist() == [2050, 2050, 2051, 2051] and copy2.attempt == 2
-    assert copy2.rows(0, 2).attempt == 2  # what the reward rank forwards still names its copy
-    assert assembly._chunks == {}  # both complete: no buffer left open
-
-
-def test_the_attempt_crosses_the_wire_and_a_rollout_built_without_one_is_the_first_copy():
-    sent = _group(1, 3, 0, chunk_groups=2, attempt=4)
+def test_the_chunk_and_group_cross_the_wire():
+    sent = _group(1, 3, 0, chunk_groups=2)
     got = receive(ChunkAssembly(group_size=2), sent)
-    assert (got.replica, got.chunk, got.group, got.chunk_groups, got.attempt) == (1, 3, 0, 2, 4)
-    assert sent.header()[:8].tolist() == [2, 5, 3, 0, 1, 3, 0, 2]  # the first eight fields as before
-    assert _group(1, 3, 0, chunk_groups=2).attempt == 0
+    assert (got.replica, got.chunk, got.group, got.chunk_groups) == (1, 3, 0, 2)
+    assert sent.header().tolist() == [2, 5, 3, 0, 1, 3, 0, 2]
+
+

@@ -1,7 +1,8 @@
 """A streaming generator (the real ChunkStream, weights swapped in flight) feeding the trainer's
-RewardFeed through in-process fakes (no processes, no store): every token a step trains is
-within k versions of it, a group that arrives too stale is dropped, counted and its chunk
-generated again, and every prompt is trained exactly once."""
+RewardFeed through in-process fakes (no processes, no store): chunks start only as
+executors/admission.py admits them, the trainer takes them in order even when a straggler of
+chunk n arrives after chunk n+1's groups, every token a step trains is within k versions of it,
+nothing is dropped, and every prompt is trained exactly once."""
 import contextlib
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import torch
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.feeds import FeedConfig, FeedRuntime, RewardFeed
-from llamarl_core.executors.generate_loop import GenerateLoop
+from llamarl_core.executors.admission import Admission
 from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.executors.stream import ChunkStream
@@ -28,41 +29,25 @@ K, STEPS = 1, 6                  # 6 chunks of 2 prompts: the 12 prompts once
 
 class Control:
     def __init__(self):
-        self.expected, self.redo, self.dropped, self.stale, self.duplicates = {}, [], {}, 0, 0
+        self.expected, self.duplicates = {}, 0
 
     def set_expected(self, replica, rank, chunk):
         self.expected[(replica, rank)] = chunk
 
-    def request_redo(self, replica, chunk):
-        self.redo.append((replica, chunk))
-
-    def redo_requests(self, replica):
-        return len(self.redo)
-
-    def redo_chunk(self, replica, m):
-        return self.redo[m][1]
-
-    def add_stale_groups(self, n):
-        self.stale += n
-
     def add_duplicate_groups(self, n):
         self.duplicates += n
 
-    def add_dropped(self, replica, n=1):
-        self.dropped[replica] = self.dropped.get(replica, 0) + n
+    def extra(self, replica):
+        return 0
 
 
 class Inbox:
-    """The reward rank's groups in arrival order; once they run out, the generator's loop
-    serves the chunks the feed asked again (GenerateLoop.generate_redo), group by group."""
+    """The reward rank's groups in arrival order."""
 
-    def __init__(self, arrivals, loop):
-        self.arrivals, self.loop, self.redone = list(arrivals), loop, []
+    def __init__(self, arrivals):
+        self.arrivals = list(arrivals)
 
     def get(self, should_stop):
-        if not self.arrivals and (chunk := self.loop.next_redo()) is not None:
-            self.loop.generate_redo(chunk, on_group=self.arrivals.append)
-            self.redone += self.arrivals
         return self.arrivals.pop(0)
 
 
@@ -83,8 +68,10 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
     stream = ChunkStream(chunks)
     token_versions = {}
     # the version held: one behind the newest chunk opened (chunk n opens under n - 1, as the
-    # credit rule allows with k = 1); rows still running take it in flight, between decode steps
+    # admission rule allows with k = 1); rows still running take it in flight, between decode steps
     held = lambda: max(0, stream.next_chunk - 1)  # noqa: E731
+    control = Control()
+    admission = Admission(control, 0, K)
 
     original = chunks.engine.stream
 
@@ -99,19 +86,17 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
     chunks.engine.stream = spying
 
     groups = []
-    stream.run(0, may_start=lambda n: n < STEPS, held=held, on_group=groups.append, between_steps=held)
+    stream.run(0, may_start=lambda n: n < STEPS and admission.may_start(n, held()), held=held,
+               on_group=groups.append, between_steps=held)
     assert len(groups) == 2 * STEPS
-    late = groups.pop(0)          # the first group to end reaches the trainer only at step 2:
-    groups.insert(4, late)        # too stale by then (its version < 2 - k)
+    late = groups.pop(0)          # the first group to end reaches the trainer after chunk 1's and
+    groups.insert(4, late)        # chunk 2's first: its step waits for it, the later ones wait too
+    assert (late.chunk, [g.chunk for g in groups[:4]]) == (0, [0, 1, 1, 2])
 
-    control = Control()
     rt = FeedRuntime(control, SimpleNamespace(span=lambda *a, **k: contextlib.nullcontext()), lambda: False,
                      None, None, None, lambda i: 0, None)
     feed = RewardFeed(FeedConfig(prompts_per_step=2, group_size=2, max_offpolicy_steps=K, replicas=1), rt, 0, 1)
-    loop = GenerateLoop(chunks, SimpleNamespace(ready=lambda: False), control, replica=0, global_rank=0,
-                        max_offpolicy_steps=K, should_stop=lambda: False)
-    loop.held = held()  # the version the generator holds when the redo comes
-    inbox = feed.inboxes[0] = Inbox(groups, loop)
+    feed.inboxes[0] = Inbox(groups)
 
     trained = []
     for v in range(STEPS):  # step v trains with version v (the trainer's own pace)
@@ -119,8 +104,8 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
         batch, staleness, _ = feed.collect(v, v, **({"on_groups": lambda g, s: taken.append((g, s))}
                                                      if pieces else {}))
         assert batch.num_rows == 4 and torch.all(staleness <= K)
-        if pieces:  # handed on one group at a time (each arrives alone), the step's rows in order
-            assert [len(g) for g, _ in taken] == [1, 1]
+        if pieces:  # handed on as taken (groups buffered early together), the step's rows in order
+            assert sum(len(g) for g, _ in taken) == 2 and (v != 0 or len(taken) == 2)  # step 0: 1 + straggler
             assert torch.equal(torch.cat([r.example_ids for g, _ in taken for r in g]), batch.example_ids)
             assert torch.equal(torch.cat([s for _, s in taken]), staleness)
         for r in range(batch.num_rows):
@@ -129,14 +114,12 @@ def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_on
                    int(batch.policy_versions[r]))
             for versions in token_versions[key]:
                 assert int(versions.min()) >= v - K, (v, versions.tolist())  # per token
+        # step v trains exactly chunk v's prompts: chunks in order, none overtakes a straggler
+        assert sorted(batch.example_ids[::2].tolist()) == sorted(chunk_prompt_indices(len(PROMPTS), v, 2,
+                                                                                       cfg.run.seed))
         trained += batch.example_ids[::2].tolist()
 
     assert any(int(v.max()) > int(v.min()) for vs in token_versions.values() for v in vs)  # in flight
-    assert late.policy_version < 2 - K and control.stale == 1
-    assert control.redo == [(0, late.chunk)] and loop.next_redo() is None  # asked once, served once
-    # the copy asked again is attempt 1 on the wire (its reward-rank buffer is not the first copy's)
-    assert {g.attempt for g in groups} == {0} and [g.attempt for g in inbox.redone] == [1, 1]
     want = [i for n in range(STEPS) for i in chunk_prompt_indices(len(PROMPTS), n, 2, cfg.run.seed)]
     assert sorted(trained) == sorted(want) and len(set(trained)) == len(trained)  # each prompt once
-    assert int(late.example_ids[0]) in trained[-2:]  # the dropped prompt, regenerated, trained last
-    assert control.expected[(0, 0)] == STEPS and control.dropped == {}  # every chunk consumed
+    assert control.expected[(0, 0)] == STEPS and control.duplicates == 0  # every chunk consumed, no copy

@@ -43,22 +43,27 @@ def _generator(cfg, model, weights, control, k=1):
                         should_stop=lambda: False)
 
 
+def _generate(loop, chunk, on_group=None):
+    """Chunk `chunk` with the version held, looking for new weights between decode steps as the
+    generator's stream does (GenerateLoop.swap_if_published)."""
+    return loop.chunks.generate(chunk, loop.held, on_group=on_group, between_steps=loop.swap_if_published)
+
+
 def test_a_generator_holds_no_weights_until_the_first_version_arrives_then_stays_in_the_window():
     trainer, gen = _model(0), _model(1).requires_grad_(False)
     weights, control = LocalWeights(trainer, gen), FakeControl()
     loop = _generator(_cfg(), gen, weights, control, k=1)
-    assert not loop.may_generate(True, 0)               # [W0]: nothing held yet
+    assert not loop.may_generate(0)                     # [W0]: nothing held yet
     weights.publish(0)
     assert weights.ready()
     loop.receive()
     assert loop.held == 0 and control.held == [(3, 0)]
     assert all(torch.equal(p, q) for p, q in zip(gen.parameters(), trainer.parameters()))
-    # [W2]: chunk n is trained at step n - dropped, so with v0 and k = 1 chunks 0 and 1 may start
-    assert loop.may_generate(True, 0) and loop.may_generate(True, 1)
-    assert not loop.may_generate(True, 2)
-    assert not loop.may_generate(False, 1)              # [W1]: the previous chunk not taken yet
-    control.add_dropped(0)                              # the trainer dropped one of this replica's
-    assert loop.may_generate(True, 2)
+    # [W2]: chunk n is trained at step n - extra, so with v0 and k = 1 chunks 0 and 1 may start
+    assert loop.may_generate(0) and loop.may_generate(1)
+    assert not loop.may_generate(2)
+    control.add_extra(0)                                # a step took one extra chunk of this replica
+    assert loop.may_generate(2)
 
 
 def test_a_generator_adopts_a_version_published_mid_chunk_between_decode_steps():
@@ -72,7 +77,7 @@ def test_a_generator_adopts_a_version_published_mid_chunk_between_decode_steps()
             p.mul_(0.5)
     weights.publish_at_look(1, version=1)               # lands at the first look inside the chunk
     groups = []
-    rollout = loop.generate(0, on_group=groups.append)
+    rollout = _generate(loop, 0, on_group=groups.append)
     # 4 rows on 2 slots: the first two ran 20 decode steps under v0, swapped after step
     # SWAP_POLL_STEPS, the two refilled later were admitted under v1
     assert SWAP_POLL_STEPS < 20
@@ -139,7 +144,7 @@ def test_a_trainer_and_a_generator_wired_in_one_process_train_on_generated_rows(
             self.calls.append((step, version))
             while weights.ready():
                 loop.receive()
-            rollout = loop.generate(step)
+            rollout = _generate(loop, step)
             rollout.rewards = (rollout.completion_lens % 2 == 0).float()
             return rollout, version - rollout.policy_versions, 0.0
 

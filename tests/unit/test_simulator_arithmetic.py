@@ -145,7 +145,7 @@ def test_async_generation_of_one_wave_lasts_its_longest_row_when_generated_chunk
 
 def test_streaming_async_generation_pays_no_tail_as_the_engine_is_built():
     inp = case_inputs("8b")
-    assert inp.streaming  # generation.streaming is on in the recipe's async mode
+    assert inp.streaming  # every async generator streams
     result = simulate(inp)
     # the slots stay full across steps: 16 rows x 800 mean / 16 slots = 800 decode steps
     assert result["async"]["decode_steps"] == 800 and result["async_batching"] == "streaming"

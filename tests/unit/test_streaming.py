@@ -1,11 +1,10 @@
-"""Streaming rollouts (executors/stream.py, generation.streaming): a generator replica's
+"""Streaming rollouts (executors/stream.py, every async generator): a generator replica's
 slots stay full across a step boundary, every token records its version, and each chunk's
 tokens stay within k versions of the step that trains it."""
 import pytest
 import torch
 
 from llamarl_core.config.load import load_config
-from llamarl_core.config.streaming import streaming_active
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.generate_loop import SWAP_POLL_STEPS, GenerateLoop
 from llamarl_core.executors.pipeline import chunk_config
@@ -165,12 +164,6 @@ def test_a_stream_cut_ends_the_engine_run_at_once():
     with pytest.raises(StreamCut):
         stream.run(0, may_start, held=lambda: 0)
     assert calls == [0, 1]
-
-
-def test_streaming_is_on_in_async_mode_and_off_in_sync_mode():
-    assert streaming_active(load_config("cpu_tiny", []))
-    assert not streaming_active(load_config("cpu_tiny", ["generation.streaming=false"]))
-    assert not streaming_active(load_config("cpu_tiny_sync", []))
 
 
 def test_a_closed_gate_opens_at_the_turn_the_new_version_arrives():

@@ -1,7 +1,7 @@
-"""Stale rows, whatever the generator (G) and trainer (T) layouts: every stale group is dropped
-and counted once (`trainer/stale_dropped_groups`), its chunk is asked again (it is not lost), and the
-generator's credit counter `dropped/<replica>` moves only for chunks taken beyond a step's
-(dynamic sampling's extra rounds), once per replica."""
+"""Whatever the generator (G) and trainer (T) layouts, a step takes each replica's next chunk
+(no version is too old: executors/admission.py), and the admission counter `extra/<replica>`
+moves only for chunks taken beyond a step's (dynamic sampling's extra rounds), once per replica,
+before that chunk is taken."""
 from types import SimpleNamespace
 import contextlib
 
@@ -15,23 +15,14 @@ from llamarl_core.wire.rollout import Rollout
 
 class FakeControl:
     def __init__(self):
-        self.dropped: dict[int, int] = {}
-        self.redo: list[tuple[int, int]] = []
-        self.stale = 0
-
-    def add_stale_groups(self, n):
-        self.stale += n
-        return self.stale
+        self.extras: dict[int, int] = {}
 
     def set_expected(self, replica: int, trainer_rank: int, chunk: int) -> None:
         pass
 
-    def request_redo(self, replica, chunk):
-        self.redo.append((replica, chunk))
-
-    def add_dropped(self, replica: int, n: int = 1) -> int:
-        self.dropped[replica] = self.dropped.get(replica, 0) + n
-        return self.dropped[replica]
+    def add_extra(self, replica: int, n: int = 1) -> int:
+        self.extras[replica] = self.extras.get(replica, 0) + n
+        return self.extras[replica]
 
 
 class FakeInbox:
@@ -51,8 +42,9 @@ def rows(n: int, version: int, replica: int, chunk: int) -> Rollout:
 
 
 def collect_on_every_rank(generators: int, trainers: int, more: bool = False) -> FakeControl:
-    """Every trainer rank collects step 2 (k = 1): each replica's first chunk (version 0) is
-    stale and dropped, its second (version 2) is kept; `more`: then one extra round."""
+    """Every trainer rank collects step 2 (k = 1): each replica's chunk 0, sampled under version 0,
+    is trained (two versions behind: the admission rule, not the trainer, bounds that);
+    `more`: then one extra round takes chunk 1."""
     control = FakeControl()
     timeline = SimpleNamespace(span=lambda *a, **k: contextlib.nullcontext())
     for rank in range(trainers):
@@ -61,23 +53,21 @@ def collect_on_every_rank(generators: int, trainers: int, more: bool = False) ->
         feed.inboxes = {}
         for i in feed.sources:
             (_, lo, hi), = [s for s in chunk_slices_for_trainers(i, generators, trainers, 4, 2) if s[0] == rank]
-            feed.inboxes[i] = FakeInbox([rows(hi - lo, 0, i, 0), rows(hi - lo, 2, i, 1), rows(hi - lo, 2, i, 2)])
+            feed.inboxes[i] = FakeInbox([rows(hi - lo, 2, i, 1), rows(hi - lo, 0, i, 0), rows(hi - lo, 2, i, 2)])
         batch, staleness, _ = feed.collect(step=2, version=2)
-        assert batch.num_rows == 4 * 2 // trainers and torch.all(staleness == 0)
-        assert batch.chunk == 1 and feed.next_chunk == {i: 0 for i in feed.sources}  # chunk 0 comes again
+        assert batch.num_rows == 4 * 2 // trainers and torch.all(staleness == 2)
+        assert batch.chunk == 0 and feed.next_chunk == {i: 1 for i in feed.sources}  # chunk 1 waits
         if more:
-            feed.collect_more(step=2, version=2)
+            batch, _, _ = feed.collect_more(step=2, version=2)
+            assert batch.chunk == 1 and feed.next_chunk == {i: 2 for i in feed.sources}
     return control
 
 
 @pytest.mark.parametrize("generators,trainers", [(1, 1), (1, 2), (2, 1), (2, 4), (4, 2)])
-def test_each_stale_group_is_dropped_counted_once_and_its_chunk_asked_again(generators, trainers):
-    control = collect_on_every_rank(generators, trainers)
-    assert control.stale == 4  # chunk 0 of every replica: the step's 4 prompts
-    assert set(control.redo) == {(i, 0) for i in range(generators)}
-    assert control.dropped == {}  # not skipped: the credit rule still sees one chunk a step
+def test_a_step_takes_each_replicas_next_chunk_whatever_arrived_first(generators, trainers):
+    assert collect_on_every_rank(generators, trainers).extras == {}  # one chunk a step: nothing extra
 
 
 @pytest.mark.parametrize("generators,trainers", [(1, 2), (2, 1), (4, 2)])
 def test_an_extra_round_counts_each_replicas_chunk_exactly_once(generators, trainers):
-    assert collect_on_every_rank(generators, trainers, more=True).dropped == {i: 1 for i in range(generators)}
+    assert collect_on_every_rank(generators, trainers, more=True).extras == {i: 1 for i in range(generators)}
