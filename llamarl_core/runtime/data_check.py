@@ -65,7 +65,7 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
 def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
     path = cfg.warmstart.data
     try:
-        seqs, report = chat_warmstart(cfg, tokenizer)
+        seqs, report = chat_warmstart(path, cfg.data, cfg.generation, tokenizer)
     except (ValueError, FileNotFoundError) as e:  # DataFormatError is a ValueError
         raise _refused(cfg, "warmstart.data", path, e, ": no conversations") from None
     lines = [_skipped("warmstart.data", report, path)] if report.num_skipped else []
@@ -73,7 +73,7 @@ def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
     split = (f" as {len(seqs)} sequences (one per assistant turn where the template renders earlier turns "
              f"differently later)" if len(seqs) != report.num_loaded else "")
     lines.append(f"warmstart.data: {report.num_loaded} chats checked{split}, up to {max(len(t) for t, _ in seqs)} "
-                 f"tokens (limit {max_sequence_tokens(cfg)}), {trained} assistant tokens trained")
+                 f"tokens (limit {max_sequence_tokens(cfg.generation)}), {trained} assistant tokens trained")
     return lines
 
 
