@@ -32,7 +32,6 @@ class RoleRuntime:
     # the role's name → its world (runtime/worker.build_groups); "generator_tp" → this rank's replica
     groups: dict = field(default_factory=dict)
     run_dir: str = ""
-    run_id: str = ""
     device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
     last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread
 
