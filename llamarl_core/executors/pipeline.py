@@ -63,9 +63,10 @@ sits, the control store, the links' address, its timeline), which the worker ent
   component            its sections (each also gets the RoleRuntime)
   GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
                        algorithm.max_offpolicy_steps, streaming (config/streaming.py)
-  RewardExecutor       model (the tokenizer), data, resources.reward, algorithm, whether to forward
-                       each group as scored (the trainer streams groups: config/streaming.py)
-  TrainerExecutor      TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
+  RewardExecutor       model (the tokenizer), data, resources.reward, prompts_per_step, group_size,
+                       whether to forward each group as scored (config/streaming.py), reward.max_abs
+  TrainerExecutor      model, resources.trainer, algorithm, data, generation, warmstart, run, logging,
+                       recipe, export.dtype, LearnerConfig, HeldoutConfig; its feed and publisher:
   WeightSync / InPlace WeightSyncConfig, resources.trainer.strategy / none
   RewardFeed/OwnChunks FeedConfig (algorithm's batch shape and k, replicas, generator quantization)
                        and a FeedRuntime (the RoleRuntime's store, links and restart verdicts)
