@@ -22,7 +22,6 @@ class Stopped(Exception):
 class RoleRuntime:
     role: str
     local_rank: int
-    global_rank: int
     role_ranks: dict[str, list[int]]          # role → its global ranks
     control: ControlPlane
     timeline: Timeline
@@ -45,6 +44,10 @@ class RoleRuntime:
 
     def ranks(self, role: str) -> list[int]:
         return self.role_ranks.get(role, [])
+
+    @property
+    def global_rank(self) -> int:
+        return self.role_ranks[self.role][self.local_rank]
 
     @property
     def generator_replicas(self) -> int:
