@@ -172,35 +172,28 @@ class TrainerExecutor:
 
     def _on_wait(self) -> set[str]:
         """Called while waiting for rows: new generators get the current weights first."""
-        restarted = self.watch.poll()
-        if "generator" in restarted:
-            self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
-        return restarted
+        return self._rejoined(self.watch.poll())
 
     def _on_broken(self, error: BaseException) -> set[str]:
-        restarted = rejoin.await_verdict(self.ctx, self.watch, error)
+        return self._rejoined(rejoin.await_verdict(self.ctx, self.watch, error))
+
+    def _rejoined(self, restarted: set[str]) -> set[str]:
         if "generator" in restarted:
             self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
         return restarted
 
     def evaluate(self) -> None:
-        if not self.eval_examples:
+        sharded = self._sharded()
+        if not self.eval_examples or (self.rank != 0 and not sharded):  # DDP replicas hold the same weights
             return
-        if self._sharded():
-            # Every rank decodes through its shards (sharded_eval.py): no rank gathers the model.
-            engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
-                                    TORCH_DTYPES[self.resources.dtype])
-            with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(None, self.tokenizer, self.heldout_cfg, self.eval_examples, self.reward_fn,
-                                                self._progress("eval"), engine=engine)
-            if self.rank != 0:
-                return
-        else:
-            if self.rank != 0:  # DDP replicas hold the same weights
-                return
-            with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.heldout_cfg, self.eval_examples,
-                                                self.reward_fn, self._progress("eval"))
+        # FSDP2: every rank decodes through its shards (sharded_eval.py), no rank gathers the model.
+        engine = (LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
+                                 TORCH_DTYPES[self.resources.dtype]) if sharded else None)
+        with self.ctx.timeline.span("eval", version=self.version):
+            summary, samples = heldout_eval(None if sharded else unwrap(self.model), self.tokenizer, self.heldout_cfg,
+                                            self.eval_examples, self.reward_fn, self._progress("eval"), engine=engine)
+        if self.rank != 0:
+            return
         self.accuracy[self.version] = float(summary["accuracy"])
         publish_accuracy(self.ctx.control, self.accuracy)  # the panel's start → latest
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
