@@ -26,20 +26,13 @@ from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.learning_signal import last_line
-from llamarl_core.executors.setup import load_split, reward_name
-from llamarl_core.models import ByteTokenizer, load_tokenizer
+from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
 from llamarl_core.wire.assembly import ChunkAssembly
 
 POLL_S = 0.05
-
-
-def _tokenizer(model: ModelConfig):
-    if model.checkpoint:
-        return load_tokenizer(model.checkpoint)
-    return ByteTokenizer()
 
 
 class RewardExecutor:
@@ -54,7 +47,7 @@ class RewardExecutor:
         larger or non-numeric reward is an error for its sample)."""
         self.ctx, self.forward_groups = ctx, forward_groups
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
-        self.tokenizer = _tokenizer(model)
+        self.tokenizer = tokenizer_of(model)
         r = resources
         self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s, max_abs=max_abs,
                                on_progress=ctx.progress)

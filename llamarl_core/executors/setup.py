@@ -33,6 +33,11 @@ def build_model(model_cfg: ModelConfig, dtype: str, device: str = "cpu", *, seed
     return model, ByteTokenizer()
 
 
+def tokenizer_of(model_cfg: ModelConfig):
+    """The model's tokenizer: its checkpoint's, or the byte tokenizer of a preset."""
+    return load_tokenizer(model_cfg.checkpoint) if model_cfg.checkpoint else ByteTokenizer()
+
+
 def build_meta_model(model_cfg: ModelConfig, dtype: str):
     """(model on the meta device, tokenizer): shapes only, for a role whose weights all arrive
     over the weight sync (the generators receive version 0 before they generate)."""
