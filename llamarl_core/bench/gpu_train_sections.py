@@ -104,8 +104,9 @@ def mismatch(device: str, size: dict) -> dict:
     dev = "cuda" if device == "cuda" else "cpu"
     master, tok = build_model(cfg.model, dtype="float32", device=dev, seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tok)
-    warmstart_steps(master, cfg.warmstart, cfg.run.seed, warmstart_sequences(cfg, prompts, tok)[0], tok.pad_id,
-                    log=lambda m: None, adam=learner_config(cfg))  # peaked distributions, as RL starts from
+    seqs, _ = warmstart_sequences(cfg.warmstart, cfg.data, cfg.generation, prompts, tok)
+    warmstart_steps(master, cfg.warmstart, cfg.run.seed, seqs, tok.pad_id, log=lambda m: None,
+                    adam=learner_config(cfg))  # peaked distributions, as RL starts from
     generator = copy.deepcopy(master).to(torch.bfloat16).requires_grad_(False).eval()
     chunks = ChunkGenerator(chunk_config(cfg), generator, tok, PromptSet(prompts.examples, prompts.prompt_ids), 0, 1)
     rollout = chunks.generate(chunk=0, policy_version=0).to("cpu")  # μ: what the bf16 engine sampled with

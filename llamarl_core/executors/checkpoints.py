@@ -60,12 +60,6 @@ def is_stable(path: str) -> bool:
     return os.path.isfile(os.path.join(path, STABLE))
 
 
-def latest_stable(run_dir: str) -> str | None:
-    """The newest checkpoint with its STABLE marker (an interrupted write has none)."""
-    stable = [path for _, path in step_dirs(run_dir) if is_stable(path)]
-    return stable[-1] if stable else None
-
-
 def read_state(path: str) -> dict:
     file = os.path.join(path, "state.json")
     try:

@@ -22,7 +22,6 @@ class Stopped(Exception):
 class RoleRuntime:
     role: str
     local_rank: int
-    global_rank: int
     role_ranks: dict[str, list[int]]          # role → its global ranks
     control: ControlPlane
     timeline: Timeline
@@ -32,7 +31,6 @@ class RoleRuntime:
     # the role's name → its world (runtime/worker.build_groups); "generator_tp" → this rank's replica
     groups: dict = field(default_factory=dict)
     run_dir: str = ""
-    run_id: str = ""
     device: str = "cpu"                         # this rank's torch device: cpu | cuda:<LOCAL_RANK>
     last_progress_s: float = field(default_factory=time.time)  # read by the heartbeat thread
 
@@ -46,6 +44,10 @@ class RoleRuntime:
 
     def ranks(self, role: str) -> list[int]:
         return self.role_ranks.get(role, [])
+
+    @property
+    def global_rank(self) -> int:
+        return self.role_ranks[self.role][self.local_rank]
 
     @property
     def generator_replicas(self) -> int:

@@ -65,9 +65,10 @@ sits, the control store, the links' address, its timeline), which the worker ent
   component            its sections (each also gets the RoleRuntime)
   GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
                        algorithm.max_offpolicy_steps
-  RewardExecutor       model (the tokenizer), data, resources.reward, algorithm, whether to forward
-                       each group as scored (the trainer streams groups: config/streaming.py)
-  TrainerExecutor      TrainerConfig, LearnerConfig, HeldoutConfig; its feed and publisher:
+  RewardExecutor       model (the tokenizer), data, resources.reward, prompts_per_step, group_size,
+                       whether to forward each group as scored (config/streaming.py), reward.max_abs
+  TrainerExecutor      model, resources.trainer, algorithm, data, generation, warmstart, run, logging,
+                       recipe, export.dtype, LearnerConfig, HeldoutConfig; its feed and publisher:
   WeightSync / InPlace WeightSyncConfig, resources.trainer.strategy / none
   RewardFeed/OwnChunks FeedConfig (algorithm's batch shape and k, replicas, generator quantization)
                        and a FeedRuntime (the RoleRuntime's store, links and restart verdicts)
@@ -99,7 +100,8 @@ def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
                                  weight_sync_config(cfg, plan), cfg.algorithm.max_offpolicy_steps)
     if role == "reward":
         from llamarl_core.executors.reward import RewardExecutor
-        return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, cfg.algorithm,
+        a = cfg.algorithm
+        return RewardExecutor(ctx, cfg.model, cfg.data, cfg.resources.reward, a.prompts_per_step, a.group_size,
                               forward_groups=stream_groups_active(cfg), max_abs=cfg.reward.max_abs)
     if role in ("trainer", "actor"):
         from llamarl_core.executors.feeds import OwnChunks, RewardFeed
@@ -107,17 +109,22 @@ def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
         from llamarl_core.executors.trainer import TrainerExecutor
         if role == "trainer":  # k >= 1: rows from the reward role, weights to the generator role
             sync = weight_sync_config(cfg, plan)
-            return TrainerExecutor(ctx, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
-                                   make_feed=lambda t: RewardFeed(feed_config(cfg, ctx), feed_runtime(ctx),
-                                                                  t.rank, t.world),
-                                   make_publisher=lambda t: WeightSync(ctx, sync, cfg.resources.trainer.strategy,
-                                                                       t.rank, t.model, t.raw))
-        # k = 0: the same trainer loop; the colocated actor ranks generate their own rows with
-        # the weights they train
-        return TrainerExecutor(ctx, role, trainer_config(cfg), learner_config(cfg), heldout_config(cfg),
-                               make_feed=lambda t: OwnChunks(feed_config(cfg, ctx), feed_runtime(ctx), chunk_config(cfg),
-                                                             t.rank, t.world, t.raw, t.tokenizer, t.train_prompts),
-                               make_publisher=lambda t: InPlace(ctx, t.rank, t.feed))
+
+            def make_feed(t):
+                return RewardFeed(feed_config(cfg, ctx), feed_runtime(ctx), t.rank, t.world)
+
+            def make_publisher(t):
+                return WeightSync(ctx, sync, cfg.resources.trainer.strategy, t.rank, t.model, t.raw)
+        else:  # k = 0: the same trainer loop; the colocated actor ranks generate their own rows
+            def make_feed(t):
+                return OwnChunks(feed_config(cfg, ctx), feed_runtime(ctx), chunk_config(cfg), t.rank, t.world,
+                                 t.raw, t.tokenizer, t.train_prompts)
+
+            def make_publisher(t):
+                return InPlace(ctx, t.rank, t.feed)
+        return TrainerExecutor(ctx, cfg.model, cfg.resources.trainer, cfg.algorithm, cfg.data, cfg.generation,
+                               cfg.warmstart, cfg.run, cfg.logging, learner_config(cfg), heldout_config(cfg),
+                               make_feed, make_publisher, recipe=cfg.recipe, export_dtype=cfg.export.dtype)
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
 
 
@@ -159,12 +166,6 @@ def _betas(betas) -> tuple | None:
     return None if betas is None else tuple(float(b) for b in betas)
 
 
-def trainer_config(cfg: LlamaRLConfig):
-    from llamarl_core.executors.trainer import TrainerConfig  # the trainer's modules: trainer ranks only
-    return TrainerConfig(cfg.recipe, cfg.model, cfg.resources.trainer, cfg.algorithm, cfg.warmstart,
-                         cfg.generation, cfg.data, cfg.run, cfg.logging, cfg.export)
-
-
 def weight_sync_config(cfg: LlamaRLConfig, plan: dict) -> WeightSyncConfig:
     """Both ends' weight-sync settings; `plan`: the launch plan (its trainer ranks and nodes)."""
     r = cfg.resources
@@ -185,7 +186,7 @@ def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
     t0 = time.perf_counter()
     model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
-    seqs, _ = warmstart_sequences(cfg, prompts, tokenizer)
+    seqs, _ = warmstart_sequences(cfg.warmstart, cfg.data, cfg.generation, prompts, tokenizer)
     loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m),
                            adam=learner_config(cfg))
     save_pretrained(model, tokenizer, out_dir)

@@ -21,14 +21,12 @@ import time
 
 import torch
 
-from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, ModelConfig, RewardResources,
-                                       RewardSettings)
+from llamarl_core.config.schema import DataConfig, ModelConfig, RewardResources, RewardSettings
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.learning_signal import last_line
-from llamarl_core.executors.setup import load_split, reward_name
-from llamarl_core.models import ByteTokenizer, load_tokenizer
+from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
@@ -37,24 +35,19 @@ from llamarl_core.wire.assembly import ChunkAssembly
 POLL_S = 0.05
 
 
-def _tokenizer(model: ModelConfig):
-    if model.checkpoint:
-        return load_tokenizer(model.checkpoint)
-    return ByteTokenizer()
-
-
 class RewardExecutor:
     def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
-                 algorithm: AlgorithmConfig, forward_groups: bool = False,
+                 prompts_per_step: int, group_size: int, forward_groups: bool = False,
                  max_abs: float = RewardSettings.max_abs):
         """`model`: whose tokenizer decodes completions; `data`: the train examples and their
-        reward; `resources`: resources.reward (verifier workers, timeout); `algorithm`: the
-        step's shape (prompts_per_step, group_size); `forward_groups`: send each group on as soon
+        reward; `resources`: resources.reward (verifier workers, timeout); `prompts_per_step`,
+        `group_size`: the step's shape (algorithm.*); `forward_groups`: send each group on as soon
         as it is scored (the trainer starts micro-batches on groups as they arrive), not each
         trainer rank's slice of a chunk once the chunk is whole; `max_abs`: reward.max_abs (a
         larger or non-numeric reward is an error for its sample)."""
-        self.ctx, self.algorithm, self.forward_groups = ctx, algorithm, forward_groups
-        self.tokenizer = _tokenizer(model)
+        self.ctx, self.forward_groups = ctx, forward_groups
+        self.prompts_per_step, self.group_size = prompts_per_step, group_size
+        self.tokenizer = tokenizer_of(model)
         r = resources
         self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s, max_abs=max_abs,
                                on_progress=ctx.progress)
@@ -71,7 +64,7 @@ class RewardExecutor:
         # the replicas this rank scores (replica i → reward rank i mod R)
         self.sources = [i for i in range(self.num_replicas) if ctx.reward_rank_for(i) == ctx.local_rank]
         self.scored = 0
-        self.assembly = ChunkAssembly(algorithm.group_size)  # chunks whose groups are arriving
+        self.assembly = ChunkAssembly(group_size)  # chunks whose groups are arriving
 
     def run(self) -> None:
         ctx = self.ctx
@@ -106,12 +99,11 @@ class RewardExecutor:
         """One receiver per replica this rank scores, on links of the current epochs; what
         was partly received from the old ones is dropped (it will be generated again)."""
         self.links.drop(self.source_role)
-        self.assembly = ChunkAssembly(self.algorithm.group_size)
+        self.assembly = ChunkAssembly(self.group_size)
         me, tp = rejoin.my_endpoint(self.ctx), self.ctx.generator_tp
         # Event-driven, a step deep: every group of a replica's step can land while this rank
         # scores, so no generator waits for it to take the next one.
-        a, arrivals = self.algorithm, Arrivals()
-        depth = 2 * -(-a.prompts_per_step // max(1, self.num_replicas))
+        arrivals, depth = Arrivals(), 2 * -(-self.prompts_per_step // max(1, self.num_replicas))
         return [AsyncReceiver(self.links.get(rejoin.endpoint(self.ctx, self.source_role, i * tp), me, sending=False),
                               TAG_TO_REWARD, prefetch=depth, arrivals=arrivals, buffers=self.assembly.buffers)
                 for i in self.sources]
@@ -138,9 +130,8 @@ class RewardExecutor:
 
     def _slices(self, replica: int) -> list[tuple[int, int, int]]:
         """(trainer rank, first row, end row) of each trainer rank's slice of `replica`'s chunks."""
-        a = self.algorithm
-        return chunk_slices_for_trainers(replica, self.num_replicas, len(self.trainer_ranks), a.prompts_per_step,
-                                         a.group_size)
+        return chunk_slices_for_trainers(replica, self.num_replicas, len(self.trainer_ranks), self.prompts_per_step,
+                                         self.group_size)
 
     def _send(self, rows, trainer_rank: int, outbox: AsyncSender) -> None:
         link = self.links.get(rejoin.my_endpoint(self.ctx), rejoin.endpoint(self.ctx, self.trainer_role, trainer_rank),
@@ -150,7 +141,7 @@ class RewardExecutor:
     def _forward(self, part, outbox: AsyncSender) -> None:
         """A scored part of a chunk (whole groups) to the trainer rank(s) whose slice holds it,
         as it is: a group of the chunk (its `group` and `chunk_groups` tell the intake where)."""
-        g, first = self.algorithm.group_size, part.group * self.algorithm.group_size
+        g, first = self.group_size, part.group * self.group_size
         for j, lo, hi in self._slices(part.replica):
             a, b = max(lo, first), min(hi, first + part.num_rows)
             if a < b:

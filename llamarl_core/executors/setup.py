@@ -12,7 +12,7 @@ import torch
 
 from llamarl_core.config.schema import DataConfig, GenerationConfig, ModelConfig
 from llamarl_core.data import Example, default_reward, prompt_format, render_target
-from llamarl_core.data.splits import data_keys, load_split, split_path  # noqa: F401 (the roles' names for them)
+from llamarl_core.data.splits import load_split, split_path  # noqa: F401 (the roles' names for them)
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -31,6 +31,11 @@ def build_model(model_cfg: ModelConfig, dtype: str, device: str = "cpu", *, seed
     torch.manual_seed(seed)
     model = Llama(get_preset(model_cfg.preset)).to(device=device, dtype=torch_dtype)
     return model, ByteTokenizer()
+
+
+def tokenizer_of(model_cfg: ModelConfig):
+    """The model's tokenizer: its checkpoint's, or the byte tokenizer of a preset."""
+    return load_tokenizer(model_cfg.checkpoint) if model_cfg.checkpoint else ByteTokenizer()
 
 
 def build_meta_model(model_cfg: ModelConfig, dtype: str):
@@ -54,15 +59,6 @@ def materialize_zeros(model: torch.nn.Module, device: str) -> torch.nn.Module:
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
-    return model
-
-
-def model_from_state(model_cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: str,
-                     device: str = "cpu") -> torch.nn.Module:
-    """A fresh plain model holding exactly `state`. Strict: a name that does not match would
-    otherwise leave random weights in an eval or a checkpoint without a word."""
-    model = build_model(model_cfg, dtype, device=device, seed=0)[0]  # every weight is overwritten
-    model.load_state_dict(state, strict=True)
     return model
 
 

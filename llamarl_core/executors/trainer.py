@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from llamarl_core.executors import checkpoints, rejoin
-from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, ExportConfig, GenerationConfig, LoggingConfig,
-                                        ModelConfig, RunConfig, TrainerResources, WarmStartConfig)
+from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
+                                        RunConfig, TrainerResources, WarmStartConfig)
 from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.end_reason import EndReason, reached_max_steps, reached_max_time
 from llamarl_core.executors.feeds import merge_positions
@@ -54,42 +53,36 @@ from llamarl_core.transport.sharded_load import load_sharded
 from llamarl_core.wire.rollout import Rollout
 
 
-@dataclass(frozen=True)
-class TrainerConfig:
-    """The sections the trainer loop reads (built by executors/pipeline.py: `trainer_config`);
-    the learner and the held-out eval get their own (`LearnerConfig`, `HeldoutConfig`)."""
-
-    recipe: str                 # the recipe's name, for summary.json
-    model: ModelConfig          # what to build (preset or checkpoint)
-    trainer: TrainerResources   # resources.trainer: dtype, sharding, micro-batches
-    algorithm: AlgorithmConfig  # k, group size, KL reference, dynamic sampling
-    warmstart: WarmStartConfig
-    generation: GenerationConfig  # prompt encoding, the length cap the rollout stats read
-    data: DataConfig            # train prompts, held-out examples, the reward
-    run: RunConfig              # steps, eval/checkpoint cadence, resume, seed
-    logging: LoggingConfig
-    export: ExportConfig = field(default_factory=ExportConfig)  # checkpoints/final's dtype
-
-
 class TrainerExecutor:
-    def __init__(self, ctx: RoleRuntime, role: str, cfg: TrainerConfig, learner_cfg: LearnerConfig,
-                 heldout_cfg: HeldoutConfig, make_feed: Callable, make_publisher: Callable):
-        t = cfg.trainer
-        self.ctx, self.cfg, self.heldout_cfg = ctx, cfg, heldout_cfg
-        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, cfg.model, t, cfg.run.seed)
-        self.group = ctx.groups.get(role)
-        self.rank, self.world = ctx.local_rank, len(ctx.ranks(role))
+    def __init__(self, ctx: RoleRuntime, model: ModelConfig, resources: TrainerResources, algorithm: AlgorithmConfig,
+                 data: DataConfig, generation: GenerationConfig, warmstart: WarmStartConfig, run: RunConfig,
+                 logging: LoggingConfig, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
+                 make_feed: Callable, make_publisher: Callable, *, recipe: str, export_dtype: str = "auto"):
+        """The sections it reads, each for itself: `model` + `resources` (resources.trainer) what
+        to build and in which dtype; `algorithm` the batch shape, the KL reference, dynamic
+        sampling; `data` + `generation` the prompts (encoded as the generator encodes them), the
+        held-out examples, the reward, the length cap; `warmstart` the supervised stage; `run`
+        steps, cadences, resume, seed; `logging` metrics files; `recipe` and `export_dtype`
+        (export.dtype) for summary.json and checkpoints/final. `make_feed` / `make_publisher`:
+        how a step's rows come and a version goes, given the built trainer (pipeline.py)."""
+        self.ctx, self.heldout_cfg = ctx, heldout_cfg
+        self.model_cfg, self.resources, self.algorithm, self.data, self.generation = (model, resources, algorithm,
+                                                                                     data, generation)
+        self.warmstart_cfg, self.run_cfg, self.recipe, self.export_dtype = warmstart, run, recipe, export_dtype
+        self.model, self.raw, self.tokenizer = build_trainer_model(ctx, model, resources, run.seed)
+        self.group = ctx.groups.get(ctx.role)
+        self.rank, self.world = ctx.local_rank, len(ctx.ranks(ctx.role))
         # The KL reference is the policy RL starts from (refreshed after the warm start), sharded
         # like the trainer: trainer_model.py.
-        self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[t.dtype])
-                    if cfg.algorithm.kl_coef > 0 else None)
+        self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[resources.dtype])
+                    if algorithm.kl_coef > 0 else None)
         eos_ids = stop_ids(self.tokenizer)  # what the engine stops on: a completion ending there is not cut
         self.learner = Learner(self.model, learner_cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
-        self.train_prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), self.tokenizer)
-        self.eval_examples = load_split(cfg.data, "test")
+        self.train_prompts = encode_prompts(data, generation, load_split(data, "train"), self.tokenizer)
+        self.eval_examples = load_split(data, "test")
         self.data_skipped = {split: getattr(getattr(x, "report", None), "num_skipped", 0)  # on_error=skip
                              for split, x in (("train", self.train_prompts.examples), ("test", self.eval_examples))}
-        self.reward_fn = get_reward(reward_name(cfg.data))
+        self.reward_fn = get_reward(reward_name(data))
         self.version = 0
         # restarts of the roles this one talks to (executors/rejoin.py); trainers never restart
         self.restartable = [r for r in ("generator", "reward") if ctx.ranks(r)]
@@ -98,15 +91,16 @@ class TrainerExecutor:
         self.publisher: WeightPublisher = make_publisher(self)
         self.feed.on_wait, self.feed.on_broken = self._on_wait, self._on_broken
         # How a step's rows are collected: the feed itself, or rounds of it (executors/resample.py).
-        self.sampler = DynamicSampling(self.feed, cfg.algorithm, cfg.generation.max_new_tokens) if cfg.algorithm.dynamic_sampling else self.feed
+        self.sampler = (DynamicSampling(self.feed, algorithm, generation.max_new_tokens)
+                        if algorithm.dynamic_sampling else self.feed)
         publisher_watch = rejoin.watch(ctx, ["generator"])
         self.publisher.on_broken = lambda e: rejoin.await_verdict(ctx, publisher_watch, e)
         sizes = {"generator": self.feed.replicas, "reward": len(ctx.ranks("reward"))}
-        first_step = checkpoints.read_state(cfg.run.resume)["step"] + 1 if cfg.run.resume else 1
-        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, cfg.logging, first_step)
+        first_step = checkpoints.read_state(run.resume)["step"] + 1 if run.resume else 1
+        self.log = (MetricsLog(ctx.run_dir, ctx.control, sizes, logging, first_step)
                     if self.rank == 0 else None)
         self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
-        n_samples = cfg.logging.trained_samples_per_step
+        n_samples = logging.trained_samples_per_step
         self.samples_log = (TrainedSamplesLog(ctx.run_dir, n_samples, self.tokenizer)
                             if self.rank == 0 and n_samples else None)
         self.last_sync: dict = {}
@@ -114,9 +108,9 @@ class TrainerExecutor:
 
     # ---- phases -------------------------------------------------------------------------
     def run(self) -> None:
-        cfg, ctx = self.cfg, self.ctx
-        start = self.restore() if cfg.run.resume else 0
-        if not cfg.run.resume:
+        run, ctx = self.run_cfg, self.ctx
+        start = self.restore() if run.resume else 0
+        if not run.resume:
             self.warm_start()
             self.evaluate()
         self.sync()
@@ -124,24 +118,24 @@ class TrainerExecutor:
         t_rl = time.time()
         if self.log is not None:
             self.log.rl_start = t_rl
-        for step in range(start, cfg.run.max_steps):
+        for step in range(start, run.max_steps):
             t0 = time.time()
             ctx.progress()
             done = rl_step(self.feed, self.learner, self.publisher, step, self.version,
-                           lambda: step == cfg.run.max_steps - 1 or self._out_of_time(t_rl),
+                           lambda: step == run.max_steps - 1 or self._out_of_time(t_rl),
                            sampler=self.sampler, span=ctx.timeline.span,
                            stream_groups=self.learner.cfg.stream_groups)
             batch, metrics, waited_s, self.version, last = (done.batch, done.metrics, done.waited_s,
                                                             done.version, done.last)
             if done.sync is not None:
                 self.last_sync = done.sync
-            due = cfg.run.eval_every_steps and (step + 1) % cfg.run.eval_every_steps == 0
+            due = run.eval_every_steps and (step + 1) % run.eval_every_steps == 0
             if due or last:
                 self.evaluate()
             with ctx.timeline.span("log", step=step):  # bookkeeping: busy, not waiting on a role
                 self._log_examples(step, batch)
                 self._log(step, metrics, batch, waited_s, time.time() - t0)
-            if cfg.run.checkpoint_every_steps and (step + 1) % cfg.run.checkpoint_every_steps == 0:
+            if run.checkpoint_every_steps and (step + 1) % run.checkpoint_every_steps == 0:
                 self.save_checkpoint(step + 1)
             if last:
                 break
@@ -154,13 +148,14 @@ class TrainerExecutor:
 
     def warm_start(self) -> None:
         """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
-        if self.cfg.warmstart.steps == 0:
+        w = self.warmstart_cfg
+        if w.steps == 0:
             return
-        with self.ctx.timeline.span("warmstart", steps=self.cfg.warmstart.steps):
-            seqs, skipped = warmstart_sequences(self.cfg, self.train_prompts, self.tokenizer)
-            if self.cfg.warmstart.data:  # summary.json: data_skipped_lines.warmstart
+        with self.ctx.timeline.span("warmstart", steps=w.steps):
+            seqs, skipped = warmstart_sequences(w, self.data, self.generation, self.train_prompts, self.tokenizer)
+            if w.data:  # summary.json: data_skipped_lines.warmstart
                 self.data_skipped["warmstart"] = skipped
-            warmstart_steps(self.model, self.cfg.warmstart, self.cfg.run.seed, seqs, self.tokenizer.pad_id, self.rank,
+            warmstart_steps(self.model, w, self.run_cfg.seed, seqs, self.tokenizer.pad_id, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"), adam=self.learner.cfg)
         if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start
@@ -177,35 +172,28 @@ class TrainerExecutor:
 
     def _on_wait(self) -> set[str]:
         """Called while waiting for rows: new generators get the current weights first."""
-        restarted = self.watch.poll()
-        if "generator" in restarted:
-            self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
-        return restarted
+        return self._rejoined(self.watch.poll())
 
     def _on_broken(self, error: BaseException) -> set[str]:
-        restarted = rejoin.await_verdict(self.ctx, self.watch, error)
+        return self._rejoined(rejoin.await_verdict(self.ctx, self.watch, error))
+
+    def _rejoined(self, restarted: set[str]) -> set[str]:
         if "generator" in restarted:
             self.last_sync = self.publisher.rejoin(self.version) or self.last_sync
         return restarted
 
     def evaluate(self) -> None:
-        if not self.eval_examples:
+        sharded = self._sharded()
+        if not self.eval_examples or (self.rank != 0 and not sharded):  # DDP replicas hold the same weights
             return
-        if self._sharded():
-            # Every rank decodes through its shards (sharded_eval.py): no rank gathers the model.
-            engine = LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
-                                    TORCH_DTYPES[self.cfg.trainer.dtype])
-            with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(None, self.tokenizer, self.heldout_cfg, self.eval_examples, self.reward_fn,
-                                                self._progress("eval"), engine=engine)
-            if self.rank != 0:
-                return
-        else:
-            if self.rank != 0:  # DDP replicas hold the same weights
-                return
-            with self.ctx.timeline.span("eval", version=self.version):
-                summary, samples = heldout_eval(unwrap(self.model), self.tokenizer, self.heldout_cfg, self.eval_examples,
-                                                self.reward_fn, self._progress("eval"))
+        # FSDP2: every rank decodes through its shards (sharded_eval.py), no rank gathers the model.
+        engine = (LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
+                                 TORCH_DTYPES[self.resources.dtype]) if sharded else None)
+        with self.ctx.timeline.span("eval", version=self.version):
+            summary, samples = heldout_eval(None if sharded else unwrap(self.model), self.tokenizer, self.heldout_cfg,
+                                            self.eval_examples, self.reward_fn, self._progress("eval"), engine=engine)
+        if self.rank != 0:
+            return
         self.accuracy[self.version] = float(summary["accuracy"])
         publish_accuracy(self.ctx.control, self.accuracy)  # the panel's start → latest
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
@@ -232,7 +220,7 @@ class TrainerExecutor:
         are gathered one tensor at a time into the file being written, so no rank ever holds the
         full model (70B/405B)."""
         path = os.path.join(self.ctx.run_dir, "checkpoints", name)
-        dtype = dtype or TORCH_DTYPES[self.cfg.trainer.dtype]
+        dtype = dtype or TORCH_DTYPES[self.resources.dtype]
         if self._sharded():
             raw = unwrap(self.model)
             shapes = {n: tuple(p.shape) for n, p in raw.named_parameters()}
@@ -251,7 +239,7 @@ class TrainerExecutor:
 
     def export_final(self) -> None:
         """checkpoints/final in export.dtype (auto: the dtype of the checkpoint the run started from)."""
-        self.checkpoint("final", export_dtype(self.cfg.export.dtype, self.cfg.model.checkpoint))
+        self.checkpoint("final", export_dtype(self.export_dtype, self.model_cfg.checkpoint))
 
     def save_checkpoint(self, step: int) -> None:
         """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
@@ -263,13 +251,13 @@ class TrainerExecutor:
         with self.ctx.timeline.span("checkpoint", step=step):
             if self.rank == 0:  # config.json + tokenizer beside the shards: the step is a model too
                 save_model_files(path, unwrap(self.model).args, self.tokenizer,
-                                 TORCH_DTYPES[self.cfg.trainer.dtype])  # what the shards hold
+                                 TORCH_DTYPES[self.resources.dtype])  # what the shards hold
             checkpoints.save(path, self.model, self.learner.optimizer, self.group, self.rank, state,
-                             self.cfg.run.keep_checkpoints, self.ctx.run_dir)
+                             self.run_cfg.keep_checkpoints, self.ctx.run_dir)
 
     def restore(self) -> int:
         """Load run.resume (a stable step_<N>); returns N, the next step's index."""
-        path = self.cfg.run.resume
+        path = self.run_cfg.resume
         state = checkpoints.load(path, self.model, self.learner.optimizer, self.group, self.rank)
         self.version, self.learner.steps_done = state["policy_version"], state["lr_steps"]
         self.accuracy = {int(v): a for v, a in state["accuracy_by_version"].items()}
@@ -291,7 +279,7 @@ class TrainerExecutor:
 
     def _log_examples(self, step: int, batch: Rollout) -> None:
         """trained_examples.jsonl: the prompt ids every trainer rank trained at this step."""
-        ids = batch.example_ids[::self.cfg.algorithm.group_size].tolist()
+        ids = batch.example_ids[::self.algorithm.group_size].tolist()
         gathered = self._gather(ids)
         if self.examples_log is not None:
             self.examples_log.write(step + 1, self.version, [i for part in gathered for i in part])
@@ -300,7 +288,7 @@ class TrainerExecutor:
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _out_of_time(self, t_rl: float) -> bool:
-        limit = self.cfg.run.max_time_s
+        limit = self.run_cfg.max_time_s
         flag = torch.tensor([1.0 if limit and time.time() - t_rl > limit else 0.0])
         if self.group is not None and self.world > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
@@ -324,7 +312,7 @@ class TrainerExecutor:
                 "trainer/step_s": step_s, "trainer/wait_s": waited_s,
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
-        line.update(rollout_stats(batch, self.cfg.generation.max_new_tokens, self.learner.eos_ids))
+        line.update(rollout_stats(batch, self.generation.max_new_tokens, self.learner.eos_ids))
         if self.version in self.accuracy:
             line["eval/accuracy"] = self.accuracy[self.version]
         line = self.log.write(line, self.learner.histograms)
@@ -332,7 +320,7 @@ class TrainerExecutor:
 
     def _end_reason(self) -> EndReason:
         """After the loop: short of run.max_steps only when the time limit ended it."""
-        run = self.cfg.run
+        run = self.run_cfg
         if self.version < run.max_steps and run.max_time_s:
             return reached_max_time(run.max_time_s, self.version, run.max_steps)
         return reached_max_steps(run.max_steps)
@@ -341,7 +329,7 @@ class TrainerExecutor:
         if self.rank != 0:
             return
         versions = sorted(self.accuracy)
-        summary = {"recipe": self.cfg.recipe, "mode": "sync" if self.cfg.algorithm.max_offpolicy_steps == 0 else "async",
+        summary = {"recipe": self.recipe, "mode": "sync" if self.ctx.role == "actor" else "async",  # actor: k = 0
                    "steps": self.version, "rl_wall_s": round(rl_wall_s, 2),
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,

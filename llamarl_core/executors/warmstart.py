@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from llamarl_core.config.schema import LlamaRLConfig, WarmStartConfig
+from llamarl_core.config.schema import DataConfig, GenerationConfig, WarmStartConfig
 from llamarl_core.data import LoadReport, prompt_format
 from llamarl_core.data.chat_sft import chat_sequences, load_conversations
 from llamarl_core.executors.learner import WarmStart
@@ -23,32 +23,34 @@ from llamarl_core.executors.setup import sft_sequences
 CHECKPOINT_NAME = "warmstart"  # <run_dir>/checkpoints/warmstart
 
 
-def max_sequence_tokens(cfg: LlamaRLConfig) -> int:
+def max_sequence_tokens(generation: GenerationConfig) -> int:
     """The longest warm-start chat: the longest sequence RL trains on (prompt + completion),
     which the plan already fits to the model's positions."""
-    return cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens
+    return generation.max_prompt_tokens + generation.max_new_tokens
 
 
-def warmstart_sequences(cfg: LlamaRLConfig, prompts, tokenizer) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """((tokens, target_mask) to train on, rows skipped): `warmstart.data`'s chats (assistant
-    turns; `data.on_error=skip` may skip rows), else the task's prompts + reference solutions."""
-    if not cfg.warmstart.data:
+def warmstart_sequences(w: WarmStartConfig, data: DataConfig, generation: GenerationConfig, prompts,
+                        tokenizer) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """((tokens, target_mask) to train on, rows skipped): `w.data`'s chats (assistant turns;
+    `data.on_error=skip` may skip rows), else the task's prompts + reference solutions."""
+    if not w.data:
         return sft_sequences(prompts, tokenizer), 0
-    seqs, report = chat_warmstart(cfg, tokenizer)
+    seqs, report = chat_warmstart(w.data, data, generation, tokenizer)
     return seqs, report.num_skipped
 
 
-def chat_warmstart(cfg: LlamaRLConfig, tokenizer) -> tuple[list[tuple[list[int], list[int]]], LoadReport]:
-    """`warmstart.data` read (`data.on_error` applies) and rendered as the run's prompts are;
-    the trainer and the pre-launch check (runtime/data_check.py) both call this."""
-    conversations = load_conversations(cfg.warmstart.data, cfg.data.on_error)
-    source = "arith" if cfg.data.name == "arith" else "generic"  # plain: the prompts' own "Q: ...\nA:"
-    seqs, wheres = chat_sequences(conversations, prompt_format(cfg.data), tokenizer, source)
-    limit = max_sequence_tokens(cfg)
+def chat_warmstart(path: str, data: DataConfig, generation: GenerationConfig,
+                   tokenizer) -> tuple[list[tuple[list[int], list[int]]], LoadReport]:
+    """The chats at `path` (warmstart.data) read (`data.on_error` applies) and rendered as the
+    run's prompts are; the trainer and the pre-launch check (runtime/data_check.py) both call this."""
+    conversations = load_conversations(path, data.on_error)
+    source = "arith" if data.name == "arith" else "generic"  # plain: the prompts' own "Q: ...\nA:"
+    seqs, wheres = chat_sequences(conversations, prompt_format(data), tokenizer, source)
+    limit = max_sequence_tokens(generation)
     over = [i for i, (t, _) in enumerate(seqs) if len(t) > limit]
     if over:  # refused, not cut: a cut chat loses its end-of-turn token and teaches not stopping
         longest = max(over, key=lambda i: len(seqs[i][0]))
-        g = cfg.generation
+        g = generation
         raise ValueError(f"{len(over)} of {len(seqs)} chats are longer than {limit} tokens "
                          f"(generation.max_prompt_tokens={g.max_prompt_tokens} + generation.max_new_tokens="
                          f"{g.max_new_tokens}, RL's longest sequence); the longest has {len(seqs[longest][0])} "

@@ -104,7 +104,7 @@ def make_sender(ctx: RoleRuntime, cfg: WeightSyncConfig, model: torch.nn.Module,
     device = next(model.parameters()).device
     return DdmaSender(plan(ctx, cfg, shapes, model.args), ctx.local_rank, transport=cfg.transport,
                       store=transfer_client(ctx), epoch=epoch, device=device, timeout_s=ctx.step_timeout_s,
-                      interrupt=interrupt, run_id=ctx.run_id)
+                      interrupt=interrupt, run_id=ctx.address.run_id)
 
 
 def make_receiver(ctx: RoleRuntime, cfg: WeightSyncConfig, params: dict[str, torch.Tensor],
@@ -115,5 +115,5 @@ def make_receiver(ctx: RoleRuntime, cfg: WeightSyncConfig, params: dict[str, tor
     epoch = generator_epoch(ctx)
     ctx.control.store.set(f"xfer/{epoch}/joined/{ctx.local_rank}", "1")  # the trainer waits for it
     return DdmaReceiver(plan(ctx, cfg, shapes, args), ctx.local_rank, params, transport=cfg.transport,
-                        store=transfer_client(ctx), epoch=epoch, run_id=ctx.run_id,
+                        store=transfer_client(ctx), epoch=epoch, run_id=ctx.address.run_id,
                         timeout_s=ctx.step_timeout_s)

@@ -23,9 +23,8 @@ from __future__ import annotations
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import DataFormatError, NoVerifier, prompt_format, resolve_template
-from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
+from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path, tokenizer_of
 from llamarl_core.executors.warmstart import chat_warmstart, max_sequence_tokens
-from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards.custom import check_importable, is_custom
 from llamarl_core.data.splits import holds_both_splits, split_rule
 from llamarl_core.data.template_check import check_template
@@ -65,7 +64,7 @@ def check_data(cfg: LlamaRLConfig) -> list[str]:
 def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
     path = cfg.warmstart.data
     try:
-        seqs, report = chat_warmstart(cfg, tokenizer)
+        seqs, report = chat_warmstart(path, cfg.data, cfg.generation, tokenizer)
     except (ValueError, FileNotFoundError) as e:  # DataFormatError is a ValueError
         raise _refused(cfg, "warmstart.data", path, e, ": no conversations") from None
     lines = [_skipped("warmstart.data", report, path)] if report.num_skipped else []
@@ -73,7 +72,7 @@ def _check_warmstart_data(cfg: LlamaRLConfig, tokenizer) -> list[str]:
     split = (f" as {len(seqs)} sequences (one per assistant turn where the template renders earlier turns "
              f"differently later)" if len(seqs) != report.num_loaded else "")
     lines.append(f"warmstart.data: {report.num_loaded} chats checked{split}, up to {max(len(t) for t, _ in seqs)} "
-                 f"tokens (limit {max_sequence_tokens(cfg)}), {trained} assistant tokens trained")
+                 f"tokens (limit {max_sequence_tokens(cfg.generation)}), {trained} assistant tokens trained")
     return lines
 
 
@@ -105,10 +104,8 @@ def _skipped(name: str, report, path) -> str:
 
 
 def _tokenizer(cfg: LlamaRLConfig):
-    if not cfg.model.checkpoint:
-        return ByteTokenizer()
     try:
-        return load_tokenizer(cfg.model.checkpoint)
+        return tokenizer_of(cfg.model)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"model.checkpoint={cfg.model.checkpoint}: {e}") from None
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, replace
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import NoVerifier, PromptFormat, prompt_format, render_prompt, render_target, resolve_template
-from llamarl_core.executors.setup import load_split, reward_name
+from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
 from llamarl_core.data.template_check import check_template
-from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.rewards import RewardPool
 from llamarl_core.rewards.custom import check_importable, is_custom
 
@@ -39,7 +38,7 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
         raise ConfigError(f"data.name={cfg.data.name!r}: the train split has no examples")
     checkpoint = cfg.model.checkpoint
     try:
-        tokenizer = load_tokenizer(checkpoint) if checkpoint else ByteTokenizer()
+        tokenizer = tokenizer_of(cfg.model)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"model.checkpoint={checkpoint}: {e}") from None
     fmt = prompt_format(cfg.data)

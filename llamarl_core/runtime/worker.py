@@ -151,11 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         epoch = role_epoch(control.store, role)
         dist.init_process_group(backend(cfg), store=dist.PrefixStore(f"pg/{role}/{epoch}", control.store), rank=rank,
                                 world_size=len(role_ranks(plan)[role]), timeout=timedelta(seconds=c.step_timeout_s))
-        ctx = RoleRuntime(role, rank, global_rank, role_ranks(plan), control, timeline,
+        ctx = RoleRuntime(role, rank, role_ranks(plan), control, timeline,
                           address=StoreAddress(host, port, plan.get("run_id", ""), c.startup_timeout_s),
                           step_timeout_s=c.step_timeout_s, generator_tp=generator_tp(plan),
-                          groups=build_groups(plan, role), run_dir=run_dir, run_id=plan.get("run_id", ""),
-                          device=device)
+                          groups=build_groups(plan, role), run_dir=run_dir, device=device)
         executor = build_role(cfg, plan, ctx)  # executors/pipeline.py: the roles and their links
         heartbeat.progress_s = lambda: ctx.last_progress_s
         ctx.progress()

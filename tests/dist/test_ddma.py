@@ -235,9 +235,9 @@ def _endpoints(rank, store):
             "roles": [{"name": "generator", "parallelism": {"tp": 1}}]}
     role_store = RecordingStore(dist.PrefixStore(run_prefix(RUN_ID), store))
     role = "trainer" if rank == 0 else "generator"
-    rt = RoleRuntime(role, 0, rank, {"trainer": [0], "generator": [1]}, ControlPlane(role_store), None,
+    rt = RoleRuntime(role, 0, {"trainer": [0], "generator": [1]}, ControlPlane(role_store), None,
                      address=StoreAddress("127.0.0.1", store.port, RUN_ID, cfg.controller.startup_timeout_s),
-                     step_timeout_s=cfg.controller.step_timeout_s, run_id=RUN_ID)
+                     step_timeout_s=cfg.controller.step_timeout_s)
     sync = weight_sync_config(cfg, plan)
     model = _model()
     if rank == 0:

@@ -74,6 +74,7 @@ def test_async_run_trains_syncs_weights_and_bounds_staleness(async_run):
     assert overlap_s(spans, "generate", "train", t0, t1) > 0
     # `llamarl eval` on the final checkpoint reproduces the accuracy training logged for it.
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mode"] == "async"
     out = subprocess.run([sys.executable, "-m", "llamarl_cli.main", "eval", *FAST,
                           f"checkpoint={run_dir}/checkpoints/final", "data=arith", "--no-progress",
                           f"--out={run_dir}/eval.json", f"run.dir={run_dir}/eval"],

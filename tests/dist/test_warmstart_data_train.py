@@ -23,3 +23,4 @@ def test_a_run_warm_starts_on_chat_data_then_trains(tmp_path):
     assert [m["step"] for m in metrics(run_dir)] == [1, 2]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["data_skipped_lines"] == {"train": 0, "test": 0, "warmstart": 1}
+    assert summary["mode"] == "sync"  # the actor role: k = 0

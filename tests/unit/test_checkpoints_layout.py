@@ -22,21 +22,27 @@ def make_checkpoint(run_dir: Path, step: int, stable: bool = True, extra_field: 
     return path
 
 
-def test_a_checkpoint_without_stable_is_never_chosen(tmp_path):
+def newest(run_dir: Path, monkeypatch) -> str | None:
+    """What run.resume=auto picks, every checkpoint's contents taken as valid (layout only)."""
+    monkeypatch.setattr(resume, "verify", lambda path: None)
+    return resume.newest_valid(str(run_dir), log=None)
+
+
+def test_a_checkpoint_without_stable_is_never_chosen(tmp_path, monkeypatch):
     make_checkpoint(tmp_path, 5)
     make_checkpoint(tmp_path, 10, stable=False)  # interrupted while writing
-    assert checkpoints.latest_stable(str(tmp_path)) == str(tmp_path / "checkpoints" / "step_5")
+    assert newest(tmp_path, monkeypatch) == str(tmp_path / "checkpoints" / "step_5")
 
 
-def test_no_stable_checkpoint_means_none(tmp_path):
+def test_no_stable_checkpoint_means_none(tmp_path, monkeypatch):
     make_checkpoint(tmp_path, 5, stable=False)
-    assert checkpoints.latest_stable(str(tmp_path)) is None
+    assert newest(tmp_path, monkeypatch) is None
 
 
-def test_steps_sort_numerically_not_as_text(tmp_path):
+def test_steps_sort_numerically_not_as_text(tmp_path, monkeypatch):
     for step in (5, 10, 100, 20):
         make_checkpoint(tmp_path, step)
-    assert checkpoints.latest_stable(str(tmp_path)).endswith("step_100")
+    assert newest(tmp_path, monkeypatch).endswith("step_100")
 
 
 def test_prune_keeps_the_newest_stable_ones_and_drops_older_leftovers(tmp_path):

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from hf_tiny import save_tiny, tiny_model, tiny_tokenizer
 from llamarl_cli.main import main
 from llamarl_core.config.load import load_config
-from llamarl_core.config.schema import ExportConfig, ModelConfig, TrainerResources
+from llamarl_core.config.schema import ModelConfig, TrainerResources
 from llamarl_core.executors import checkpoints
 from llamarl_core.models import load_pretrained, save_model_files
 from llamarl_core.models.checkpoint_check import read_header
@@ -166,8 +166,8 @@ def test_the_runs_final_export_is_written_in_export_dtype(tmp_path):
     trainer.ctx = SimpleNamespace(run_dir=str(tmp_path / "run"),
                                   timeline=SimpleNamespace(span=lambda *a, **k: contextlib.nullcontext()))
     trainer.model, trainer.tokenizer, trainer.rank = model, tokenizer, 0
-    trainer.cfg = SimpleNamespace(trainer=TrainerResources(dtype="float32"), export=ExportConfig(dtype="bfloat16"),
-                                  model=ModelConfig(checkpoint=str(src)))
+    trainer.resources, trainer.export_dtype = TrainerResources(dtype="float32"), "bfloat16"
+    trainer.model_cfg = ModelConfig(checkpoint=str(src))
     trainer.export_final()
     final = tmp_path / "run" / "checkpoints" / "final"
     assert _dtypes(final) == {"BF16"}  # trained in float32

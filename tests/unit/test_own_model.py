@@ -87,7 +87,7 @@ def test_the_warm_start_optimizer_takes_the_same_betas_and_eps_through_the_warm_
     monkeypatch.setattr(stage, "WarmStart", lambda *a, **k: built.append(WarmStart(*a, **k)) or built[-1])
     cfg = load_config("cpu_tiny", ADAM + ["data.num_train_examples=8"])
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), ByteTokenizer())
-    seqs, _ = stage.warmstart_sequences(cfg, prompts, ByteTokenizer())
+    seqs, _ = stage.warmstart_sequences(cfg.warmstart, cfg.data, cfg.generation, prompts, ByteTokenizer())
     stage.warmstart_steps(OneTensor(), WarmStartConfig(steps=0), 0, seqs, ByteTokenizer().pad_id,
                           adam=learner_config(cfg))
     group = built[0].optimizer.param_groups[0]

@@ -91,8 +91,7 @@ def test_the_panel_shows_the_start_accuracy_beside_the_newest_in_points():
 
 
 def _trainer_end(version: int, max_steps: int, max_time_s: float) -> end_reason.EndReason:
-    fake = SimpleNamespace(version=version, cfg=SimpleNamespace(run=SimpleNamespace(
-        max_steps=max_steps, max_time_s=max_time_s)))
+    fake = SimpleNamespace(version=version, run_cfg=SimpleNamespace(max_steps=max_steps, max_time_s=max_time_s))
     return TrainerExecutor._end_reason(fake)
 
 

@@ -121,7 +121,7 @@ def test_the_trainer_loop_stops_before_publishing_or_checkpointing_the_failing_s
     span = lambda *a, **k: __import__("contextlib").nullcontext()  # noqa: E731
     ctx = SimpleNamespace(progress=lambda: None, timeline=SimpleNamespace(span=span))
     trainer = SimpleNamespace(
-        cfg=cfg, ctx=ctx, learner=learner, feed=feed, sampler=feed, version=0, log=None,
+        run_cfg=cfg.run, ctx=ctx, learner=learner, feed=feed, sampler=feed, version=0, log=None,
         publisher=SimpleNamespace(publish=lambda v: calls.append(("publish", v)) or {}),
         warm_start=lambda: None, evaluate=lambda: calls.append(("evaluate",)),
         sync=lambda: calls.append(("publish", 0)), _out_of_time=lambda t: False,

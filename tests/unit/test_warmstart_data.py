@@ -167,7 +167,7 @@ def test_with_warmstart_data_the_warm_start_trains_on_the_chats_not_the_referenc
     path = tmp_path / "chats.jsonl"
     path.write_text(json.dumps({"messages": CHAT, "id": "x"}) + "\n")
     cfg = load_config("cpu_tiny", [f"warmstart.data={path}", "warmstart.steps=1"])
-    [(tokens, mask)], skipped = warmstart_sequences(cfg, None, BYTES)
+    [(tokens, mask)], skipped = warmstart_sequences(cfg.warmstart, cfg.data, cfg.generation, None, BYTES)
     assert skipped == 0
     assert (tokens, mask) == assistant_tokens(CHAT, PromptFormat("plain"), BYTES, source="arith")
     # the first turn reads as the run's own prompts do (the arithmetic task's "Q: ...\nA:")
