@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -156,13 +155,6 @@ def _worker(rank: int, port: int, sizes_mb, repeats: int, bucket_mb: float, out_
         dist.destroy_process_group()
 
 
-def _command() -> str:
-    prog = Path(sys.argv[0]).name
-    if prog == Path(__file__).name:  # run as `python -m llamarl_core.bench.weight_sync_bench`
-        prog = "python -m llamarl_core.bench.weight_sync_bench"
-    return " ".join([prog, *sys.argv[1:]])
-
-
 def _machine() -> dict:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
@@ -171,9 +163,9 @@ def _machine() -> dict:
 
 
 def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=None,
-                          bucket_mb: float = BUCKET_MB) -> dict:
+                          bucket_mb: float = BUCKET_MB, command: str | None = None) -> dict:
     """Measure memcpy / broadcast / DDMA collective / DDMA shm GB/s for each size; write JSON to
-    ``out`` if given."""
+    ``out`` if given, recording ``command`` (how `llamarl bench weight-sync` was called)."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -187,7 +179,7 @@ def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=No
         rows = json.loads(Path(rows_path).read_text())
     result = {
         "benchmark": "weight_sync",
-        "command": _command(),
+        "command": command,
         "commit": git_commit(),
         "config": {"sizes_mb": list(sizes_mb), "repeats": repeats, "bucket_mb": bucket_mb,
                    "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32",
@@ -217,19 +209,3 @@ def print_table(result: dict) -> None:
                       f"{side['shm_sender']:.2f}", f"{side['shm_receiver']:.2f}")
     Console().print(table)
 
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(description="DDMA weight-sync transports vs memcpy and a bare broadcast")
-    p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--bucket-mb", type=float, default=BUCKET_MB)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
-    print_table(run_weight_sync_bench(args.sizes_mb, args.repeats, args.out, args.bucket_mb))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,7 +28,7 @@ def private_tmp(tmp_path, monkeypatch):
 
 def test_the_simulator_bench_writes_its_json_into_a_work_dir_under_runs_and_leaves_no_temp_files(private_tmp, capsys):
     tmp, cwd = private_tmp
-    assert main(["bench", "--sync-vs-async", "--simulate"]) == 0
+    assert main(["bench", "sync-vs-async", "--simulate"]) == 0
     (work,) = (cwd / "runs" / "bench").iterdir()
     assert work.name.startswith("simulator-")
     assert sorted(p.name for p in work.iterdir()) == ["simulator.json"]
