@@ -49,20 +49,18 @@ USAGE = ("usage: llamarl bench NAME [options] (NAME --help for its options)\n\n"
 
 def main(argv) -> int:
     argv = list(argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE, file=sys.stdout if argv else sys.stderr)
-        return EXIT_OK if argv else EXIT_USAGE
+    if not argv:
+        print(USAGE, file=sys.stderr)
+        return EXIT_USAGE
+    if argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        raise SystemExit(EXIT_OK)  # as argparse's --help does, here and in every bench's own parser
     name, rest = argv[0], argv[1:]
     if name not in BENCHES:
         print(f"llamarl bench: unknown benchmark {name!r} (one of: {', '.join(BENCHES)})", file=sys.stderr)
         return EXIT_USAGE
     command = " ".join(["llamarl", "bench", *map(shlex.quote, argv)])
-    try:
-        return run_guarded(lambda: _run(name, rest, command))
-    except SystemExit as e:  # argparse: --help (0), or a bad option of a module's parser (2, its usage shown)
-        if isinstance(e.code, int):
-            return e.code
-        raise
+    return run_guarded(lambda: _run(name, rest, command))
 
 
 def parser(name: str):

@@ -1,4 +1,4 @@
-"""`llamarl bench --quality`: does async AIPO learn as well as sync, per RL sample?
+"""`llamarl bench quality`: does async AIPO learn as well as sync, per RL sample?
 
 From one shared warm-start checkpoint (`executors/warmstart.py`), with the same number of RL
 samples each (steps x prompts_per_step x group_size), seven configurations:
@@ -133,7 +133,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
     warm = shared_warmstart(base, work_dir, log)
     if warm is None:
         if not base.model.checkpoint:
-            raise ValueError("--quality needs a warm start (warmstart.steps > 0) or model.checkpoint")
+            raise ValueError("llamarl bench quality needs a warm start (warmstart.steps > 0) or model.checkpoint")
         warm = {"dir": base.model.checkpoint, "steps": 0, "seconds": 0.0}
     a = base.algorithm
     samples_per_step = a.prompts_per_step * a.group_size

@@ -1,4 +1,4 @@
-"""`llamarl bench --sync-vs-async`: the same recipe run synchronously and asynchronously.
+"""`llamarl bench sync-vs-async`: the same recipe run synchronously and asynchronously.
 
 Design: one knob. Sync is `algorithm.max_offpolicy_steps=0` (generation, scoring and training
 take turns on the colocated "actor" ranks); async is the recipe's k (at least 1: generator,
