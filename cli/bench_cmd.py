@@ -11,9 +11,10 @@ docs/RESULTS.md is reproduced by one `llamarl bench NAME ...` (or `llamarl train
 The first three take a recipe and Hydra overrides as `llamarl train` does and are driven from
 here; each of the others is a module of llamarl_core/bench/ with `parser(prog)` and
 `run(args, command)`. Every bench records the command as typed (`command`) and the commit
-(`commit`) in its JSON. The JSON goes to --out, else into the work dir (--work-dir, else
-./runs/bench/<benchmark>-<time>); temporary files (TMPDIR, checkpoints, and with the default
-work dir the run directories) are removed when the bench ends: llamarl_core/bench/work_dir.py.
+(`commit`) in its JSON. Every bench but real-model gets --work-dir and --out here: the JSON goes
+to --out, else into the work dir (--work-dir, else ./runs/bench/<benchmark>-<time>); temporary
+files (TMPDIR, checkpoints, and with the default work dir the run directories) are removed when
+the bench ends: llamarl_core/bench/work_dir.py.
 """
 from __future__ import annotations
 
@@ -68,7 +69,17 @@ def parser(name: str):
     module = BENCHES[name][0]
     if module is None:
         return _RECIPE_PARSERS[name]()
-    return importlib.import_module(module).parser(f"llamarl bench {name}")
+    mod = importlib.import_module(module)
+    p = mod.parser(f"llamarl bench {name}")
+    return _file_options(p) if getattr(mod, "WORK_DIR", True) else p
+
+
+def _file_options(p):
+    p.add_argument("--work-dir", default=None,
+                   help="where the runs and the JSON go, kept with each run's logs and metrics "
+                        "(default: ./runs/bench/<benchmark>-<time>, keeping only the JSON and PNGs)")
+    p.add_argument("--out", default=None, help="JSON path (PNGs go beside it; default: in the work dir)")
+    return p
 
 
 def _run(name: str, argv: list[str], command: str) -> int:
@@ -83,7 +94,12 @@ def _run(name: str, argv: list[str], command: str) -> int:
     args = parser(name).parse_args(argv)
     if not getattr(mod, "WORK_DIR", True):
         return mod.run(args, command)
-    return _in_work_dir(args, name.replace("-", "_"), lambda: mod.run(args, command))
+
+    def run() -> int:
+        code = mod.run(args, command)
+        print(f"wrote {args.out}")
+        return code
+    return _in_work_dir(args, name.replace("-", "_"), run)
 
 
 def _in_work_dir(args, benchmark: str, run) -> int:
@@ -100,12 +116,7 @@ def _in_work_dir(args, benchmark: str, run) -> int:
 
 
 def _recipe_parser(name: str):
-    p = make_parser(f"bench {name}", BENCHES[name][1])
-    p.add_argument("--work-dir", default=None,
-                   help="where the runs and the JSON go, kept with each run's logs and metrics "
-                        "(default: ./runs/bench/<benchmark>-<time>, keeping only the JSON and PNGs)")
-    p.add_argument("--out", default=None, help="JSON path (PNGs go beside it; default: in the work dir)")
-    return p
+    return _file_options(make_parser(f"bench {name}", BENCHES[name][1]))
 
 
 def _sync_vs_async_parser():
@@ -161,16 +172,14 @@ def _write(out: str | None, result: dict, console: Console, command: str | None 
 
 
 def _weight_sync(args, recipe, overrides, command: str) -> int:
-    return _in_work_dir(args, "weight_sync", lambda: _weight_sync_in(args, command))
-
-
-def _weight_sync_in(args, command: str) -> int:
-    from llamarl_core.bench.weight_sync_bench import print_table, run_weight_sync_bench
-
     if args.repeats < 1:
         raise UsageError(f"llamarl bench: --repeats={args.repeats} must be >= 1")
-    if args.layout:
-        return _layouts(args, command)
+    return _in_work_dir(args, "weight_sync", lambda: (_layouts if args.layout else _transports)(args, command))
+
+
+def _transports(args, command: str) -> int:
+    from llamarl_core.bench.weight_sync_bench import print_table, run_weight_sync_bench
+
     print_table(run_weight_sync_bench(sizes_mb=args.sizes_mb, repeats=args.repeats, out=args.out,
                                       bucket_mb=args.bucket_mb, command=command))
     print(f"wrote {args.out}")

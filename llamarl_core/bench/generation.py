@@ -38,7 +38,6 @@ from llamarl_core.models import ByteTokenizer, Llama, get_preset, save_pretraine
 
 def parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="JSON file to write (default: in ./runs/bench/generation-<time>/)")
     parser.add_argument("--sizes", default="tiny-2m,tiny-20m,tiny-100m", help="comma-separated presets")
     parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -229,5 +228,4 @@ def run(args, command: str) -> int:
     report["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)
-    print(f"wrote {args.out}")
     return 0

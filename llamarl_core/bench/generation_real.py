@@ -43,7 +43,6 @@ SYSTEM_PROMPT, INSTRUCTION = "Be brief.", "Put the final answer in \\boxed{}."  
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="the converted directory (llamarl models get smollm2-135m DIR)")
-    p.add_argument("--out", help="JSON file to write (default: in ./runs/bench/generation_real-<time>/)")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=24)
@@ -169,5 +168,4 @@ def run(args, command: str) -> int:
                                   for k, v in sorted(cpu_gemm.choices().items())}  # rows bucket x in x out
     report["machine"]["load_average_at_end"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
     return 0

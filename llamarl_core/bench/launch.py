@@ -97,30 +97,26 @@ def summary(runs: list[dict]) -> dict:
 def parser(prog: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2, help="runs per mode")
-    ap.add_argument("--out", help="JSON file to write (default: in ./runs/bench/launch-<time>/)")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="overrides for each run")
     return ap
 
 
 def run(args, command: str) -> int:
-    overrides = args.overrides
     load_at_start = list(os.getloadavg())
     runs = {False: [], True: []}
     for _ in range(args.runs):
         for zygote in (False, True):
-            runs[zygote].append(one_run(overrides, zygote))
+            runs[zygote].append(one_run(args.overrides, zygote))
             print(("zygote " if zygote else "exec   ") + json.dumps(runs[zygote][-1]), flush=True)
     before, after = summary(runs[False]), summary(runs[True])
     print(f"exec'd agents: {before['cpu_s_total_mean']} CPU-s, {before['wall_s_mean']} s wall; "
           f"zygote: {after['cpu_s_total_mean']} CPU-s, {after['wall_s_mean']} s wall")
-    if args.out:
-        result = {"command": command, "commit": git_commit(),
-                  "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
-                              "loadavg_at_end": list(os.getloadavg())},
-                  "before": {"launcher": "agents and workers exec'd (LLAMARL_ZYGOTE=0)", **before},
-                  "after": {"launcher": "agents forked from the zygote, workers from each agent's "
-                                        "thread-free copy (runtime/worker_fork.py)", **after}}
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {args.out}")
+    result = {"command": command, "commit": git_commit(),
+              "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+                          "loadavg_at_end": list(os.getloadavg())},
+              "before": {"launcher": "agents and workers exec'd (LLAMARL_ZYGOTE=0)", **before},
+              "after": {"launcher": "agents forked from the zygote, workers from each agent's "
+                                    "thread-free copy (runtime/worker_fork.py)", **after}}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
     return 0

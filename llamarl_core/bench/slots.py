@@ -36,7 +36,6 @@ from llamarl_core.models.checkpoint import load_pretrained
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a checkpoint directory (e.g. a run's checkpoints/warmstart)")
-    p.add_argument("--out", help="JSON file to write (default: in ./runs/bench/slots-<time>/)")
     p.add_argument("--recipe", default="cpu_tiny")
     p.add_argument("--slots", default="256,128,64", help="comma-separated; the first is the baseline")
     p.add_argument("--chunks", type=int, default=6, help="chunks streamed per case")
@@ -95,5 +94,4 @@ def run(args, command: str) -> int:
     for s in slots:
         print(f"{s:>6} {med[s]['tokens_per_s']:>10.0f} {med[s]['chunk_s']:>8.3f} "
               f"{result['tokens_per_s_vs_baseline'][str(s)]:>8.2f}")
-    print(f"wrote {args.out}")
     return 0

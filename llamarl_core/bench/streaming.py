@@ -61,7 +61,6 @@ ROW_BINS = ((1, 8), (9, 16), (17, 32), (33, 48), (49, 64))
 
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", help="JSON file to write (default: in ./runs/bench/streaming-<time>/)")
     p.add_argument("--presets", default="tiny-20m,tiny-2m",
                    help="comma-separated; the first gives the headline streaming_vs_chunked")
     p.add_argument("--steps", type=int, default=8, help="chunks (trainer steps) per run")
@@ -281,5 +280,4 @@ def run(args, command: str) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
-    print(f"wrote {args.out}")
     return 0

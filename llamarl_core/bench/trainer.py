@@ -44,7 +44,6 @@ from llamarl_core.rewards import get_reward
 
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", help="JSON file to write (default: in ./runs/bench/trainer-<time>/)")
     p.add_argument("--recipe", default="cpu_tiny")
     p.add_argument("--checkpoint", default=None, help="warm-start checkpoint (default: make one)")
     p.add_argument("--rounds", type=int, default=5, help="timed steps per variant")
@@ -130,5 +129,4 @@ def run(args, command: str) -> int:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out}")
     return 0

@@ -58,8 +58,7 @@ def test_a_module_bench_writes_its_json_into_its_work_dir_with_the_command(tmp_p
     fake = types.ModuleType("fake_bench")
 
     def parser(prog):
-        p = argparse.ArgumentParser(prog)
-        p.add_argument("--out")
+        p = argparse.ArgumentParser(prog)  # --out and --work-dir: added by `llamarl bench`
         p.add_argument("--rows", type=int)
         return p
 
@@ -76,3 +75,7 @@ def test_a_module_bench_writes_its_json_into_its_work_dir_with_the_command(tmp_p
     assert work.name.startswith("fake_bench-") and sorted(p.name for p in work.iterdir()) == ["fake_bench.json"]
     assert json.loads((work / "fake_bench.json").read_text()) == {"command": "llamarl bench fake-bench --rows 3",
                                                                   "rows": 3}
+    assert f"wrote {work / 'fake_bench.json'}" in capsys.readouterr().out
+    mine = tmp_path / "mine"
+    assert main(["bench", "fake-bench", "--work-dir", str(mine)]) == 0
+    assert sorted(p.name for p in mine.iterdir()) == ["fake_bench.json"]
