@@ -5,11 +5,10 @@ docs/RESULTS.md is reproduced by one `llamarl bench NAME ...` (or `llamarl train
     llamarl bench NAME --help           # its options
     llamarl bench sync-vs-async [recipe=R] [--steps N] [--repeats N] [--simulate [--measured FILE]] [--out FILE]
     llamarl bench quality [recipe=R] [--seeds N] [--steps N] [--configs A,B] [--out FILE]
-    llamarl bench weight-sync [--sizes-mb 10 64 256 1024] [--repeats N] [--layout T:G ...] [--out FILE]
-    llamarl bench generation|generation-real|launch|real-model|slots|streaming|trainer [options]
+    llamarl bench weight-sync|generation|generation-real|launch|real-model|slots|streaming|trainer [options]
 
-The first three take a recipe and Hydra overrides as `llamarl train` does and are driven from
-here; each of the others is a module of llamarl_core/bench/ with `parser(prog)` and
+sync-vs-async and quality take a recipe and Hydra overrides as `llamarl train` does and are
+driven from here; each of the others is a module of llamarl_core/bench/ with `parser(prog)` and
 `run(args, command)`. Every bench records the command as typed (`command`) and the commit
 (`commit`) in its JSON. Every bench but real-model gets --work-dir and --out here: the JSON goes
 to --out, else into the work dir (--work-dir, else ./runs/bench/<benchmark>-<time>); temporary
@@ -32,7 +31,8 @@ from llamarl_cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, lo
 BENCHES = {  # name -> (module with parser(prog) and run(args, command), or None: a recipe bench below; one line)
     "sync-vs-async": (None, "a recipe run sync (k=0) and async (k>=1), alternating; --simulate: predicted"),
     "quality": (None, "held-out accuracy per RL sample: sync k=0 vs async k=1/k=4, three corrections"),
-    "weight-sync": (None, "weight-sync GB/s per transport vs memcpy; --layout T:G: DDMA rank layouts"),
+    "weight-sync": ("llamarl_core.bench.weight_sync_bench", "weight-sync GB/s per transport vs memcpy; --layout T:G: "
+                                                            "DDMA rank layouts"),
     "generation": ("llamarl_core.bench.generation", "the engine vs transformers.generate (tiny presets), int8/fp8, "
                                                     "long tail"),
     "generation-real": ("llamarl_core.bench.generation_real", "the engine vs transformers.generate on a real "
@@ -97,7 +97,8 @@ def _run(name: str, argv: list[str], command: str) -> int:
 
     def run() -> int:
         code = mod.run(args, command)
-        print(f"wrote {args.out}")
+        if code == EXIT_OK:
+            print(f"wrote {args.out}")
         return code
     return _in_work_dir(args, name.replace("-", "_"), run)
 
@@ -144,19 +145,6 @@ def _quality_parser():
     return p
 
 
-def _weight_sync_parser():
-    from llamarl_core.bench.weight_sync_bench import BUCKET_MB
-
-    p = _recipe_parser("weight-sync")
-    p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024], help="message sizes in MiB")
-    p.add_argument("--repeats", type=int, default=5, help="timings per size (default 5)")
-    p.add_argument("--bucket-mb", type=float, default=BUCKET_MB, help="DDMA piece size in MiB (a run's default)")
-    p.add_argument("--layout", action="append", default=[], metavar="T:G",
-                   help="DDMA from T trainer ranks to G generator ranks (repeatable); adds a 'layouts' "
-                        "list to the JSON, keeping its other cases")
-    return p
-
-
 def _write(out: str | None, result: dict, console: Console, command: str | None = None) -> None:
     """Write `result` to `out` as JSON, with its `commit` (and `command`, where given) recorded."""
     if out:  # always given by `llamarl bench` (its work dir's JSON by default)
@@ -169,42 +157,6 @@ def _write(out: str | None, result: dict, console: Console, command: str | None 
             json.dump(result, f, indent=1)
             f.write("\n")
         console.print(f"wrote {out}", soft_wrap=True, highlight=False)  # a path to copy: never wrapped
-
-
-def _weight_sync(args, recipe, overrides, command: str) -> int:
-    if args.repeats < 1:
-        raise UsageError(f"llamarl bench: --repeats={args.repeats} must be >= 1")
-    return _in_work_dir(args, "weight_sync", lambda: (_layouts if args.layout else _transports)(args, command))
-
-
-def _transports(args, command: str) -> int:
-    from llamarl_core.bench.weight_sync_bench import print_table, run_weight_sync_bench
-
-    print_table(run_weight_sync_bench(sizes_mb=args.sizes_mb, repeats=args.repeats, out=args.out,
-                                      bucket_mb=args.bucket_mb, command=command))
-    print(f"wrote {args.out}")
-    return EXIT_OK
-
-
-def _layouts(args, command: str) -> int:
-    from llamarl_core.bench.ddma_bench import parse_layout, print_layouts, run_layout_bench
-
-    try:
-        layouts = [parse_layout(x) for x in args.layout]
-    except ValueError as e:
-        raise UsageError(f"llamarl bench: {e}") from None
-    if len(args.sizes_mb) != 1:
-        raise UsageError("llamarl bench: --layout measures one size; give one --sizes-mb (e.g. 1024)")
-    cases = run_layout_bench(layouts, size_mb=args.sizes_mb[0], repeats=args.repeats)
-    print_layouts(cases)
-    result = json.loads(open(args.out).read()) if os.path.exists(args.out) else {}
-    result["layouts"] = cases
-    result["layouts_loadavg"] = list(os.getloadavg())
-    from llamarl_core.bench.provenance import git_commit
-    result["layouts_command"] = command
-    result["layouts_commit"] = git_commit()
-    _write(args.out, result, Console())
-    return EXIT_OK
 
 
 def _check_counts(steps: int, other: int, other_name: str) -> None:
@@ -331,6 +283,5 @@ def _simulate_cpu(cfg, recipe, overrides, args, command: str) -> int:
     return EXIT_OK
 
 
-_RECIPE_PARSERS = {"sync-vs-async": _sync_vs_async_parser, "quality": _quality_parser,
-                   "weight-sync": _weight_sync_parser}
-_RECIPE_RUNS = {"sync-vs-async": _sync_vs_async, "quality": _quality, "weight-sync": _weight_sync}
+_RECIPE_PARSERS = {"sync-vs-async": _sync_vs_async_parser, "quality": _quality_parser}
+_RECIPE_RUNS = {"sync-vs-async": _sync_vs_async, "quality": _quality}

@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -209,3 +210,56 @@ def print_table(result: dict) -> None:
                       f"{side['shm_sender']:.2f}", f"{side['shm_receiver']:.2f}")
     Console().print(table)
 
+
+
+def parser(prog: str):
+    """`llamarl bench weight-sync`: these sizes over every transport, or with --layout the DDMA
+    layouts at one size (ddma_bench.py), added to the JSON at --out beside its other cases."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024], help="message sizes in MiB")
+    p.add_argument("--repeats", type=_at_least_1, default=5, help="timings per size (default 5)")
+    p.add_argument("--bucket-mb", type=float, default=BUCKET_MB, help="DDMA piece size in MiB (a run's default)")
+    p.add_argument("--layout", action="append", default=[], type=_layout, metavar="T:G",
+                   help="DDMA from T trainer ranks to G generator ranks (repeatable) at one --sizes-mb; adds "
+                        "a 'layouts' list to the JSON, keeping its other cases")
+    return p
+
+
+def _at_least_1(text: str) -> int:
+    import argparse
+
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return int(text)
+
+
+def _layout(text: str) -> tuple[int, int]:
+    import argparse
+
+    from llamarl_core.bench.ddma_bench import parse_layout
+    try:
+        return parse_layout(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def run(args, command: str) -> int:
+    if not args.layout:
+        print_table(run_weight_sync_bench(args.sizes_mb, args.repeats, args.out, args.bucket_mb, command))
+        return 0
+    from llamarl_core.bench.ddma_bench import print_layouts, run_layout_bench
+
+    if len(args.sizes_mb) != 1:
+        print("llamarl bench weight-sync: --layout measures one size; give one --sizes-mb (e.g. 1024)",
+              file=sys.stderr)
+        return 2
+    cases = run_layout_bench(args.layout, size_mb=args.sizes_mb[0], repeats=args.repeats)
+    print_layouts(cases)
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result.update(layouts=cases, layouts_loadavg=list(os.getloadavg()), layouts_command=command,
+                  layouts_commit=git_commit())
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
