@@ -145,18 +145,18 @@ def _quality_parser():
     return p
 
 
-def _write(out: str | None, result: dict, console: Console, command: str | None = None) -> None:
+def _write(out: str, result: dict, console: Console, command: str | None = None) -> None:
     """Write `result` to `out` as JSON, with its `commit` (and `command`, where given) recorded."""
-    if out:  # always given by `llamarl bench` (its work dir's JSON by default)
-        from llamarl_core.bench.provenance import git_commit
-        if command is not None:
-            result["command"] = command
-        result.setdefault("commit", git_commit())
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
-        console.print(f"wrote {out}", soft_wrap=True, highlight=False)  # a path to copy: never wrapped
+    from llamarl_core.bench.provenance import git_commit
+
+    if command is not None:
+        result["command"] = command
+    result.setdefault("commit", git_commit())
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    console.print(f"wrote {out}", soft_wrap=True, highlight=False)  # a path to copy: never wrapped
 
 
 def _check_counts(steps: int, other: int, other_name: str) -> None:
@@ -189,8 +189,7 @@ def _run_measured(run, table, draw, args, command: str) -> int:
         print(f"llamarl bench: {e}", file=sys.stderr)
         return EXIT_FAILED
     console.print(table(result))
-    if args.out:
-        write_with_plots(args.out, result, console, draw)
+    write_with_plots(args.out, result, console, draw)
     return EXIT_OK
 
 
