@@ -146,18 +146,18 @@ def test_the_known_gaps_quote_the_tables_numbers():
     assert quoted and [q for q in quoted if q not in block] == []
 
 
-def bench_command_problem(command: str) -> str | None:
+def bench_command_problem(command: str, parse_options: bool = True) -> str | None:
     """Why `command` (a row's reproduce command) is not `llamarl bench NAME ...` with a known
     NAME whose parser takes the rest, or None if it is (or is no bench command at all)."""
     from llamarl_cli import bench_cmd
     from llamarl_cli.common import UsageError, parse
 
-    if "scripts/bench_" in command or "llamarl_core.bench." in command:
+    if any(old in command for old in ("scripts/bench_", "scripts/compare_streaming_runs", "llamarl_core.bench.")):
         return "cites a bench script, not `llamarl bench NAME`"
     for name in re.findall(r"llamarl bench (\S+)", command):  # inside prose too, e.g. "with llamarl bench ..."
         if name not in bench_cmd.BENCHES:
             return f"unknown bench {name!r}"
-    if not command.startswith("llamarl bench "):
+    if not command.startswith("llamarl bench ") or not parse_options:
         return None
     name, *words = shlex.split(command)[2:]
     try:
@@ -179,6 +179,27 @@ def test_every_rows_command_is_llamarl_bench_with_a_known_name_whose_options_par
                                              "generation-real", "launch", "slots", "streaming", "trainer"}
     assert {claim: p for claim, c in commands.items() if c and (p := bench_command_problem(c))} == {}
     capsys.readouterr()  # argparse's error lines, had any command failed
+
+
+def test_every_command_recorded_in_a_result_json_is_one_that_runs():
+    """Rows or not, nested runs too: every `*command*` string and `summarized_by` (names only:
+    it quotes its runs' commands unquoted)."""
+    def strings(node, key=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from strings(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                yield from strings(v, key)
+        elif isinstance(node, str) and ("command" in key or key == "summarized_by"):
+            yield key, node
+    problems = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        for key, text in strings(json.loads(path.read_text())):
+            problem = bench_command_problem(text, parse_options=key != "summarized_by")
+            if problem:
+                problems[f"{path.name}: {text[:60]}"] = problem
+    assert problems == {}
 
 
 @pytest.mark.parametrize("command, problem", [
