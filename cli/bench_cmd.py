@@ -113,6 +113,7 @@ def _in_work_dir(args, benchmark: str, run) -> int:
     with BenchWorkDir(getattr(args, "work_dir", None), benchmark) as wd:
         print(f"llamarl bench: work dir {wd.path}", flush=True)
         args.work_dir, args.out = wd.path, os.path.abspath(wd.json_path(args.out))
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
         code = run()
         wd.failed = code != EXIT_OK
     return code
@@ -154,7 +155,6 @@ def _write(out: str, result: dict, console: Console, command: str | None = None)
     if command is not None:
         result["command"] = command
     result.setdefault("commit", git_commit())
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import statistics
-import sys
 import time
 from collections import Counter
 
@@ -148,7 +146,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
             runs[name].append(quality_run_stats(run_dir, samples_per_step))
     configs = [aggregate_config(name, k, c, seed_list, runs[name]) for name, k, c in chosen]
     before = sorted({r["accuracy_before"] for c in configs for r in c["runs"]})
-    return {"benchmark": "quality", "command": command or " ".join(map(shlex.quote, sys.argv)),
+    return {"benchmark": "quality", "command": command,
             "recipe": base.recipe, "overrides": overrides, "steps": steps,
             "samples_per_run": steps * samples_per_step, "samples_per_step": samples_per_step,
             "data_seed": base.data.seed, "num_eval_examples": eval_count(base.data),

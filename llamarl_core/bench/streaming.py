@@ -277,7 +277,6 @@ def run(args, command: str) -> int:
         "cases": cases,
         "load_at_end": load(),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     return 0

@@ -125,7 +125,6 @@ def run(args, command: str) -> int:
     for name, r in rows.items():
         print(f"{name:<25}{r['step_s']:>9.3f}{r['tokens_per_s']:>10.0f}{r['positions']:>11}"
               f"{r['speedup_vs_padded_default']:>10.2f}x")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

@@ -21,6 +21,7 @@ thread per process (2-core machine). T:G layouts with TP: ``ddma_bench`` (``--la
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -212,11 +213,9 @@ def print_table(result: dict) -> None:
 
 
 
-def parser(prog: str):
+def parser(prog: str) -> argparse.ArgumentParser:
     """`llamarl bench weight-sync`: these sizes over every transport, or with --layout the DDMA
     layouts at one size (ddma_bench.py), added to the JSON at --out beside its other cases."""
-    import argparse
-
     p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024], help="message sizes in MiB")
     p.add_argument("--repeats", type=_at_least_1, default=5, help="timings per size (default 5)")
@@ -228,16 +227,12 @@ def parser(prog: str):
 
 
 def _at_least_1(text: str) -> int:
-    import argparse
-
     if int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text} must be >= 1")
     return int(text)
 
 
 def _layout(text: str) -> tuple[int, int]:
-    import argparse
-
     from llamarl_core.bench.ddma_bench import parse_layout
     try:
         return parse_layout(text)
