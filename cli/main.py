@@ -10,7 +10,7 @@ VERBS = {
     "eval": ("llamarl_cli.eval_cmd", "evaluate a checkpoint (accuracy, pass@k, maj@k)"),
     "export": ("llamarl_cli.export_cmd", "write a run's checkpoints/step_<N> as a Hugging Face directory (export.dtype)"),
     "data": ("llamarl_cli.data_cmd", "show the rendered prompts, token counts and reference rewards (no model)"),
-    "bench": ("llamarl_cli.bench_cmd", "benchmarks: --sync-vs-async [--simulate], --weight-sync"),
+    "bench": ("llamarl_cli.bench_cmd", "benchmarks, one per results-table row: `bench NAME` (`bench` lists them)"),
     "report": ("llamarl_cli.report_cmd", "plots and a markdown summary of run directories"),
     "models": ("llamarl_cli.models_cmd", "get a known pretrained model as a checked HF directory (`models list`)"),
 }

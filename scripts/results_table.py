@@ -91,6 +91,14 @@ def _sync_quality_row(claim: str, json_name: str) -> Row:
                lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f} (from {v['w']:.3f})")
 
 
+def _quality_run(json_name: str, run: str, sync_claim: str, *configs: tuple) -> list[Row]:
+    """One quality JSON's rows: its sync k=0 baseline, then each (claim, config name[, target]);
+    every claim starts "Quality per RL sample, " + `run`."""
+    head = f"Quality per RL sample, {run}"
+    return [_sync_quality_row(head + sync_claim, json_name),
+            *(_quality_row(head + claim, *rest, json_name=json_name) for claim, *rest in configs)]
+
+
 def _pipeline_row(claim: str, json_name: str) -> Row:
     """A default-job run's busier-role share per step, both idle, and gain (a summarize_run.py JSON)."""
     return Row(claim, json_name, {"lo": "pipeline_from_timelines.busier_role_busy_min",
@@ -210,31 +218,20 @@ ROWS: list[Row] = [
         "default_run_cpu_slow_machine.json", {"g": "accuracy_gain_points", "w": "run_wall_s", "n": "rl_steps"},
         lambda v: f"{span(v['g'], '+.1f')} points in {span(v['w'], '.0f')} s ({span(v['n'], 'd')} RL steps)",
         "≥ +20 points in ≤ 300 s", lambda v: min(v["g"]) >= 20 and max(v["w"]) <= 300),
-    _sync_quality_row("Quality per RL sample, sync k=0 (3 seeds × 3,840 samples from one warm start)",
-                      "quality_cpu.json"),
-    _quality_row("Quality per RL sample, async k=1 AIPO", "async_k1_aipo"),
-    _quality_row("Quality per RL sample, async k=4 AIPO", "async_k4_aipo"),
-    _quality_row("Quality per RL sample, async k=4 uncorrected", "async_k4_none", target=False),
-    _quality_row("Quality per RL sample, async k=4 PPO-clip", "async_k4_ppo_clip"),
-    _sync_quality_row("Quality per RL sample, second run: sync k=0 (3 seeds, its own warm start)",
-                      "quality_streaming_cpu.json"),
-    _quality_row("Quality per RL sample, second run: async k=1 AIPO, chunked (`generation.streaming=false`)",
-                 "async_k1_aipo", json_name="quality_streaming_cpu.json"),
-    _quality_row("Quality per RL sample, second run: async k=1 AIPO, streaming (the async default)",
-                 "streaming", json_name="quality_streaming_cpu.json"),
-    _sync_quality_row("Quality per RL sample, third run: sync k=0 (3 seeds, its own warm start)",
-                      "quality_streaming_k2_cpu.json"),
-    _quality_row("Quality per RL sample, third run: async k=1 AIPO, streaming (the async default)",
-                 "streaming", json_name="quality_streaming_k2_cpu.json"),
-    _quality_row("Quality per RL sample, third run: async k=2 AIPO, streaming (`streaming_k2`)",
-                 "streaming_k2", json_name="quality_streaming_k2_cpu.json"),
-    _sync_quality_row("Quality per RL sample, fourth run (the trainer streams groups): sync k=0 (3 seeds; its warm "
-                      "start made as the third run's, and sync reproduced that run per seed)",
-                      "quality_stream_groups_cpu.json"),
-    _quality_row("Quality per RL sample, fourth run: async k=1 AIPO, streaming (the async default)",
-                 "streaming", json_name="quality_stream_groups_cpu.json"),
-    _quality_row("Quality per RL sample, fourth run: async k=2 AIPO, streaming (`streaming_k2`)",
-                 "streaming_k2", json_name="quality_stream_groups_cpu.json"),
+    *_quality_run("quality_cpu.json", "", "sync k=0 (3 seeds × 3,840 samples from one warm start)",
+                  ("async k=1 AIPO", "async_k1_aipo"), ("async k=4 AIPO", "async_k4_aipo"),
+                  ("async k=4 uncorrected", "async_k4_none", False), ("async k=4 PPO-clip", "async_k4_ppo_clip")),
+    *_quality_run("quality_streaming_cpu.json", "second run: ", "sync k=0 (3 seeds, its own warm start)",
+                  ("async k=1 AIPO, chunked (`generation.streaming=false`)", "async_k1_aipo"),
+                  ("async k=1 AIPO, streaming (the async default)", "streaming")),
+    *_quality_run("quality_streaming_k2_cpu.json", "third run: ", "sync k=0 (3 seeds, its own warm start)",
+                  ("async k=1 AIPO, streaming (the async default)", "streaming"),
+                  ("async k=2 AIPO, streaming (`streaming_k2`)", "streaming_k2")),
+    *_quality_run("quality_stream_groups_cpu.json", "fourth run",
+                  " (the trainer streams groups): sync k=0 (3 seeds; its warm start made as the third run's, "
+                  "and sync reproduced that run per seed)",
+                  (": async k=1 AIPO, streaming (the async default)", "streaming"),
+                  (": async k=2 AIPO, streaming (`streaming_k2`)", "streaming_k2")),
     Row("Sync vs async step time on this CPU (`cpu_tiny`, 10 steps × 2 repeats, alternated)",
         "sync_vs_async_cpu.json",
         {"x": "speedup", "i": "ideal_speedup", "s": "sync.step_s_median", "a": "async.step_s_median"},

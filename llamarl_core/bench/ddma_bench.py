@@ -1,6 +1,6 @@
 """DDMA layouts on this host: T trainer ranks → G generator ranks, against memcpy per link.
 
-    llamarl bench --weight-sync --layout 1:1 --layout 2:1 --layout 2:2 [--sizes-mb 1024]
+    llamarl bench weight-sync --layout 1:1 --layout 2:1 --layout 2:2 [--sizes-mb 1024]
 
 T + G processes (gloo, free port). The model is float32 tensors of 16 MiB; trainer rank t
 holds only its FSDP dim-0 rows of each; the G generator ranks form one replica with TP = G

@@ -1,4 +1,4 @@
-"""`llamarl bench --quality`: does async AIPO learn as well as sync, per RL sample?
+"""`llamarl bench quality`: does async AIPO learn as well as sync, per RL sample?
 
 From one shared warm-start checkpoint (`executors/warmstart.py`), with the same number of RL
 samples each (steps x prompts_per_step x group_size), six configurations:
@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import statistics
-import sys
 import time
 from collections import Counter
 
@@ -129,7 +127,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
     warm = shared_warmstart(base, work_dir, log)
     if warm is None:
         if not base.model.checkpoint:
-            raise ValueError("--quality needs a warm start (warmstart.steps > 0) or model.checkpoint")
+            raise ValueError("llamarl bench quality needs a warm start (warmstart.steps > 0) or model.checkpoint")
         warm = {"dir": base.model.checkpoint, "steps": 0, "seconds": 0.0}
     a = base.algorithm
     samples_per_step = a.prompts_per_step * a.group_size
@@ -143,7 +141,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
             runs[name].append(quality_run_stats(run_dir, samples_per_step))
     configs = [aggregate_config(name, k, c, seed_list, runs[name]) for name, k, c in chosen]
     before = sorted({r["accuracy_before"] for c in configs for r in c["runs"]})
-    return {"benchmark": "quality", "command": command or " ".join(map(shlex.quote, sys.argv)),
+    return {"benchmark": "quality", "command": command,
             "recipe": base.recipe, "overrides": overrides, "steps": steps,
             "samples_per_run": steps * samples_per_step, "samples_per_step": samples_per_step,
             "data_seed": base.data.seed, "num_eval_examples": eval_count(base.data),

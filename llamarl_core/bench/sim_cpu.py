@@ -1,4 +1,4 @@
-"""`llamarl bench --sync-vs-async --simulate recipe=<a cpu recipe>`: predicted beside measured.
+"""`llamarl bench sync-vs-async --simulate recipe=<a cpu recipe>`: predicted beside measured.
 
 1. Run the measured bench (`run_sync_vs_async`: sync and async alternating), measuring this
    CPU's constants (bench/cpu_constants.py, ~5 s) before each run and after the last; each
@@ -153,7 +153,7 @@ def simulate_cpu_recipe(cfg: LlamaRLConfig, run_measured, measured_json: str | N
             "predicted": predicted, "measured": measured, **compare(predicted, measured),
             "sensitivity": sensitivity(lambda f: predict(system, loads, constants, f), fitted,
                                        tuple(CpuFitted.__dataclass_fields__)),
-            "measured_bench": result,  # the whole `llamarl bench --sync-vs-async` result
+            "measured_bench": result,  # the whole `llamarl bench sync-vs-async` result
             "measured_json": measured_json, "wall_s": time.perf_counter() - t0}
 
 

@@ -1,4 +1,4 @@
-"""`llamarl bench --sync-vs-async`: the same recipe run synchronously and asynchronously.
+"""`llamarl bench sync-vs-async`: the same recipe run synchronously and asynchronously.
 
 Design: one knob. Sync is `algorithm.max_offpolicy_steps=0` (generation, scoring and training
 take turns on the colocated "actor" ranks); async is the recipe's k (at least 1: generator,
@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
 import statistics
-import sys
 import time
 from dataclasses import asdict
 
@@ -165,7 +163,6 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     if between_runs:
         between_runs(None)
     sync, asyn = aggregate_mode(per_mode["sync"]), aggregate_mode(per_mode["async"])
-    command = command or " ".join(shlex.quote(a) for a in sys.argv)
     return {"benchmark": "sync_vs_async", "command": command,
             "recipe": base.recipe, "overrides": overrides, "steps": steps, "repeats": repeats,
             "async_max_offpolicy_steps": async_k, "seed": base.run.seed,

@@ -21,6 +21,7 @@ thread per process (2-core machine). T:G layouts with TP: ``ddma_bench`` (``--la
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -156,13 +157,6 @@ def _worker(rank: int, port: int, sizes_mb, repeats: int, bucket_mb: float, out_
         dist.destroy_process_group()
 
 
-def _command() -> str:
-    prog = Path(sys.argv[0]).name
-    if prog == Path(__file__).name:  # run as `python -m llamarl_core.bench.weight_sync_bench`
-        prog = "python -m llamarl_core.bench.weight_sync_bench"
-    return " ".join([prog, *sys.argv[1:]])
-
-
 def _machine() -> dict:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
@@ -171,9 +165,9 @@ def _machine() -> dict:
 
 
 def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=None,
-                          bucket_mb: float = BUCKET_MB) -> dict:
+                          bucket_mb: float = BUCKET_MB, command: str | None = None) -> dict:
     """Measure memcpy / broadcast / DDMA collective / DDMA shm GB/s for each size; write JSON to
-    ``out`` if given."""
+    ``out`` if given, recording ``command`` (how `llamarl bench weight-sync` was called)."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -187,7 +181,7 @@ def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=No
         rows = json.loads(Path(rows_path).read_text())
     result = {
         "benchmark": "weight_sync",
-        "command": _command(),
+        "command": command,
         "commit": git_commit(),
         "config": {"sizes_mb": list(sizes_mb), "repeats": repeats, "bucket_mb": bucket_mb,
                    "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32",
@@ -218,18 +212,49 @@ def print_table(result: dict) -> None:
     Console().print(table)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
 
-    p = argparse.ArgumentParser(description="DDMA weight-sync transports vs memcpy and a bare broadcast")
-    p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--bucket-mb", type=float, default=BUCKET_MB)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
-    print_table(run_weight_sync_bench(args.sizes_mb, args.repeats, args.out, args.bucket_mb))
+def parser(prog: str) -> argparse.ArgumentParser:
+    """`llamarl bench weight-sync`: these sizes over every transport, or with --layout the DDMA
+    layouts at one size (ddma_bench.py), added to the JSON at --out beside its other cases."""
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 64, 256, 1024], help="message sizes in MiB")
+    p.add_argument("--repeats", type=_at_least_1, default=5, help="timings per size (default 5)")
+    p.add_argument("--bucket-mb", type=float, default=BUCKET_MB, help="DDMA piece size in MiB (a run's default)")
+    p.add_argument("--layout", action="append", default=[], type=_layout, metavar="T:G",
+                   help="DDMA from T trainer ranks to G generator ranks (repeatable) at one --sizes-mb; adds "
+                        "a 'layouts' list to the JSON, keeping its other cases")
+    return p
+
+
+def _at_least_1(text: str) -> int:
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return int(text)
+
+
+def _layout(text: str) -> tuple[int, int]:
+    from llamarl_core.bench.ddma_bench import parse_layout
+    try:
+        return parse_layout(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def run(args, command: str) -> int:
+    if not args.layout:
+        print_table(run_weight_sync_bench(args.sizes_mb, args.repeats, args.out, args.bucket_mb, command))
+        return 0
+    from llamarl_core.bench.ddma_bench import print_layouts, run_layout_bench
+
+    if len(args.sizes_mb) != 1:
+        print("llamarl bench weight-sync: --layout measures one size; give one --sizes-mb (e.g. 1024)",
+              file=sys.stderr)
+        return 2
+    cases = run_layout_bench(args.layout, size_mb=args.sizes_mb[0], repeats=args.repeats)
+    print_layouts(cases)
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result.update(layouts=cases, layouts_loadavg=list(os.getloadavg()), layouts_command=command,
+                  layouts_commit=git_commit())
+    out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,7 +6,8 @@
       <work dir>/tmp   the TMPDIR of the bench and of every process it starts (torchrun's
                        torchelastic_* folders, compile caches)
       checkpoints      each run's checkpoints/ and the shared warmstart/ (the megabytes)
-    removed too with the default work dir after a success: the run directories themselves
+    removed too with the default work dir after a success: the run directories themselves;
+      and the work dir itself when nothing is left in it (a bench refused before it ran)
     kept: the JSON, the PNGs, recipe_frozen.yaml; after a failure, the runs' logs (the error
       names them); with --work-dir, every run's logs, metrics.jsonl, timeline and summary.json
       (what `--simulate --measured FILE` reads again)
@@ -80,3 +81,5 @@ class BenchWorkDir:
                 shutil.rmtree(d, ignore_errors=True)  # a whole run directory
             else:
                 shutil.rmtree(os.path.join(d, "checkpoints"), ignore_errors=True)
+        if not self.explicit and not os.listdir(self.path):
+            os.rmdir(self.path)  # a bench that stopped before writing anything leaves no folder

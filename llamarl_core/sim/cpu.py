@@ -3,7 +3,7 @@
 Why: the cluster simulator (simulator.py) cannot be checked against a cluster we do not have;
 this twin uses the same three rules (the engine as built, the weight sync as built, the overlap
 as built) with the constants of the machine it runs on, so its step times can be checked
-against what `llamarl bench --sync-vs-async` measures on that machine (docs/SIMULATOR.md,
+against what `llamarl bench sync-vs-async` measures on that machine (docs/SIMULATOR.md,
 section "Tested on this CPU").
 
 Measured constants (`CpuMeasured`, from `bench/cpu_constants.py` at the start of the bench):

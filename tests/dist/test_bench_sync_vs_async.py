@@ -1,4 +1,4 @@
-"""`llamarl bench --sync-vs-async` end to end on the tiny recipe: one sync and one async run of
+"""`llamarl bench sync-vs-async` end to end on the tiny recipe: one sync and one async run of
 2 RL steps each, then valid JSON with the contract fields and both PNGs. No timing asserted."""
 import json
 
@@ -9,7 +9,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_bench_runs_both_modes_and_writes_json_and_two_pngs(tmp_path, capsys):
     out = tmp_path / "sva.json"
-    code = main(["bench", "--sync-vs-async", "--steps", "2", "--repeats", "1", "--out", str(out),
+    code = main(["bench", "sync-vs-async", "--steps", "2", "--repeats", "1", "--out", str(out),
                  "--work-dir", str(tmp_path / "runs"), "recipe=cpu_tiny",
                  # warmstart.steps=2, not 0: with no warm start the first training forward
                  # reuses RoPE tables cached under inference_mode by the initial eval.
@@ -30,9 +30,10 @@ def test_bench_runs_both_modes_and_writes_json_and_two_pngs(tmp_path, capsys):
     assert d["plots"]["timeline"] == str(tmp_path / "sva_timeline.png")
 
 
-def test_bench_weight_sync_flag_writes_the_weight_sync_json(tmp_path, capsys):
+def test_bench_weight_sync_writes_the_weight_sync_json_with_its_command(tmp_path, capsys):
     out = tmp_path / "ws.json"
-    assert main(["bench", "--weight-sync", "--sizes-mb", "1", "--repeats", "1", "--out", str(out)]) == 0
+    assert main(["bench", "weight-sync", "--sizes-mb", "1", "--repeats", "1", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
+    assert d["command"] == f"llamarl bench weight-sync --sizes-mb 1 --repeats 1 --out {out}"
     assert d["benchmark"] == "weight_sync" and d["config"]["sizes_mb"] == [1.0]
     assert set(d["sizes"][0]["ratio_to_memcpy"]) == {"broadcast", "collective", "shm"}

@@ -88,5 +88,5 @@ def test_select_configs_keeps_order_and_refuses_unknown_names():
 
 def test_bench_cli_refuses_an_unknown_quality_config_before_running(capsys):
     from llamarl_cli.bench_cmd import main
-    assert main(["--quality", "--configs", "sync_k0,nope"]) == 2
+    assert main(["quality", "--configs", "sync_k0,nope"]) == 2
     assert "nope" in capsys.readouterr().err

@@ -50,23 +50,23 @@ def test_simulate_config_returns_step_times_and_the_error_when_it_cannot_model_t
 
 def test_bench_simulate_writes_the_recipes_prediction_beside_the_papers(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    assert main(["bench", "--sync-vs-async", "--simulate", "recipe=8b_gsm8k", "--out", str(out)]) == 0
+    assert main(["bench", "sync-vs-async", "--simulate", "recipe=8b_gsm8k", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["sync"]["step_s"] > 0 and d["async"]["step_s"] > 0
     assert d["published"]["sync"] == 22.45 and d["published"]["async"] == 8.90
     assert [row["case"] for row in d["calibration"]] == ["8b", "70b", "405b"]
     assert "22.45" in capsys.readouterr().out
     # it says what produced it: the command as typed and the commit it ran
-    assert d["command"] == f"llamarl bench --sync-vs-async --simulate recipe=8b_gsm8k --out {out}"
+    assert d["command"] == f"llamarl bench sync-vs-async --simulate recipe=8b_gsm8k --out {out}"
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown \(not a git checkout\)", d["commit"])
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["bench"], ["--sync-vs-async", "--weight-sync"]),
-    (["bench", "--sync-vs-async", "--simulate", "recipe=cpu_tiny", "--measured", "/nonexistent.json"],
+    (["bench", "--sync-vs-async"], ["unknown benchmark '--sync-vs-async'", "sync-vs-async, quality"]),
+    (["bench", "sync-vs-async", "--simulate", "recipe=cpu_tiny", "--measured", "/nonexistent.json"],
      ["--measured", "no such file"]),
-    (["bench", "--sync-vs-async", "--steps", "0"], ["--steps=0"]),
-    (["bench", "--sync-vs-async", "--weight-sync"], ["not allowed"]),
+    (["bench", "sync-vs-async", "--steps", "0"], ["--steps=0"]),
+    (["bench", "sync-vs-async", "--layout", "1:1"], ["llamarl bench sync-vs-async", "unknown option(s) --layout"]),
 ])
 def test_bench_bad_input_exits_2_with_one_line(capsys, argv, words):
     assert main(argv) == 2

@@ -28,7 +28,7 @@ def private_tmp(tmp_path, monkeypatch):
 
 def test_the_simulator_bench_writes_its_json_into_a_work_dir_under_runs_and_leaves_no_temp_files(private_tmp, capsys):
     tmp, cwd = private_tmp
-    assert main(["bench", "--sync-vs-async", "--simulate"]) == 0
+    assert main(["bench", "sync-vs-async", "--simulate"]) == 0
     (work,) = (cwd / "runs" / "bench").iterdir()
     assert work.name.startswith("simulator-")
     assert sorted(p.name for p in work.iterdir()) == ["simulator.json"]
@@ -90,3 +90,10 @@ def test_an_explicit_work_dir_keeps_each_runs_results_and_what_was_there_before(
     assert _tree(work) == ["async_0/logs/trainer_0.log", "async_0/metrics.jsonl", "old_run/checkpoints/keep.bin",
                            "recipe_frozen.yaml", "sync_0/logs/trainer_0.log", "sync_0/metrics.jsonl",
                            "sync_vs_async.json", "tmp/notes.txt"]
+
+
+def test_a_default_work_dir_left_empty_is_removed(private_tmp):
+    tmp, cwd = private_tmp
+    with BenchWorkDir(None, "weight_sync") as wd:
+        wd.failed = True  # e.g. refused its options before measuring anything
+    assert not os.path.exists(wd.path) and list((cwd / "runs" / "bench").iterdir()) == []

@@ -1,24 +1,21 @@
-"""The generation benchmark script runs end to end and writes the documented JSON fields."""
-import importlib.util
+"""`llamarl bench generation` runs end to end and writes the documented JSON fields."""
 import json
-from pathlib import Path
 
 import pytest
 
+from llamarl_cli.main import main
+
 pytest.importorskip("transformers")
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_generation.py"
 
 
 def test_bench_generation_writes_ratio_timings_and_machine_info(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_generation", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     out = tmp_path / "gen.json"
-    argv = ["--out", str(out), "--sizes", "tiny-2m", "--threads", "1", "--batch-size", "2",
+    argv = ["bench", "generation", "--out", str(out), "--sizes", "tiny-2m", "--threads", "1", "--batch-size", "2",
             "--prompt-len", "4", "--new-tokens", "3", "--repeats", "1",
             "--long-tail-prompts", "6", "--long-tail-new-tokens", "12", "--long-tail-stops", "40"]
-    assert bench.main(argv) == 0
+    assert main(argv) == 0
     report = json.loads(out.read_text())
+    assert report["command"] == "llamarl " + " ".join(argv)
     [case] = report["cases"]
     assert case["preset"] == "tiny-2m"
     assert len(case["raw_seconds"]["ours"]) == len(case["raw_seconds"]["hf"]) == 1

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -143,3 +144,72 @@ def test_the_known_gaps_quote_the_tables_numbers():
     gaps = (ROOT / "docs" / "KNOWN_GAPS.md").read_text()
     quoted = re.findall(r"\d+\.\d+(?:×| s\b)", gaps)
     assert quoted and [q for q in quoted if q not in block] == []
+
+
+def bench_command_problem(command: str, parse_options: bool = True) -> str | None:
+    """Why `command` (a row's reproduce command) is not `llamarl bench NAME ...` with a known
+    NAME whose parser takes the rest, or None if it is (or is no bench command at all)."""
+    from llamarl_cli import bench_cmd
+    from llamarl_cli.common import UsageError, parse
+
+    if any(old in command for old in ("scripts/bench_", "scripts/compare_streaming_runs", "llamarl_core.bench.")):
+        return "cites a bench script, not `llamarl bench NAME`"
+    for name in re.findall(r"llamarl bench (\S+)", command):  # inside prose too, e.g. "with llamarl bench ..."
+        if name not in bench_cmd.BENCHES:
+            return f"unknown bench {name!r}"
+    if not command.startswith("llamarl bench ") or not parse_options:
+        return None
+    name, *words = shlex.split(command)[2:]
+    try:
+        if bench_cmd.BENCHES[name][0] is None:
+            parse(bench_cmd.parser(name), words)
+        else:
+            bench_cmd.parser(name).parse_args(words)
+    except (UsageError, SystemExit) as e:
+        return f"its options do not parse: {e}"
+    return None
+
+
+def test_every_rows_command_is_llamarl_bench_with_a_known_name_whose_options_parse(capsys):
+    commands = {row.claim: rt.at(json.loads((RESULTS / row.json).read_text()), row.command_key)
+                for row in rt.ROWS if (RESULTS / row.json).exists()}
+    bench = [c for c in commands.values() if c and c.startswith("llamarl bench ")]
+    assert len(bench) >= 20  # most rows are reproduced by a bench; the others by `llamarl train`
+    assert {c.split()[2] for c in bench} == {"sync-vs-async", "quality", "weight-sync", "generation",
+                                             "generation-real", "launch", "slots", "streaming", "trainer"}
+    assert {claim: p for claim, c in commands.items() if c and (p := bench_command_problem(c))} == {}
+    capsys.readouterr()  # argparse's error lines, had any command failed
+
+
+def test_every_command_recorded_in_a_result_json_is_one_that_runs():
+    """Rows or not, nested runs too: every `*command*` string and `summarized_by` (names only:
+    it quotes its runs' commands unquoted)."""
+    def strings(node, key=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from strings(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                yield from strings(v, key)
+        elif isinstance(node, str) and ("command" in key or key == "summarized_by"):
+            yield key, node
+    problems = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        for key, text in strings(json.loads(path.read_text())):
+            problem = bench_command_problem(text, parse_options=key != "summarized_by")
+            if problem:
+                problems[f"{path.name}: {text[:60]}"] = problem
+    assert problems == {}
+
+
+@pytest.mark.parametrize("command, problem", [
+    ("python scripts/bench_streaming.py --out x.json", "cites a bench script"),
+    ("llamarl bench --sync-vs-async --steps 10", "unknown bench '--sync-vs-async'"),
+    ("llamarl bench streaming --no-such-flag 3", "do not parse"),
+    ("llamarl bench sync-vs-async --layout 1:1", "do not parse"),
+    ("llamarl train recipe=smollm2_cpu (with llamarl bench real-model watch RUN beside it)", None),
+    ("llamarl train (with llamarl bench watch RUN beside it)", "unknown bench 'watch'"),
+])
+def test_a_bench_command_that_would_not_run_is_reported(command, problem, capsys):
+    found = bench_command_problem(command)
+    assert (found is None) if problem is None else (problem in found)

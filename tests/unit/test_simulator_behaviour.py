@@ -1,7 +1,7 @@
 """The scale simulator moves the way physics says when the model, GPUs or split change.
 
 No test asserts a predicted time against the paper: calibration quality is reported by
-`llamarl bench --sync-vs-async --simulate` and docs/SIMULATOR.md, not enforced here.
+`llamarl bench sync-vs-async --simulate` and docs/SIMULATOR.md, not enforced here.
 """
 import json
 from dataclasses import replace

@@ -1,5 +1,5 @@
-"""The streaming bench (scripts/bench_streaming.py) runs end to end and writes the fields the
-rows of docs/RESULTS.md read, with the within-repeat ratios taken from its own runs."""
+"""`llamarl bench streaming` runs end to end and writes the fields the rows of
+docs/RESULTS.md read, with the within-repeat ratios taken from its own runs."""
 import json
 import subprocess
 import sys
@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_streaming.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_streaming_writes_the_ratio_of_medians_and_the_ratio_within_each_repeat(tmp_path):
     out = tmp_path / "streaming.json"
     # its own process: the bench wraps the engine's forward functions to time them
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--presets", "tiny-2m", "--steps", "3",
-                    "--prompts-per-step", "4", "--group-size", "2", "--batch-size", "8",
-                    "--new-tokens", "24", "--repeats", "2"], check=True, timeout=120,
-                   cwd=SCRIPT.parents[1], capture_output=True)
+    subprocess.run([sys.executable, "-m", "llamarl_cli.main", "bench", "streaming", "--out", str(out),
+                    "--presets", "tiny-2m", "--steps", "3", "--prompts-per-step", "4", "--group-size", "2",
+                    "--batch-size", "8", "--new-tokens", "24", "--repeats", "2"], check=True, timeout=120,
+                   cwd=ROOT, capture_output=True)
     report = json.loads(out.read_text())
+    assert report["command"].startswith("llamarl bench streaming --out ")
     [case] = report["cases"]
     runs = case["runs"]
     each = [(s["tokens"] / s["seconds"]) / (c["tokens"] / c["seconds"])

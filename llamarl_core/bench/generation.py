@@ -15,8 +15,8 @@ compacted out once at most half still run, as the engine did before continuous b
 `static_padded` keeps every finished row in the batch until its chunk ends (what
 `transformers.generate` does, and what a GPU decode step costs whatever the live rows).
 
-    python scripts/bench_generation.py --out benchmarks/results/generation_cpu.json
-    python scripts/bench_generation.py --quick --out /tmp/gen.json   # ~2 minutes
+    llamarl bench generation --threads 1 --out benchmarks/results/generation_cpu.json
+    llamarl bench generation --quick   # ~2 minutes; the JSON in ./runs/bench/generation-<time>/
 """
 from __future__ import annotations
 
@@ -25,21 +25,19 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 import torch
 
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation.quant import next_token_kl, quantize_model
 from llamarl_core.models import ByteTokenizer, Llama, get_preset, save_pretrained
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="JSON file to write")
+def parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="tiny-2m,tiny-20m,tiny-100m", help="comma-separated presets")
     parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -52,10 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--long-tail-prompts", type=int, default=256)
     parser.add_argument("--long-tail-new-tokens", type=int, default=96, help="the length cap")
     parser.add_argument("--long-tail-stops", type=int, default=8, help="planted stop tokens (of 260)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.sizes, args.threads, args.repeats = "tiny-2m,tiny-20m", "1", 2
-    return args
+    return parser
 
 
 def machine_info() -> dict:
@@ -69,16 +64,6 @@ def machine_info() -> dict:
     return {"platform": platform.platform(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
             "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
-
-
-def git_commit():
-    """HEAD of the checkout this script runs from (None outside git), so a JSON names its code."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def timed(fn) -> float:
@@ -185,15 +170,16 @@ def run_long_tail(args) -> dict:
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
-def main(argv=None) -> int:
+def run(args, command: str) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    args = parse_args(argv)
+    if args.quick:
+        args.sizes, args.threads, args.repeats = "tiny-2m,tiny-20m", "1", 2
     sizes, threads = args.sizes.split(","), [int(t) for t in args.threads.split(",")]
     import transformers
 
-    report = {"command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__,
+    report = {"command": command, "torch": torch.__version__,
               "transformers": transformers.__version__, "machine": machine_info(),
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
     gen = torch.Generator().manual_seed(0)
@@ -243,7 +229,3 @@ def main(argv=None) -> int:
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

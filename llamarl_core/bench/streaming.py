@@ -33,7 +33,7 @@ The third mode, `streaming_unfused`, runs each refill's prefill as a forward of 
 (GenerationEngine(fuse_prefill=False), the engine before that change): the JSON gives both
 ratios, `streaming_fused_vs_unfused` and `streaming_unfused_vs_chunked`, from the same run.
 
-    nice -n 19 python scripts/bench_streaming.py --out benchmarks/results/streaming_cpu.json
+    nice -n 19 llamarl bench streaming --out benchmarks/results/streaming_cpu.json
 """
 from __future__ import annotations
 
@@ -43,11 +43,11 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 
 import torch
 
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.pipeline import chunk_config
@@ -60,9 +60,8 @@ from llamarl_core.models import ByteTokenizer, Llama, get_preset
 ROW_BINS = ((1, 8), (9, 16), (17, 32), (33, 48), (49, 64))
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True)
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="tiny-20m,tiny-2m",
                    help="comma-separated; the first gives the headline streaming_vs_chunked")
     p.add_argument("--steps", type=int, default=8, help="chunks (trainer steps) per run")
@@ -74,7 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--stops", type=int, default=8, help="planted stop tokens (of 260)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    return p.parse_args(argv)
+    return p
 
 
 class DecodeTimer:
@@ -249,8 +248,8 @@ def note(cases: list[dict]) -> str:
             "its weight reads, as on a GPU and for any real model); per case: " + "; ".join(parts) + ".")
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def run(args, command: str) -> int:
+    load_at_start = load()
     torch.set_num_threads(args.threads)
     presets = [p for p in args.presets.split(",") if p]
     timer = DecodeTimer()
@@ -263,16 +262,12 @@ def main(argv=None) -> int:
               f"{c['medians']['chunked']['tokens_per_s']:.0f} tok/s = {c['streaming_vs_chunked']:.2f}x; "
               f"tokens per decode step {c['tokens_per_decode_step_ratio']:.2f}x; decode ms by rows "
               + ", ".join(f"{k}: {v['median_ms']:.1f}" for k, v in c["decode_ms_by_rows"].items()), flush=True)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = None
     head = cases[0]
     report = {
-        "command": " ".join([sys.executable] + sys.argv), "commit": commit,
+        "command": command, "commit": git_commit(),
         "note": note(cases),
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads,
-                    "load_at_start": LOAD_AT_START},
+                    "load_at_start": load_at_start},
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "headline_preset": head["preset"],
         "streaming_vs_chunked": head["streaming_vs_chunked"],
@@ -283,13 +278,6 @@ def main(argv=None) -> int:
         "cases": cases,
         "load_at_end": load(),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     return 0
-
-
-LOAD_AT_START = load()
-
-if __name__ == "__main__":
-    sys.exit(main())

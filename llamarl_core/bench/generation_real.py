@@ -17,7 +17,7 @@ the same with and without it (same seed; tested in tests/unit/test_prefill_once.
 runs do the same decode work. Target: the prefill share of generation time drops by at least
 (G-1)/G of itself.
 
-    python scripts/bench_generation_real.py models/smollm2-135m --out benchmarks/results/generation_real_cpu.json
+    llamarl bench generation-real models/smollm2-135m --out benchmarks/results/generation_real_cpu.json
 """
 from __future__ import annotations
 
@@ -25,29 +25,24 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from llamarl_core.data.arith import arith_examples  # noqa: E402
-from llamarl_core.data.templates import PromptFormat, render_prompt  # noqa: E402
-from llamarl_core.generation import GenerationEngine, SamplingParams, cpu_gemm  # noqa: E402
-from llamarl_core.models import load_pretrained  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_generation import git_commit, machine_info  # noqa: E402
+from llamarl_core.bench.generation import machine_info
+from llamarl_core.bench.provenance import git_commit
+from llamarl_core.data.arith import arith_examples
+from llamarl_core.data.templates import PromptFormat, render_prompt
+from llamarl_core.generation import GenerationEngine, SamplingParams, cpu_gemm
+from llamarl_core.models import load_pretrained
 
 SYSTEM_PROMPT, INSTRUCTION = "Be brief.", "Put the final answer in \\boxed{}."  # recipes/smollm2_cpu.yaml
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="the converted directory (llamarl models get smollm2-135m DIR)")
-    p.add_argument("--out", required=True)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=24)
@@ -55,7 +50,7 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--groups", type=int, default=8, help="prompts in the prefill-once case (0 skips it)")
-    return p.parse_args(argv)
+    return p
 
 
 def recipe_prompts(tokenizer, n: int) -> list[list[int]]:
@@ -139,11 +134,10 @@ def prefill_once_case(model, tokenizer, args) -> dict:
             "load_average": os.getloadavg()}
 
 
-def main(argv=None) -> int:
+def run(args, command: str) -> int:
     import transformers
 
-    args = parse_args(argv)
-    report = {"command": " ".join(["python"] + sys.argv), "commit": git_commit(), "torch": torch.__version__,
+    report = {"command": command, "commit": git_commit(), "torch": torch.__version__,
               "transformers": transformers.__version__, "machine": machine_info(),
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
     model, tokenizer = load_pretrained(args.checkpoint, dtype=torch.float32)
@@ -175,7 +169,3 @@ def main(argv=None) -> int:
     report["machine"]["load_average_at_end"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ each) through `ChunkStream` with the given slots, one engine, one thread, from a
 within each repeat; medians are reported, with each case's tokens/s against the recipe's own
 slot count.
 
-    python scripts/bench_slots.py /tmp/run/checkpoints/warmstart --out benchmarks/results/generation_slots_cpu.json
+    llamarl bench slots /tmp/run/checkpoints/warmstart --out benchmarks/results/generation_slots_cpu.json
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 
 import torch
@@ -34,15 +33,14 @@ from llamarl_core.executors.stream import ChunkStream
 from llamarl_core.models.checkpoint import load_pretrained
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a checkpoint directory (e.g. a run's checkpoints/warmstart)")
-    p.add_argument("--out", required=True)
     p.add_argument("--recipe", default="cpu_tiny")
     p.add_argument("--slots", default="256,128,64", help="comma-separated; the first is the baseline")
     p.add_argument("--chunks", type=int, default=6, help="chunks streamed per case")
     p.add_argument("--repeats", type=int, default=3)
-    return p.parse_args(argv)
+    return p
 
 
 def make_case(args, slots: int) -> tuple[ChunkStream, ChunkGenerator]:
@@ -64,8 +62,7 @@ def run_once(stream: ChunkStream, chunks: ChunkGenerator, first: int, n: int) ->
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "chunk_s": seconds / n}
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def run(args, command: str) -> int:
     load_at_start = os.getloadavg()
     torch.set_num_threads(1)
     slots = [int(x) for x in args.slots.split(",")]
@@ -78,7 +75,7 @@ def main(argv=None) -> int:
     med = {s: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
                "chunk_s": statistics.median(x["chunk_s"] for x in rs)} for s, rs in runs.items()}
     base = slots[0]
-    result = {"command": "python " + " ".join(["scripts/bench_slots.py", *(argv or sys.argv[1:])]),
+    result = {"command": command,
               "commit": git_commit(), "recipe": args.recipe, "checkpoint": args.checkpoint,
               "chunks_per_case": args.chunks, "repeats": args.repeats, "threads": 1,
               "runs": {str(s): rs for s, rs in runs.items()},
@@ -98,7 +95,3 @@ def main(argv=None) -> int:
         print(f"{s:>6} {med[s]['tokens_per_s']:>10.0f} {med[s]['chunk_s']:>8.3f} "
               f"{result['tokens_per_s_vs_baseline'][str(s)]:>8.2f}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,8 +6,10 @@ idle), per step after the first the bottleneck role's busy fraction (the busier 
 and trainer over the whole window) and the busier role's in each step, step times and the
 held-out accuracy gain.
 
-    python scripts/compare_streaming_runs.py --streaming RUN_A --chunked RUN_B \
+    llamarl bench streaming-runs --streaming RUN_A --chunked RUN_B \
         --command "how the runs were started" --out benchmarks/results/streaming_default_run_cpu.json
+
+The JSON's `command` is --command (what made the runs), its `summarized_by` this command.
 """
 from __future__ import annotations
 
@@ -15,9 +17,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.bench.run_stats import (read_timeline, rl_window, role_fractions, step_busy_shares, step_ends,
                                           step_times)
 from llamarl_core.transport.idle import both_idle_frac
@@ -51,22 +52,22 @@ def summarize(run_dir: str) -> dict:
             "dropped_chunks": summary.get("dropped_chunks")}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--streaming", required=True)
     p.add_argument("--chunked", required=True)
     p.add_argument("--command", required=True, help="the commands that produced the two runs")
     p.add_argument("--load", default="", help="machine load during the runs (uptime lines)")
-    p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+    return p
+
+
+def run(args, command: str) -> int:
     s, c = summarize(args.streaming), summarize(args.chunked)
-    report = {"command": args.command, "summarized_by": " ".join([sys.executable] + sys.argv),
-              "commit": commit, "machine_load": args.load, "streaming": s, "chunked": c,
+    report = {"command": args.command, "summarized_by": command, "commit": git_commit(),
+              "machine_load": args.load, "streaming": s, "chunked": c,
               "targets": {"bottleneck_busy_after_first_step": 0.95, "both_idle_fraction_max": 0.02},
               "gain_difference_points": (s["accuracy_gain_points"] - c["accuracy_gain_points"]
                                          if None not in (s["accuracy_gain_points"], c["accuracy_gain_points"]) else None)}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     for name, r in (("streaming", s), ("chunked", c)):
@@ -74,7 +75,3 @@ def main(argv=None) -> int:
               f"{r['both_idle_fraction']:.3f}, bottleneck {r['bottleneck_role']} median "
               f"{r['bottleneck_busy_per_step_after_first']['median']:.2f}, gain {r['accuracy_gain_points']}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

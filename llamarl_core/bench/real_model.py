@@ -2,15 +2,16 @@
 step time split, tokens/s and peak RSS per role (benchmarks/results/real_model_cpu.json).
 
     # beside a run (another shell), peak RSS per role from /proc (VmHWM of each role's workers):
-    python scripts/bench_real_model.py watch RUN_DIR --out RUN_DIR/peak_rss.json
+    llamarl bench real-model watch RUN_DIR --out RUN_DIR/peak_rss.json
     # after it, from the run directory (metrics.jsonl, summary.json, timeline/, peak_rss.json):
-    python scripts/bench_real_model.py summarize RUN_DIR --command "llamarl train recipe=smollm2_cpu ..." \
+    llamarl bench real-model summarize RUN_DIR --command "llamarl train recipe=smollm2_cpu ..." \
         --out benchmarks/results/real_model_cpu.json
 
 `watch` polls every `--every-s` seconds the processes whose command line names the run's
 plan.json (`role=<role> plan=RUN_DIR/plan.json`, the workers torchrun starts) and keeps the largest
 VmHWM (the kernel's peak resident set) seen per role, until the run writes summary.json or its
-workers are gone.
+workers are gone. Neither uses a bench work dir: `watch` writes beside the run, `summarize`
+prints its JSON and writes it only to --out.
 """
 from __future__ import annotations
 
@@ -18,16 +19,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from llamarl_core.bench.run_stats import run_stats  # noqa: E402
+from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.run_stats import run_stats
 
 ROLES = ("generator", "trainer", "reward")
+WORK_DIR = False  # `llamarl bench` gives this bench no work dir (see above)
 
 
 def _workers(plan: str) -> dict[int, str]:
@@ -75,12 +74,6 @@ def watch(run_dir: Path, out: Path, every_s: float, timeout_s: float) -> dict:
     return json.loads(out.read_text())
 
 
-def _git_commit() -> str | None:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent)
-    return out.stdout.strip() or None
-
-
 def summarize(run_dir: Path, command: str, note: str) -> dict:
     stats = run_stats(str(run_dir), target_accuracy=1.0)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -98,7 +91,7 @@ def summarize(run_dir: Path, command: str, note: str) -> dict:
     }
     phases = stats["phase_s_per_step"]
     return {
-        "command": command, "commit": _git_commit(), "note": note, "run_dir": str(run_dir),
+        "command": command, "commit": git_commit(), "note": note, "run_dir": str(run_dir),
         "recipe": summary["recipe"], "mode": summary["mode"],
         "accuracy_before": summary["accuracy_before"], "accuracy_after": summary["accuracy_after"],
         "accuracy_gain_points": round(100 * (summary["accuracy_after"] - summary["accuracy_before"]), 1),
@@ -123,8 +116,8 @@ def summarize(run_dir: Path, command: str, note: str) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="verb", required=True)
     w = sub.add_parser("watch")
     w.add_argument("run_dir", type=Path)
@@ -136,7 +129,10 @@ def main(argv=None) -> int:
     s.add_argument("--out", type=Path)
     s.add_argument("--command", default="")
     s.add_argument("--note", default="", help="machine, load, what ran beside")
-    args = p.parse_args(argv)
+    return p
+
+
+def run(args, command: str) -> int:
     if args.verb == "watch":
         print(json.dumps(watch(args.run_dir, args.out or args.run_dir / "peak_rss.json", args.every_s,
                                args.timeout_s)))
@@ -146,7 +142,3 @@ def main(argv=None) -> int:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("config_yaml", "roles", "reward_curve")}, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,8 +15,8 @@ share of groups that all scored alike (zero advantage) is the one RL meets at th
 `tokens_per_s` counts completion tokens (what the loss trains on); `positions_per_s` counts
 every position the model ran, padding and prompt included.
 
-    python scripts/bench_trainer.py --out benchmarks/results/trainer_cpu.json
-    python scripts/bench_trainer.py --checkpoint runs/cpu_tiny/checkpoints/warmstart --out /tmp/t.json
+    llamarl bench trainer --out benchmarks/results/trainer_cpu.json
+    llamarl bench trainer --checkpoint runs/cpu_tiny/checkpoints/warmstart --out /tmp/t.json
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -43,14 +42,13 @@ from llamarl_core.executors.pipeline import run_warmstart
 from llamarl_core.rewards import get_reward
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="JSON file to write")
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", default="cpu_tiny")
     p.add_argument("--checkpoint", default=None, help="warm-start checkpoint (default: make one)")
     p.add_argument("--rounds", type=int, default=5, help="timed steps per variant")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
-    return p.parse_args(argv)
+    return p
 
 
 def make_chunk(cfg, model, tokenizer):
@@ -73,8 +71,7 @@ def positions(learner: Learner, batch, micro: int) -> int:
     return sum(len(rows) * width for rows, width in learner._micro_batches(batch, micro, trained))
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def run(args, command: str) -> int:
     torch.set_num_threads(1)
     base = load_config(args.recipe, args.overrides)
     checkpoint = args.checkpoint
@@ -113,7 +110,7 @@ def main(argv=None) -> int:
     baseline = f"padded_micro{default_micro}"
     for r in rows.values():
         r["speedup_vs_padded_default"] = rows[baseline]["step_s"] / r["step_s"]
-    result = {"benchmark": "trainer_rl_step", "command": " ".join(["python", *sys.argv]), "commit": git_commit(),
+    result = {"benchmark": "trainer_rl_step", "command": command, "commit": git_commit(),
               "recipe": args.recipe, "overrides": args.overrides, "rows": batch.num_rows,
               "completion_tokens": completion_tokens,
               "prompt_tokens": int(batch.prompt_lens.sum()),
@@ -128,13 +125,7 @@ def main(argv=None) -> int:
     for name, r in rows.items():
         print(f"{name:<25}{r['step_s']:>9.3f}{r['tokens_per_s']:>10.0f}{r['positions']:>11}"
               f"{r['speedup_vs_padded_default']:>10.2f}x")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

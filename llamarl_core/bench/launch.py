@@ -3,10 +3,10 @@ agents and workers exec'd (LLAMARL_ZYGOTE=0, the launcher before runtime/zygote.
 (agents from the zygote, workers from a thread-free copy of their agent: runtime/worker_fork.py),
 back to back.
 
-    nice -n 19 python scripts/bench_launch.py [--runs 2] [--out benchmarks/results/launch_cpu.json] [key=value ...]
+    nice -n 19 llamarl bench launch [--runs 2] [--out benchmarks/results/launch_cpu.json] [key=value ...]
 
-Each run is the 4-step run tests/dist makes (tests/dist/test_runtime.py FAST: three roles, one
-rank each); the modes alternate (exec, zygote, exec, zygote, ...) so machine load hits both
+Each run is the 4-step run tests/dist makes (`FAST`, as tests/dist/test_runtime.py's: three
+roles, one rank each); the modes alternate (exec, zygote, exec, zygote, ...) so machine load hits both
 alike. Every process of the run's tree is sampled with psutil every 50 ms, keeping each pid's
 last user+system CPU time; processes are named by what they run: cli, zygote, agent:<role>
 (the torchrun elastic agent), worker:<role>. `cpu_s_total` is getrusage(RUSAGE_CHILDREN) over
@@ -28,8 +28,13 @@ import time
 
 import psutil
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "dist"))
-from test_runtime import FAST  # noqa: E402  (the runs the suite makes)
+from llamarl_core.bench.provenance import git_commit
+
+FAST = ["warmstart.steps=0", "run.max_steps=4", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
+        "data.num_eval_examples=8", "data.num_train_examples=64", "generation.max_new_tokens=8",
+        "run.eval_every_steps=0", "run.max_time_s=0", "resources.generator.max_batch_size=64",
+        "resources.trainer.micro_batch_size=16", "run.weight_checksums=true",
+        "controller.startup_timeout_s=90", "controller.heartbeat_timeout_s=20"]
 
 
 def name_of(p: psutil.Process) -> str:
@@ -89,31 +94,29 @@ def summary(runs: list[dict]) -> dict:
     return {"wall_s_mean": mean("wall_s"), "cpu_s_total_mean": mean("cpu_s_total"), "runs": runs}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(prog: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2, help="runs per mode")
-    ap.add_argument("--out", default="")
-    args, overrides = ap.parse_known_args()
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="overrides for each run")
+    return ap
+
+
+def run(args, command: str) -> int:
     load_at_start = list(os.getloadavg())
     runs = {False: [], True: []}
     for _ in range(args.runs):
         for zygote in (False, True):
-            runs[zygote].append(one_run(overrides, zygote))
+            runs[zygote].append(one_run(args.overrides, zygote))
             print(("zygote " if zygote else "exec   ") + json.dumps(runs[zygote][-1]), flush=True)
     before, after = summary(runs[False]), summary(runs[True])
     print(f"exec'd agents: {before['cpu_s_total_mean']} CPU-s, {before['wall_s_mean']} s wall; "
           f"zygote: {after['cpu_s_total_mean']} CPU-s, {after['wall_s_mean']} s wall")
-    if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        result = {"command": "python " + " ".join(sys.argv), "commit": commit,
-                  "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
-                              "loadavg_at_end": list(os.getloadavg())},
-                  "before": {"launcher": "agents and workers exec'd (LLAMARL_ZYGOTE=0)", **before},
-                  "after": {"launcher": "agents forked from the zygote, workers from each agent's "
-                                        "thread-free copy (runtime/worker_fork.py)", **after}}
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    result = {"command": command, "commit": git_commit(),
+              "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+                          "loadavg_at_end": list(os.getloadavg())},
+              "before": {"launcher": "agents and workers exec'd (LLAMARL_ZYGOTE=0)", **before},
+              "after": {"launcher": "agents forked from the zygote, workers from each agent's "
+                                    "thread-free copy (runtime/worker_fork.py)", **after}}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    return 0
