@@ -42,8 +42,6 @@ BENCHES = {  # name -> (module with parser(prog) and run(args, command), or None
                                                     "summarize it"),
     "slots": ("llamarl_core.bench.slots", "the streaming generator's tokens/s by slot count"),
     "streaming": ("llamarl_core.bench.streaming", "streaming vs chunked rollouts on one generator replica, long tail"),
-    "streaming-runs": ("llamarl_core.bench.streaming_runs", "a streaming and a chunked `llamarl train` run of one "
-                                                            "recipe, side by side"),
     "trainer": ("llamarl_core.bench.trainer", "the RL trainer step at the default shapes: padded, sorted, skipping"),
 }
 USAGE = ("usage: llamarl bench NAME [options] (NAME --help for its options)\n\n"

@@ -188,21 +188,6 @@ ROWS: list[Row] = [
                   "default_run_cpu_one_core_busy.json"),
     _pipeline_row("Default job with `algorithm.max_offpolicy_steps=2` (k = 2): the busier role's busy share of "
                   "each RL step after the first; both idle; held-out gain", "default_run_k2_cpu.json"),
-    Row("Default job, streaming (the async default) vs chunked (`generation.streaming=false`), from the same "
-        "warm start, one run each: held-out gain; both idle; the busier role per step",
-        "streaming_default_run_cpu.json",
-        {"gs": "streaming.accuracy_gain_points", "gc": "chunked.accuracy_gain_points", "d": "gain_difference_points",
-         "es": "streaming.busier_role_busy_per_step_after_first.steps_busy_95pct",
-         "ec": "chunked.busier_role_busy_per_step_after_first.steps_busy_95pct",
-         "n": "streaming.busier_role_busy_per_step_after_first.steps",
-         "ns": "streaming.steps", "nc": "chunked.steps", "bs": "streaming.both_idle_fraction",
-         "bc": "chunked.both_idle_fraction"},
-        lambda v: (f"{v['gs']:+.1f} vs {v['gc']:+.1f} points ({v['d']:+.1f}) in {v['ns']} / {v['nc']} RL steps; "
-                   f"both idle {100 * v['bs']:.1f}% vs {100 * v['bc']:.1f}%"
-                   f"; busier role ≥ 0.95 in {v['es']} vs {v['ec']} of {v['n']} steps after the first"),
-        "gain within noise of chunked (±5 points between runs)", lambda v: abs(v["d"]) <= 5,
-        headline="Streaming vs chunked generation",
-        brief=lambda v: f"default job: {v['gs']:+.1f} vs {v['gc']:+.1f} held-out points (streaming vs chunked)"),
     Row("Default job, same machine and hour: current main vs commit 69903e8 (whose run on a faster day was "
         "the previous default_run_cpu.json: 0.500 → 0.815 in 150 steps, 116 s)", "default_run_vs_69903e8_cpu.json",
         {"g": "accuracy_gain_points", "n": "rl_steps", "s": "step_s_median"},
@@ -221,9 +206,6 @@ ROWS: list[Row] = [
     *_quality_run("quality_cpu.json", "", "sync k=0 (3 seeds × 3,840 samples from one warm start)",
                   ("async k=1 AIPO", "async_k1_aipo"), ("async k=4 AIPO", "async_k4_aipo"),
                   ("async k=4 uncorrected", "async_k4_none", False), ("async k=4 PPO-clip", "async_k4_ppo_clip")),
-    *_quality_run("quality_streaming_cpu.json", "second run: ", "sync k=0 (3 seeds, its own warm start)",
-                  ("async k=1 AIPO, chunked (`generation.streaming=false`)", "async_k1_aipo"),
-                  ("async k=1 AIPO, streaming (the async default)", "streaming")),
     *_quality_run("quality_streaming_k2_cpu.json", "third run: ", "sync k=0 (3 seeds, its own warm start)",
                   ("async k=1 AIPO, streaming (the async default)", "streaming"),
                   ("async k=2 AIPO, streaming (`streaming_k2`)", "streaming_k2")),

@@ -75,7 +75,7 @@ def test_the_headline_has_one_line_per_headline_in_order_each_linking_its_jsons(
     lines = [line for line in rt.headline(RESULTS).splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [line.split(" | ")[0][2:] for line in lines] == list(rt.HEADLINES) and len(lines) == 5
     links = [re.findall(r"\]\(benchmarks/results/([\w.]+)\)", line) for line in lines]
-    assert links == [["real_model_cpu.json"], ["streaming_default_run_cpu.json", "streaming_cpu.json"],
+    assert links == [["real_model_cpu.json"], ["streaming_cpu.json"],
                      ["sync_vs_async_cpu.json"], ["simulator_405b_math.json"], ["generation_real_cpu.json"]]
     assert all((RESULTS / name).exists() for names in links for name in names)
 
