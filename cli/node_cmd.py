@@ -45,9 +45,9 @@ def main(argv) -> int:
         node_rank = int(words["node_rank"])
         commands = share_commands(plan, cfg, node_rank)  # ConfigError when out of range
         if dry_run:
-            addr = plan["controller"]
+            addr = plan.controller
             if node_rank == 0:
-                print(f"controller: TCPStore on {addr['host']}:{addr['port']} (run {plan['run_id']})")
+                print(f"controller: TCPStore on {addr.host}:{addr.port} (run {plan.run_id})")
             for role, cmd in commands:
                 print(f"{role}: {cmd}")
             return EXIT_OK
@@ -69,14 +69,14 @@ def _run_node(plan, cfg, node_rank: int) -> int:
         from llamarl_cli.train_cmd import read_summary, report
         from llamarl_core.executors.end_reason import end_line
         from llamarl_core.runtime.live_view import LiveView
-        addr = plan["controller"]
-        console.print(f"node 0: controller on {addr['host']}:{addr['port']}, run {plan['run_id']}, "
-                      f"{plan['nodes']} node(s); run directory {plan['run_dir']}")
+        addr = plan.controller
+        console.print(f"node 0: controller on {addr.host}:{addr.port}, run {plan.run_id}, "
+                      f"{plan.nodes} node(s); run directory {plan.run_dir}")
         with LiveView(console, cfg) as view:
             result = NodeController(plan, cfg, view).run()
             view.finish(end_line(read_summary(result.run_dir)))
-        again = (f"llamarl plan recipe={cfg.recipe} <the same overrides> run.resume=auto --out {plan['run_dir']}"
-                 f", then `llamarl node plan={plan['run_dir']}/plan.json node_rank=K` on every node")
+        again = (f"llamarl plan recipe={cfg.recipe} <the same overrides> run.resume=auto --out {plan.run_dir}"
+                 f", then `llamarl node plan={plan.run_dir}/plan.json node_rank=K` on every node")
         return report(result, console, again)
     try:
         result = NodeAgent(plan, cfg, node_rank, log=console.print).run()

@@ -46,7 +46,7 @@ def main(argv) -> int:
         plan = make_plan(cfg, require_data=False)
         plan.set_by_recipe = inherited
         if args.json:
-            print(json.dumps(plan.to_dict(), indent=2))
+            print(json.dumps(plan.to_json(), indent=2))
         else:
             from llamarl_cli.render import print_plan
             print_plan(plan)
@@ -67,14 +67,14 @@ def _write(cfg, out: str, run_id: str | None, inherited: dict) -> int:
     if cfg.run.resume:  # the plan names the checkpoint: every node reads the same one
         resolve_resume(cfg, run_dir)
     elif os.path.isdir(run_dir):
-        check_outputs({"run_dir": run_dir}, cfg)  # never a fresh plan over a run's outputs
+        check_outputs(run_dir, cfg)  # never a fresh plan over a run's outputs
     plan = make_plan(cfg, run_dir=run_dir, require_data=True)  # nodes will run it: data must exist
     plan.set_by_recipe = inherited
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     host = cfg.controller.host
     port = cfg.controller.port or free_port(host)  # fixed now: every node reads it from plan.json
-    full = write_run_files(run_dir, cfg, plan.to_dict(), host, port, run_id=run_id)
-    print(f"wrote {run_dir}/plan.json: run {full['run_id']}, {plan.nodes} node(s), controller "
+    write_run_files(run_dir, cfg, plan, host, port, run_id=run_id)
+    print(f"wrote {run_dir}/plan.json: run {plan.run_id}, {plan.nodes} node(s), controller "
           f"{host}:{port}")
     for k in range(plan.nodes):
         print(f"  node {k}: llamarl node plan={run_dir}/plan.json node_rank={k}")

@@ -38,7 +38,7 @@ def main(argv) -> int:
                              f"`llamarl plan {words} --out RUN_DIR` and start `llamarl node "
                              f"plan=RUN_DIR/plan.json node_rank=K` on every node, or submit "
                              f"`llamarl plan {words} --slurm > job.sbatch`")
-        check_host(checked.to_dict(), cfg.recipe)
+        check_host(checked, cfg.recipe)
         for line in check_data(cfg):  # data and reward, before the run directory or any process
             print(line)
         run_dir = resolve_run_dir(cfg)

@@ -134,7 +134,7 @@ def train(device: str, size: dict) -> dict:
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)  # as `llamarl train` does (runtime/run_dir.py)
     cfg = _config(device, size["train_overrides"] + [f"run.dir={run_dir}", "run.weight_checksums=true"])
     plan = make_plan(cfg, run_dir=run_dir)
-    check_host(plan.to_dict(), cfg.recipe)
+    check_host(plan, cfg.recipe)
     result = Controller(cfg, plan, run_dir).run()
     if not result.ok:
         raise RuntimeError(f"{result.message} {result.log_tail[-1500:]}")

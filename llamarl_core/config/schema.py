@@ -273,8 +273,8 @@ class GenerationConfig:
         _check_choice("generation.batching", self.batching, BATCHING)
         _check_positive("generation.max_new_tokens", self.max_new_tokens)
         _check_positive("generation.max_prompt_tokens", self.max_prompt_tokens)
-        # the check users see (exit 2, names the key); models/logprobs.check_sampling_temperature
-        # is the same rule as a guard for direct callers of the log-prob functions
+        # the check users see (exit 2, names the key); generation/sampling.sampling_logprobs
+        # guards direct callers with the same rule
         if not self.temperature > 0 or not math.isfinite(self.temperature):
             raise ConfigError(f"generation.temperature={self.temperature} must be > 0: RL needs the "
                               f"behaviour policy's probabilities, and greedy decoding has none")

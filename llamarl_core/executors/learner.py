@@ -24,8 +24,7 @@ from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, Traine
 from llamarl_core.executors.nonfinite import NonFiniteGuard
 from llamarl_core.executors.optimizer import policy_optimizer
 from llamarl_core.wire.rollout import Rollout
-from llamarl_core.generation.sampling import (chunked_policy_logprobs, chunked_sampled_logprobs,
-                                              sampled_token_logprobs)
+from llamarl_core.generation.sampling import chunked_policy_logprobs, sampling_logprobs
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
 SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
@@ -287,7 +286,7 @@ class Learner:
 
     def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
-        return sampled_token_logprobs(logits, targets, self.temperature, self.top_k, self.top_p)
+        return sampling_logprobs(logits, self.temperature, self.top_k, self.top_p, tokens=targets)[1]
 
     def first_target(self, batch: Rollout, rows: torch.Tensor) -> int:
         """The first target position any of `rows` counts (its first completion token's), 0 with
@@ -396,7 +395,7 @@ class WarmStart:
             loss_mask[r, :len(t) - 1] = torch.tensor(m[1:], dtype=loss_mask.dtype)  # position j predicts token j+1
         device = model_device(self.model)
         tokens, loss_mask = tokens.to(device), loss_mask.to(device)
-        logp, _ = self.model(tokens, head=lambda h, output: chunked_sampled_logprobs(
+        logp, _, _ = self.model(tokens, head=lambda h, output: chunked_policy_logprobs(
             h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
         nll = -logp                                                                # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()

@@ -90,7 +90,7 @@ from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, 
 from llamarl_core.models import save_pretrained
 
 
-def build_role(cfg: LlamaRLConfig, plan: dict, ctx: RoleRuntime):
+def build_role(cfg: LlamaRLConfig, plan, ctx: RoleRuntime):
     """The executor of `ctx.role`, wired to its feeds and publishers (each has a `run()`); a role's
     modules are imported here, so a worker loads only its own role's code."""
     role = ctx.role
@@ -166,12 +166,12 @@ def _betas(betas) -> tuple | None:
     return None if betas is None else tuple(float(b) for b in betas)
 
 
-def weight_sync_config(cfg: LlamaRLConfig, plan: dict) -> WeightSyncConfig:
+def weight_sync_config(cfg: LlamaRLConfig, plan) -> WeightSyncConfig:
     """Both ends' weight-sync settings; `plan`: the launch plan (its trainer ranks and nodes)."""
     r = cfg.resources
-    trainer = next((x for x in plan.get("roles", []) if x["name"] == "trainer"), None)
-    world = trainer["ranks"][1] - trainer["ranks"][0] + 1 if trainer else 1
-    return WeightSyncConfig(transport=resolve_transport(cfg.controller.weight_transport, r, plan.get("nodes", 1)),
+    trainer = plan.role("trainer")
+    world = trainer.num_devices if trainer else 1
+    return WeightSyncConfig(transport=resolve_transport(cfg.controller.weight_transport, r, plan.nodes),
                             generator_dtype=r.generator.dtype, trainer_dtype=r.trainer.dtype,
                             fp8=r.generator.quantization == "fp8", bucket_mb=cfg.controller.weight_bucket_mb,
                             num_slots=r.generator.weight_slots, trainer_shards=trainer_shards(r.trainer, world),

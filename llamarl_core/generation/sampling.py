@@ -1,15 +1,16 @@
 """The sampling distribution as one pure function, and next-token sampling on device.
 
-`sampling_logprobs(logits, temperature, top_k, top_p)` is the distribution the engine draws
-from: softmax(logits / T), then top-k, then top-p (nucleus) truncation, each renormalised,
-as log-probs with -inf outside the kept set. The engine's behaviour log-prob μ of a sampled
-token and the trainer's π of that token are both read off this function (the trainer through
-`sampled_token_logprobs`), so on-policy π/μ = 1 up to float noise even when `top_k`/`top_p`
-truncate; ignoring truncation would make AIPO correct against a policy nobody sampled from.
+`sampling_logprobs(logits, temperature, top_k, top_p, tokens= | u=)` is the one definition of
+the distribution the engine draws from: softmax(logits / T), then top-k, then top-p (nucleus)
+truncation, renormalised. The engine's behaviour log-prob μ of the token it draws (`sample_next`)
+and the trainer's π of that token (`chunked_policy_logprobs`, chunk by chunk) are the same lines
+of that function on the same logits, so on-policy π/μ = 1 up to float noise even when
+`top_k`/`top_p` truncate (ignoring truncation would make AIPO correct against a policy nobody
+sampled from; issue #44's KL bug lived in a gap between two such formulas).
 
-Greedy decoding (T = 0) has no sampling distribution: `sampling_logprobs` refuses it, RL
-refuses `generation.temperature=0` (config), and greedy completions (eval) report
-log softmax(logits) at T = 1 for information only.
+Greedy decoding (T = 0) has no sampling distribution: scoring at T = 0 is refused, RL refuses
+`generation.temperature=0` (config), and greedy draws (eval) report log softmax(logits) at
+T = 1 for information only.
 
 Sampling is by inverse CDF, one uniform per row: over the unnormalised probabilities
 w = exp(logits / T - max) (0 outside a top-k/top-p set), the token is the first whose
@@ -33,56 +34,53 @@ from typing import Optional, Sequence, Union
 import torch
 import torch.utils.checkpoint
 
-from llamarl_core.models.logprobs import check_sampling_temperature
-
 from .params import SamplingParams
 
 
-def _kept(logp: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Boolean mask [..., V] of the tokens top-k then top-p keep from log-probs `logp`."""
-    keep = torch.ones_like(logp, dtype=torch.bool)
-    if top_k and top_k < logp.shape[-1]:
-        kth = logp.topk(top_k, dim=-1).values[..., -1:]  # [..., 1]
-        keep = logp >= kth  # ties with the k-th token are kept
-        logp = torch.log_softmax(logp.masked_fill(~keep, float("-inf")), dim=-1)  # renormalised
+def _cut(weights: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """weights [..., V] >= 0 (unnormalised probabilities) -> bool [..., V]: the tokens top-k
+    (ties with the k-th are kept), then top-p (the smallest set, best first, whose mass before
+    each kept token is at most `top_p` of the top-k set's) leave out."""
+    cut = torch.zeros_like(weights, dtype=torch.bool)
+    if 0 < top_k < weights.shape[-1]:
+        cut = weights < weights.topk(top_k, dim=-1).values[..., -1:]
     if top_p < 1.0:
-        sorted_logp, order = logp.sort(dim=-1, descending=True)  # [..., V]
-        sorted_p = sorted_logp.exp()
-        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # probability of strictly better tokens
-        keep = keep & torch.zeros_like(keep).scatter(-1, order, mass_before <= top_p)
-    return keep
+        ordered, order = weights.masked_fill(cut, 0.0).sort(dim=-1, descending=True)  # [..., V]
+        before = ordered.cumsum(dim=-1) - ordered  # mass of strictly better tokens
+        cut = cut | torch.zeros_like(cut).scatter(-1, order, before > top_p * ordered.sum(dim=-1, keepdim=True))
+    return cut
 
 
-def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0,
-                      top_p: float = 1.0) -> torch.Tensor:
-    """logits [..., V] -> log-probs [..., V] of the truncated, renormalised sampling
-    distribution (temperature, then top-k, then top-p); -inf outside the kept tokens."""
-    check_sampling_temperature(temperature)
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [..., V]
-    if not top_k and top_p >= 1.0:
-        return logp
-    return torch.log_softmax(logp.masked_fill(~_kept(logp, top_k, top_p), float("-inf")), dim=-1)
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0, *,
+                      tokens: Optional[torch.Tensor] = None, u: Optional[torch.Tensor] = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampling distribution, once: logits [..., V] -> (tokens [...], their log-probs [...]).
 
-
-def sampled_token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                           top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """logits [B, T, V], targets [B, T] -> log-probs [B, T] of `targets` under
-    `sampling_logprobs`, finite everywhere.
-
-    A target outside this model's kept set (a stale sample whose token fell out of the
-    current nucleus, or a tie flipped by float noise) truly has probability 0; it is scored
-    log p_T(token) - log(kept mass) instead, the same formula as inside the set, so the loss
-    and its gradient stay finite and the importance ratio is small rather than 0.
-    """
-    check_sampling_temperature(temperature)
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, T, V]
-    target_logp = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
-    if not top_k and top_p >= 1.0:
-        return target_logp
-    with torch.no_grad():
-        keep = _kept(logp.detach(), top_k, top_p)  # [B, T, V] the set is not differentiated
-    kept_mass = torch.logsumexp(logp.masked_fill(~keep, float("-inf")), dim=-1)  # [B, T]
-    return target_logp - kept_mass
+    With `tokens` it scores them (the trainer's π, differentiable); with uniforms `u` [B]
+    (float64, `row_uniforms`) it first draws them by `inverse_cdf` from the same weights (the
+    engine's μ). Temperature 0 without `tokens` is greedy: the argmax, reported at T = 1
+    without truncation. Both sides run the same lines:
+      w = exp(z / T - max), 0 outside top-k then top-p,   log p(t) = (z_t / T - max) - log(sum w).
+    One [..., V] fp32 buffer and one exp pass, in place (log_softmax's own steps, never a
+    [..., V] log-prob tensor). A token outside the kept set (a stale sample whose token left
+    the trainer's nucleus) scores log p_T(t) - log(kept mass): finite, with a finite gradient.
+    Neither the kept set nor `max` is differentiated (log p does not depend on `max`)."""
+    if tokens is None and temperature == 0:
+        tokens, temperature, top_k, top_p = logits.argmax(dim=-1), 1.0, 0, 1.0
+    if temperature <= 0:  # RL meets config/schema.py's check first; this guards direct callers
+        raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature} "
+                         f"(greedy decoding has none)")
+    weights = logits.float() / temperature  # [..., V] a new buffer, even for fp32 logits at T = 1
+    peak = weights.detach().amax(dim=-1, keepdim=True)  # [..., 1]
+    weights = weights.sub_(peak).exp_()  # [..., V]
+    if top_k or top_p < 1.0:
+        with torch.no_grad():
+            cut = _cut(weights.detach(), top_k, top_p)  # [..., V]
+        weights = weights.masked_fill(cut, 0.0) if weights.requires_grad else weights.masked_fill_(cut, 0.0)
+    if tokens is None:
+        tokens = inverse_cdf(weights, u)
+    picked = logits.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1).float() / temperature  # [...]
+    return tokens, picked - peak.squeeze(-1) - weights.sum(dim=-1).log()
 
 
 _MASK64 = (1 << 64) - 1
@@ -147,37 +145,27 @@ LOGPROB_CHUNK_BYTES = 256 << 20  # fp32 logits of one chunk of positions (traine
 def _chunk_logprobs(h: torch.Tensor, targets: torch.Tensor, head, temperature: float, top_k: int,
                     top_p: float, entropy: bool, untruncated: bool = False):
     logits = head(h).float()  # [B, t, V]
-    logp = sampled_token_logprobs(logits, targets, temperature, top_k, top_p)  # [B, t]
-    full = torch.log_softmax(logits / temperature, dim=-1) if entropy or untruncated else None  # [B, t, V]
+    _, logp = sampling_logprobs(logits, temperature, top_k, top_p, tokens=targets)  # [B, t]
+    full = torch.log_softmax(logits / temperature, dim=-1) if entropy else None  # [B, t, V]
     ent = -(full.exp() * full).sum(-1) if entropy else None  # [B, t]
-    whole = full.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1) if untruncated else None  # [B, t]
+    whole = sampling_logprobs(logits, temperature, tokens=targets)[1] if untruncated else None  # [B, t]
     return logp, ent, whole
-
-
-def chunked_sampled_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
-                             top_k: int = 0, top_p: float = 1.0, entropy: bool = False,
-                             chunk_bytes: int | None = None):
-    """`sampled_token_logprobs(head(hidden), targets, ...)` [B, T] (and the entropy of
-    softmax(logits / T) [B, T] with `entropy`) without ever holding [B, T, V] logits.
-
-    hidden [B, T, D] (normed), `head` the output projection. Positions go in chunks of about
-    `chunk_bytes` of fp32 logits; with gradients each chunk is recomputed in backward
-    (`torch.utils.checkpoint`), so forward and backward hold one chunk's logits and their
-    gradient at a time: the fp32 [B, T, V] logits, their temperature-scaled copy, the log
-    softmax and its gradient (four full-size tensors, more with top-k/top-p) are never made."""
-    logp, ent, _ = chunked_policy_logprobs(hidden, head, targets, temperature, top_k, top_p, entropy,
-                                           chunk_bytes=chunk_bytes)
-    return logp, ent
 
 
 def chunked_policy_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
                             top_k: int = 0, top_p: float = 1.0, entropy: bool = False,
                             untruncated: bool = False, chunk_bytes: int | None = None):
-    """`chunked_sampled_logprobs`'s (log-probs, entropy), plus with `untruncated` the targets'
-    log softmax(logits / T) [B, T] without top-k/top-p, from the same chunk of logits (no second
-    pass over the head): the distribution the KL to the reference is defined on, which a
-    reference scored untruncated must share (a truncated π against an untruncated reference
-    is not 0 at π = reference)."""
+    """(log-probs [B, T] of `targets` under `sampling_logprobs(head(hidden), ...)`, with `entropy`
+    that of softmax(logits / T) [B, T], with `untruncated` the targets' log-probs without
+    top-k/top-p [B, T]) without ever holding [B, T, V] logits. The untruncated ones come from
+    the same chunk of logits (no second pass over the head): the distribution the KL to the
+    reference is defined on, which a reference scored untruncated must share (a truncated π
+    against an untruncated reference is not 0 at π = reference).
+
+    hidden [B, T, D] (normed), `head` the output projection. Positions go in chunks of about
+    `chunk_bytes` of fp32 logits; with gradients each chunk is recomputed in backward
+    (`torch.utils.checkpoint`), so forward and backward hold one chunk's logits and their
+    gradient at a time, never the fp32 [B, T, V] logits and the buffers made from them."""
     B, T, _ = hidden.shape
     vocab = head.weight.shape[0]
     per = max(1, (chunk_bytes or LOGPROB_CHUNK_BYTES) // max(1, B * vocab * 4))
@@ -197,22 +185,7 @@ def chunked_policy_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, t
 def sample_next(logits: torch.Tensor, params: SamplingParams,
                 noise: Union[torch.Generator, Sequence[Optional[int]], None]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] -> (tokens [B] int64, log-probs [B] under the sampling distribution;
-    greedy: log softmax(logits) at T = 1). `noise`: per-row seeds (`row_seed`, the engine)
-    or one generator for all rows (`row_uniforms`)."""
-    if params.temperature == 0:
-        tokens = logits.argmax(dim=-1)
-        logp = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
-        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
-    u = row_uniforms(logits.shape[0], noise, logits.device)
-    if params.top_k or params.top_p < 1.0:
-        logp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)  # [B, V], -inf cut
-        tokens = inverse_cdf(logp.exp(), u)
-        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
-    # untruncated: log_softmax's own steps in one [B, V] buffer (no log-probs): the weights are
-    # exp(z - max) in place, and the drawn token's log-prob is log(weight) - log(sum), within
-    # ~1e-7 of z - max - log(sum) (a drawn token's weight is never 0)
-    weights = logits.float() / params.temperature  # [B, V]
-    weights = weights.sub_(weights.amax(dim=-1, keepdim=True)).exp_()
-    tokens = inverse_cdf(weights, u)
-    return tokens, weights.gather(-1, tokens[:, None]).squeeze(-1).log() - weights.sum(-1).log()
+    """logits [B, V] -> (tokens [B] int64, their log-probs [B]: `sampling_logprobs`). `noise`:
+    per-row seeds (`row_seed`, the engine) or one generator for all rows (`row_uniforms`)."""
+    u = row_uniforms(logits.shape[0], noise, logits.device) if params.temperature > 0 else None
+    return sampling_logprobs(logits, params.temperature, params.top_k, params.top_p, u=u)

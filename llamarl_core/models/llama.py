@@ -148,7 +148,7 @@ class Llama(nn.Module):
         `head(h, output)`: what to return instead of the logits, from the normed hidden
         states h [B, T, D] and the output projection; called inside this forward, so a
         wrapper's hooks (FSDP, DDP) see it (the trainer computes log-probs chunk by chunk
-        there: no [B, T, V] logits, `generation.sampling.chunked_sampled_logprobs`).
+        there: no [B, T, V] logits, `generation.sampling.chunked_policy_logprobs`).
         """
         B, T = input_ids.shape
         cos_table, sin_table = self.rope(input_ids.device)

@@ -63,13 +63,12 @@ def role_commands(cfg: LlamaRLConfig, role: str, num_ranks: int, nodes: list[int
             for i in range(len(nodes))]
 
 
-def node_commands(plan: dict, cfg: LlamaRLConfig, node_rank: int, plan_path: str) -> list[tuple[str, str]]:
+def node_commands(plan, cfg: LlamaRLConfig, node_rank: int, plan_path: str) -> list[tuple[str, str]]:
     """(role, torchrun command line) node `node_rank` execs, in plan order: rebuilt from the
     plan's role fields and config by `role_commands`, never read from its `commands` strings."""
-    if not 0 <= node_rank < plan["nodes"]:
-        raise ConfigError(f"node_rank={node_rank} is outside the plan's {plan['nodes']} node(s) "
-                          f"(0..{plan['nodes'] - 1})")
-    return [(r["name"], cmd) for i, r in enumerate(plan["roles"])
-            for cmd, node in zip(role_commands(cfg, r["name"], r["num_devices"], r["nodes"], plan_path, i,
-                                               r.get("devices")), r["nodes"])
+    if not 0 <= node_rank < plan.nodes:
+        raise ConfigError(f"node_rank={node_rank} is outside the plan's {plan.nodes} node(s) "
+                          f"(0..{plan.nodes - 1})")
+    return [(r.name, cmd) for i, r in enumerate(plan.roles)
+            for cmd, node in zip(role_commands(cfg, r.name, r.num_devices, r.nodes, plan_path, i, r.devices), r.nodes)
             if node == node_rank]

@@ -37,8 +37,9 @@ class MemoryEstimate:
         return (self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
                 + self.reference)
 
-    def to_dict(self) -> dict:
-        return {"total": round(self.total, 3), **{k: round(v, 3) for k, v in asdict(self).items()}}
+    def to_dict(self) -> dict:  # to the MiB; the total adds up the parts shown, so plan.json reads back the same
+        parts = {k: round(v, 3) for k, v in asdict(self).items()}
+        return {"total": round(sum(parts.values()), 3), **parts}
 
 
 def embedding_params(m: ModelArgs) -> int:

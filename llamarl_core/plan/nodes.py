@@ -2,7 +2,7 @@
 
 `resources.hostnames` names the nodes: a template with `{index}` (`node-{index}`), a comma list
 in node order (what `scontrol show hostnames` prints, joined), or one name for every node (the
-loopback rehearsal, `127.0.0.1`). Pure functions of the config or of a plan dict, so
+loopback rehearsal, `127.0.0.1`). Pure functions of the config or of a `LaunchPlan`, so
 `llamarl node` (which reads plan.json) and the SLURM renderer agree with the printed plan; the
 torchrun lines themselves are built in `plan/commands.py`.
 """
@@ -28,20 +28,12 @@ def node_host(cfg: LlamaRLConfig, index: int) -> str:
     return host_names(cfg.resources.hostnames, max(cfg.resources.nodes, index + 1))[index]
 
 
-def ranks_per_node(role: dict) -> int:
-    """A role spanning nodes fills each of them equally (the planner refuses anything else)."""
-    return role["num_devices"] // len(role["nodes"])
-
-
-def node_of_rank(role: dict, rank: int) -> int:
-    """The node that runs rank `rank` (0-based, within the role) under static rendezvous."""
-    return role["nodes"][rank // ranks_per_node(role)]
-
-
-def ranks_on_node(plan: dict, node_rank: int) -> list[tuple[str, int]]:
-    """(role, rank within the role) of every worker node `node_rank` starts."""
-    return [(r["name"], i) for r in plan["roles"] for i in range(r["num_devices"])
-            if node_of_rank(r, i) == node_rank]
+def ranks_on_node(plan, node_rank: int) -> list[tuple[str, int]]:
+    """(role, rank within the role) of every worker node `node_rank` of `plan` (a LaunchPlan)
+    starts: a role spanning nodes fills each of them equally (the planner refuses anything else),
+    in rank order under static rendezvous."""
+    return [(r.name, i) for r in plan.roles for i in range(r.num_devices)
+            if r.nodes[i // (r.num_devices // len(r.nodes))] == node_rank]
 
 
 def address_warnings(cfg: LlamaRLConfig) -> list[str]:

@@ -52,23 +52,39 @@ class RolePlan:
     def ranks(self) -> list[int]:
         return [self.first_rank, self.first_rank + self.num_devices - 1]
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
+        memory, capacity = self.memory.to_dict(), round(self.capacity_gib, 3)
         return {
             "name": self.name, "num_devices": self.num_devices, "ranks": self.ranks,
             "nodes": self.nodes, "parallelism": self.parallelism, "dtype": self.dtype,
-            "quantization": self.quantization,
-            "memory_gib_per_device": self.memory.to_dict(),
-            "capacity_gib_per_device": round(self.capacity_gib, 3),
-            "fits": mem.fits(self.memory, self.capacity_gib),
+            "quantization": self.quantization, "memory_gib_per_device": memory,
+            "capacity_gib_per_device": capacity, "fits": memory["total"] <= mem.USABLE_FRACTION * capacity,
             "threads": self.threads, "uses_accelerator": self.uses_accelerator, "devices": self.devices,
             "commands": self.commands,
             **({"batching": self.batching} if self.batching else {}),
             **({"stream_groups": self.stream_groups} if self.stream_groups is not None else {}),
         }
 
+    @classmethod
+    def from_json(cls, d: dict) -> "RolePlan":
+        """`to_json`'s inverse (`ranks` and `fits` are derived; memory and capacity as rounded there)."""
+        memory = mem.MemoryEstimate(**{k: v for k, v in d["memory_gib_per_device"].items() if k != "total"})
+        return cls(d["name"], d["num_devices"], d["ranks"][0], d["nodes"], d["parallelism"], d["dtype"],
+                   d["quantization"], memory, d["capacity_gib_per_device"], d["threads"], d["uses_accelerator"],
+                   d["devices"], d["commands"], d.get("batching"), d.get("streaming"), d.get("stream_groups"))
+
+
+@dataclass
+class ControllerAddress:
+    host: str
+    port: int
+
 
 @dataclass
 class LaunchPlan:
+    """What `llamarl plan` prints and `train` launches; as plan.json (`to_json`, read back by
+    `from_json`) it also carries the run: its directory, id, controller address and config."""
+
     recipe: str
     mode: str                           # "async" | "sync"
     device: str
@@ -81,22 +97,36 @@ class LaunchPlan:
     warnings: list[str] = field(default_factory=list)
     predicted: dict | None = None       # scale-simulator step times, GPU plans only
     set_by_recipe: dict | None = None   # what the recipe set that the command line did not (recipe_values.py)
+    run_dir: str | None = None          # the run's, once plan.json is written (runtime/run_dir.py) ...
+    run_id: str | None = None
+    controller: ControllerAddress | None = None  # the TCPStore every rank and node reaches
+    config: dict | None = None          # ... and the resolved config as written (config.yaml's)
 
-    def role(self, name: str) -> RolePlan:
-        for r in self.roles:
-            if r.name == name:
-                return r
-        raise KeyError(name)
+    def role(self, name: str) -> RolePlan | None:
+        return next((r for r in self.roles if r.name == name), None)
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
+        run = {} if self.run_id is None else {
+            "run_dir": self.run_dir, "run_id": self.run_id,
+            "controller": {"host": self.controller.host, "port": self.controller.port}, "config": self.config}
         return {
             "recipe": self.recipe, "mode": self.mode, "device": self.device,
             "total_devices": self.total_devices, "world_size": self.world_size,
             "nodes": self.nodes, "model": {"preset": self.model_preset, "num_params": self.num_params},
-            "roles": [r.to_dict() for r in self.roles], "warnings": self.warnings,
+            "roles": [r.to_json() for r in self.roles], "warnings": self.warnings,
             "predicted_step_s": self.predicted,
             **({"set_by_recipe": self.set_by_recipe} if self.set_by_recipe is not None else {}),
+            **run,
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LaunchPlan":
+        """`to_json`'s inverse: plan.json (`runtime/plan_file.load_plan` checks it first)."""
+        address = d.get("controller")
+        return cls(d["recipe"], d["mode"], d["device"], d["total_devices"], d["world_size"], d["nodes"],
+                   d["model"]["preset"], d["model"]["num_params"], [RolePlan.from_json(r) for r in d["roles"]],
+                   d["warnings"], d["predicted_step_s"], d.get("set_by_recipe"), d.get("run_dir"), d.get("run_id"),
+                   ControllerAddress(address["host"], address["port"]) if address else None, d.get("config"))
 
 
 def _device_spec(cfg: LlamaRLConfig) -> DeviceSpec:

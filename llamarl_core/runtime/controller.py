@@ -129,8 +129,8 @@ class Controller:
         """The store and the run id; writes plan.json and config.yaml with its address."""
         c = self.cfg.controller
         store = start_store(c.host, c.port)
-        files = write_run_files(self.run_dir, self.cfg, self.plan.to_dict(), c.host, store.port)
-        return store, files["run_id"]
+        write_run_files(self.run_dir, self.cfg, self.plan, c.host, store.port)
+        return store, self.plan.run_id
 
     def _launch(self) -> None:
         """Node 0's torchrun lines of the plan (other nodes run their own)."""
@@ -210,8 +210,7 @@ class Controller:
         return None
 
     def _may_restart(self, role: str) -> bool:
-        plan = {"nodes": getattr(self.plan, "nodes", 2)}  # a plan view without nodes: multi-node
-        return (restarts.may_restart(self.cfg, plan, role) and self._state() == "running"
+        return (restarts.may_restart(self.cfg, self.plan, role) and self._state() == "running"
                 and self.restarts.get(role, 0) < self.cfg.controller.max_restarts)
 
     def _failure(self, message: str, role: str | None = None, rank: int | None = None) -> RunResult:

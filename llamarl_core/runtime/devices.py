@@ -36,25 +36,24 @@ def rank_device(cfg: LlamaRLConfig, role: str) -> str:
     return f"cuda:{local_rank}"
 
 
-def gpus_needed_here(plan: dict) -> int:
-    """GPUs node 0 (this host, where `train` starts the roles) must have."""
-    slots = [max(r["devices"]) + 1 for r in plan["roles"] if r.get("devices") and 0 in r["nodes"]]
-    return max(slots, default=0)
+def gpus_needed_here(plan) -> int:
+    """GPUs node 0 (this host, where `train` starts the roles) of `plan` (a LaunchPlan) must have."""
+    return max((max(r.devices) + 1 for r in plan.roles if r.devices and 0 in r.nodes), default=0)
 
 
-def check_host(plan: dict, recipe: str) -> None:
+def check_host(plan, recipe: str) -> None:
     """One-line ConfigError when this host lacks what the plan's GPU roles need."""
-    if plan["device"] == "cpu":
+    if plan.device == "cpu":
         return
     need = gpus_needed_here(plan)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    want = f"recipe {recipe} needs {need} CUDA GPU(s) on this host (resources.device={plan['device']})"
+    want = f"recipe {recipe} needs {need} CUDA GPU(s) on this host (resources.device={plan.device})"
     if have == 0:
         raise ConfigError(f"{want}; this host has none (torch {torch.__version__}, "
                           f"torch.cuda.is_available()={torch.cuda.is_available()})")
     if have < need:
         raise ConfigError(f"{want}; this host has {have} ({torch.cuda.get_device_name(0)})")
-    planned = max((r["capacity_gib_per_device"] for r in plan["roles"] if r.get("devices")), default=0.0)
+    planned = max((round(r.capacity_gib, 3) for r in plan.roles if r.devices), default=0.0)
     actual = torch.cuda.get_device_properties(0).total_memory / 2**30
     if actual < 0.95 * planned:
         raise ConfigError(f"{want} with {planned:.0f} GiB each; this host's {torch.cuda.get_device_name(0)} "

@@ -19,12 +19,12 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.commands import node_commands
 from llamarl_core.plan.nodes import node_host, ranks_on_node
+from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime import procs
 from llamarl_core.runtime.controller import DONE_GRACE_S, POLL_S, Controller, RunResult, _raise_interrupt
 from llamarl_core.transport import shm
@@ -35,45 +35,33 @@ NODE_LOST_AFTER_S = 10.0    # a node loop silent this long is gone (it beats eve
                             # margin is for a loaded host, where a loop can stall for seconds)
 
 
-@dataclass
-class RoleView:  # what Controller and the live view read of a role
-    name: str
-    num_devices: int
-
-
-@dataclass
-class PlanView:
-    roles: list[RoleView]
-
-
 PLAN_FILES = {"plan.json", "config.yaml", "logs", "run.lock"}  # what `plan --out` and a launch make
 
 
-def check_outputs(plan: dict, cfg: LlamaRLConfig) -> None:
+def check_outputs(run_dir: str, cfg: LlamaRLConfig) -> None:
     """A plan for a fresh run never starts in a directory that already holds a run's outputs
     (a finished run's node 0 started again would write over its metrics and checkpoints)."""
     if cfg.run.resume:
         return
-    found = sorted(set(os.listdir(plan["run_dir"])) - PLAN_FILES)
+    found = sorted(set(os.listdir(run_dir)) - PLAN_FILES)
     if found:
-        raise ConfigError(f"{plan['run_dir']} already holds a run ({', '.join(found[:4])}); its plan is for a "
+        raise ConfigError(f"{run_dir} already holds a run ({', '.join(found[:4])}); its plan is for a "
                           f"fresh run: write a new one with `llamarl plan ... --out NEW_DIR`, or "
-                          f"`llamarl plan ... run.resume=auto --out {plan['run_dir']}` to continue it")
+                          f"`llamarl plan ... run.resume=auto --out {run_dir}` to continue it")
 
 
-def share_commands(plan: dict, cfg: LlamaRLConfig, node_rank: int) -> list[tuple[str, str]]:
+def share_commands(plan: LaunchPlan, cfg: LlamaRLConfig, node_rank: int) -> list[tuple[str, str]]:
     """Node `node_rank`'s torchrun lines, rebuilt from the plan's checked fields (plan_file.py)."""
-    return node_commands(plan, cfg, node_rank, os.path.join(plan["run_dir"], "plan.json"))
+    return node_commands(plan, cfg, node_rank, os.path.join(plan.run_dir, "plan.json"))
 
 
-def launch_share(plan: dict, cfg: LlamaRLConfig, node_rank: int) -> tuple[list, list[str]]:
+def launch_share(plan: LaunchPlan, cfg: LlamaRLConfig, node_rank: int) -> tuple[list, list[str]]:
     """Exec node `node_rank`'s torchrun lines, the ones the plan printed, rebuilt (never read)."""
-    threads = {r["name"]: r["threads"] for r in plan["roles"]}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started, names = [], []
     for role, cmd in share_commands(plan, cfg, node_rank):
-        log = os.path.join(plan["run_dir"], "logs", f"{role}.node{node_rank}.torchrun.log")
-        started.append(procs.start_role(cmd, log, {**env, "OMP_NUM_THREADS": str(threads[role])}))
+        log = os.path.join(plan.run_dir, "logs", f"{role}.node{node_rank}.torchrun.log")
+        started.append(procs.start_role(cmd, log, {**env, "OMP_NUM_THREADS": str(plan.role(role).threads)}))
         names.append(role)
     return started, names
 
@@ -108,14 +96,11 @@ def silent_node(control: ControlPlane, nodes, now_s: float | None = None) -> tup
 class NodeController(Controller):
     """Node 0: the controller, plus node 0's torchrun groups."""
 
-    def __init__(self, plan: dict, cfg: LlamaRLConfig, view=None):
-        view_plan = PlanView([RoleView(r["name"], r["num_devices"]) for r in plan["roles"]])
-        super().__init__(cfg, view_plan, plan["run_dir"], view)
-        self.plan_dict = plan
+    def __init__(self, plan: LaunchPlan, cfg: LlamaRLConfig, view=None):
+        super().__init__(cfg, plan, plan.run_dir, view)
         self.local = ranks_on_node(plan, 0)
-        self.node_of = {who: n for n in range(plan["nodes"]) for who in ranks_on_node(plan, n)}
-        self.roles_of_node = {n: sorted({role for role, _ in ranks_on_node(plan, n)})
-                              for n in range(1, plan["nodes"])}
+        self.node_of = {who: n for n in range(plan.nodes) for who in ranks_on_node(plan, n)}
+        self.roles_of_node = {n: sorted({role for role, _ in ranks_on_node(plan, n)}) for n in range(1, plan.nodes)}
         self.lost_node: int | None = None
 
     WHO, WHERE = "node 0", " on node 0"
@@ -125,18 +110,18 @@ class NodeController(Controller):
     # other nodes before the sweep. The sweep is the controller's: only this process's tree
     # (it is a child subreaper), so on a loopback rehearsal node 1's processes are never hit.
     def _open_store(self):
-        check_outputs(self.plan_dict, self.cfg)
-        host, port = self.plan_dict["controller"]["host"], self.plan_dict["controller"]["port"]
+        check_outputs(self.run_dir, self.cfg)
+        host, port = self.plan.controller.host, self.plan.controller.port
         try:
             store = bind_store(host, port)
         except (RuntimeError, OSError) as e:
             raise ConfigError(f"node 0 cannot listen on the plan's controller address {host}:{port} "
                               f"(controller.host / controller.port): {e}") from None
-        shm.sweep(self.plan_dict["run_id"])  # a crashed earlier try's buffers
-        return store, self.plan_dict["run_id"]
+        shm.sweep(self.plan.run_id)  # a crashed earlier try's buffers
+        return store, self.plan.run_id
 
     def _launch(self) -> None:
-        self.procs, self.role_of_proc = launch_share(self.plan_dict, self.cfg, 0)
+        self.procs, self.role_of_proc = launch_share(self.plan, self.cfg, 0)
 
     def _before_sweep(self, ok: bool) -> None:
         self._wait_for_nodes(DONE_GRACE_S if ok else NODE_EXIT_WAIT_S)
@@ -200,7 +185,7 @@ class NodeController(Controller):
         """Keep the store up until every live node has stopped its processes (or `limit_s`)."""
         deadline = time.time() + limit_s
         try:
-            for node in range(1, self.plan_dict["nodes"]):
+            for node in range(1, self.plan.nodes):
                 while time.time() < deadline and not self.control.get_str(f"node/{node}/exit"):
                     if not self.control.get_str(f"node/{node}/hb") or silent_node(self.control, [node]):
                         break  # that node is gone (or never came)
@@ -212,7 +197,7 @@ class NodeController(Controller):
 class NodeAgent:
     """Node K > 0: its torchrun groups, watched locally; the controller decides the run."""
 
-    def __init__(self, plan: dict, cfg: LlamaRLConfig, node_rank: int, log=print):
+    def __init__(self, plan: LaunchPlan, cfg: LlamaRLConfig, node_rank: int, log=print):
         self.plan, self.cfg, self.node_rank, self.log = plan, cfg, node_rank, log
         self.local = ranks_on_node(plan, node_rank)
         self.procs: list = []
@@ -220,12 +205,11 @@ class NodeAgent:
     def run(self) -> RunResult:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _raise_interrupt)
-        c, addr = self.cfg.controller, self.plan["controller"]
+        c, addr, run_id = self.cfg.controller, self.plan.controller, self.plan.run_id
         # Raises ControllerUnreachable (naming host:port) or RunMismatch before anything starts.
-        self.control = ControlPlane(connect_run(addr["host"], addr["port"], self.plan["run_id"],
-                                                c.startup_timeout_s))
-        self.log(f"node {self.node_rank}: joined run {self.plan['run_id']} at {addr['host']}:{addr['port']}")
-        shm.sweep(self.plan["run_id"])
+        self.control = ControlPlane(connect_run(addr.host, addr.port, run_id, c.startup_timeout_s))
+        self.log(f"node {self.node_rank}: joined run {run_id} at {addr.host}:{addr.port}")
+        shm.sweep(run_id)
         names: list[str] = []
         try:
             self.procs, names = launch_share(self.plan, self.cfg, self.node_rank)
@@ -233,16 +217,16 @@ class NodeAgent:
         except KeyboardInterrupt:
             reason = f"interrupted (Ctrl-C or SIGTERM) on node {self.node_rank}"
             self._quietly(lambda: self.control.abort(reason))
-            result = RunResult(False, self.plan["run_dir"], reason)
+            result = RunResult(False, self.plan.run_dir, reason)
         finally:
             pids = self._quietly(lambda: _local_pids(self.control, self.local)) or []
             procs.stop_all(self.procs, pids, grace_s=5.0)
-            shm.sweep(self.plan["run_id"])
+            shm.sweep(self.plan.run_id)
             self._quietly(lambda: self.control.store.set(f"node/{self.node_rank}/exit", "1"))
         return result
 
     def _watch(self, names: list[str]) -> RunResult:
-        run_dir, addr = self.plan["run_dir"], self.plan["controller"]
+        run_dir, addr = self.plan.run_dir, self.plan.controller
         unreachable_since, done_at = None, None
         while True:
             try:
@@ -253,7 +237,7 @@ class NodeAgent:
                 unreachable_since = unreachable_since or time.time()
                 if time.time() - unreachable_since > 3.0:
                     return RunResult(False, run_dir, f"node {self.node_rank}: lost the controller at "
-                                     f"{addr['host']}:{addr['port']}")
+                                     f"{addr.host}:{addr.port}")
                 time.sleep(POLL_S)
                 continue
             if state == "aborted":

@@ -1,4 +1,6 @@
-"""plan.json as `llamarl node` reads it: every field it uses is checked, nothing is run from it.
+"""plan.json as `llamarl node` and the workers read it: every field a node uses is checked, then
+the file becomes a `LaunchPlan` (`LaunchPlan.from_json`, the inverse of what wrote it); nothing
+is run from it.
 
 The file is data, not a script: a node never execs the `commands` strings it holds (anyone who
 can edit the run directory could plant `touch /tmp/pwned; ...` there). It rebuilds each torchrun
@@ -19,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.plan.nodes import host_names
+from llamarl_core.plan.plan import LaunchPlan
 
 HINT = "write it with `llamarl plan recipe=R --out DIR`"
 ROLE_NAMES = ("generator", "trainer", "reward", "actor")
@@ -27,7 +30,7 @@ HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
 MAX_RANKS = 1 << 20
 
 
-def load_plan(path: str) -> tuple[dict, LlamaRLConfig]:
+def load_plan(path: str) -> tuple[LaunchPlan, LlamaRLConfig]:
     """plan.json as written by `llamarl plan --out` (or `llamarl train`), and its config."""
     try:
         with open(path) as f:
@@ -49,7 +52,10 @@ def load_plan(path: str) -> tuple[dict, LlamaRLConfig]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{path}: its 'config' is not a valid llamarl config ({first})") from None
     check_fields(plan, cfg, path)
-    return plan, cfg
+    try:
+        return LaunchPlan.from_json(plan), cfg
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # a field no node checks
+        raise ConfigError(f"{path}: not a plan ({type(e).__name__}: {e}); {HINT}") from None
 
 
 def valid_host(host) -> bool:

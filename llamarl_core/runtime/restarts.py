@@ -28,10 +28,10 @@ RESTARTABLE = ("generator", "reward")
 RANK_KEYS = ("pid", "hb", "error", "exit", "status", "lost")
 
 
-def may_restart(cfg, plan: dict, role: str) -> bool:
+def may_restart(cfg, plan, role: str) -> bool:
     """Whether a dead `role` group is restarted rather than ending the run (single node only:
     on several nodes the group's other nodes would have to restart theirs too)."""
-    return role in RESTARTABLE and cfg.controller.max_restarts > 0 and plan.get("nodes", 1) == 1
+    return role in RESTARTABLE and cfg.controller.max_restarts > 0 and plan.nodes == 1
 
 
 def stop_role(role_procs: list, control: ControlPlane, role: str, num_ranks: int, plan_path: str,

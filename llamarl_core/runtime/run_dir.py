@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.env_texts import env_texts
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.plan.plan import default_run_dir
+from llamarl_core.plan.plan import ControllerAddress, LaunchPlan, default_run_dir
 from llamarl_core.runtime import resume, run_lock
 
 
@@ -99,18 +99,16 @@ def newest_files(path: str, n: int = 3) -> str:
                      for t, rel in found[:n]) or "none"
 
 
-def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan_dict: dict, host: str, port: int,
-                    run_id: str | None = None) -> dict:
-    """plan.json (what the workers read: plan + config + store address + run id) and config.yaml.
-    A fresh random run id unless one is given (a SLURM script fixes it for a requeued job)."""
-    container = as_written(cfg)
-    full = {**plan_dict, "run_dir": run_dir, "run_id": run_id or secrets.token_hex(4),
-            "controller": {"host": host, "port": port}, "config": container}
+def write_run_files(run_dir: str, cfg: LlamaRLConfig, plan: LaunchPlan, host: str, port: int,
+                    run_id: str | None = None) -> None:
+    """`plan` with its run (directory, id, store address, config) as plan.json, and config.yaml. A
+    fresh random run id unless one is given (a SLURM script fixes it for a requeued job)."""
+    plan.run_dir, plan.run_id = run_dir, run_id or secrets.token_hex(4)
+    plan.controller, plan.config = ControllerAddress(host, port), as_written(cfg)
     with open(os.path.join(run_dir, "plan.json"), "w") as f:
-        json.dump(full, f, indent=2)
+        json.dump(plan.to_json(), f, indent=2)
     with open(os.path.join(run_dir, "config.yaml"), "w") as f:
-        f.write(OmegaConf.to_yaml(container))
-    return full
+        f.write(OmegaConf.to_yaml(plan.config))
 
 
 def as_written(cfg: LlamaRLConfig) -> dict:

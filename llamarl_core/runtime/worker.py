@@ -23,7 +23,6 @@ if __name__ == "__main__":
     if os.getppid() == 1:
         sys.exit("llamarl worker: the torchrun agent that started this worker is already gone")
 
-import json
 import threading
 import time
 import traceback
@@ -32,13 +31,13 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 
-from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.pipeline import build_role
 from llamarl_core.runtime.restarts import may_restart
+from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime.devices import backend, rank_device
+from llamarl_core.runtime.plan_file import load_plan
 from llamarl_core.transport.control import ControlPlane, ControllerUnreachable, RunMismatch, connect_run
 from llamarl_core.transport.links import StoreAddress
 from llamarl_core.transport.membership import role_epoch
@@ -98,61 +97,58 @@ class Heartbeat(threading.Thread):
                     os._exit(3)
 
 
-def role_ranks(plan: dict) -> dict[str, list[int]]:
+def role_ranks(plan: LaunchPlan) -> dict[str, list[int]]:
     """Each role's global ranks, in plan order."""
-    return {r["name"]: list(range(r["ranks"][0], r["ranks"][1] + 1)) for r in plan["roles"]}
+    return {r.name: list(range(r.first_rank, r.first_rank + r.num_devices)) for r in plan.roles}
 
 
-def generator_tp(plan: dict) -> int:
+def generator_tp(plan: LaunchPlan) -> int:
     """Tensor-parallel ranks per generator replica (the plan's; 1 for the sync actor)."""
-    role = next((r for r in plan.get("roles", []) if r["name"] == "generator"), None)
-    return role["parallelism"]["tp"] if role else 1
+    role = plan.role("generator")
+    return role.parallelism["tp"] if role else 1
 
 
-def build_groups(plan: dict, role: str) -> dict:
+def build_groups(plan: LaunchPlan, role: str) -> dict:
     """This role's groups, within its own world (every rank of the role in the same order)."""
     groups = {role: dist.group.WORLD}
-    spec = next(r for r in plan["roles"] if r["name"] == role)
-    tp = spec["parallelism"]["tp"] if role == "generator" else 1
+    tp = generator_tp(plan) if role == "generator" else 1
     if tp > 1:  # this rank's replica group
-        groups["generator_tp"] = new_replica_groups(list(range(len(role_ranks(plan)[role]))), tp)
+        groups["generator_tp"] = new_replica_groups(list(range(plan.role(role).num_devices)), tp)
     return groups
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_argv(sys.argv[1:] if argv is None else argv)
-    with open(args["plan"]) as f:
-        plan = json.load(f)
+    plan, cfg = load_plan(args["plan"])
     role = args["role"]
-    role_plan = next(r for r in plan["roles"] if r["name"] == role)
+    role_plan = plan.role(role)
     rank = int(os.environ.get("RANK", "0"))
-    global_rank = role_plan["ranks"][0] + rank
-    run_dir = plan["run_dir"]
+    global_rank = role_plan.first_rank + rank
+    run_dir, run_id = plan.run_dir, plan.run_id
     redirect_output(run_dir, role, rank)
-    cfg: LlamaRLConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlamaRLConfig), plan["config"]))
     c = cfg.controller
-    torch.set_num_threads(role_plan["threads"])
-    host, port = plan["controller"]["host"], plan["controller"]["port"]
+    torch.set_num_threads(role_plan.threads)
+    host, port = plan.controller.host, plan.controller.port
     try:  # another run's controller (or none) is refused before touching its keys
-        control = ControlPlane(connect_run(host, port, plan["run_id"], c.startup_timeout_s))
+        control = ControlPlane(connect_run(host, port, run_id, c.startup_timeout_s))
     except (ControllerUnreachable, RunMismatch) as e:
         print(f"{role} rank {rank}: {e}", flush=True)
         os._exit(2)
     # For the controller's diagnostics; it trusts the value only if this pid is in its own tree.
     control.store.set(f"pid/{role}/{rank}", str(os.getpid()))
-    heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s, plan["run_id"])
+    heartbeat = Heartbeat(host, port, role, rank, c.heartbeat_interval_s, c.startup_timeout_s, run_id)
     heartbeat.start()
     timeline = Timeline(run_dir, role, rank, control)
-    print(f"{role} rank {rank} (global {global_rank}/{plan['world_size']}) pid {os.getpid()} "
+    print(f"{role} rank {rank} (global {global_rank}/{plan.world_size}) pid {os.getpid()} "
           f"threads {torch.get_num_threads()}", flush=True)
     code, executor = 0, None
     try:
         device = rank_device(cfg, role)
         epoch = role_epoch(control.store, role)
         dist.init_process_group(backend(cfg), store=dist.PrefixStore(f"pg/{role}/{epoch}", control.store), rank=rank,
-                                world_size=len(role_ranks(plan)[role]), timeout=timedelta(seconds=c.step_timeout_s))
+                                world_size=role_plan.num_devices, timeout=timedelta(seconds=c.step_timeout_s))
         ctx = RoleRuntime(role, rank, role_ranks(plan), control, timeline,
-                          address=StoreAddress(host, port, plan.get("run_id", ""), c.startup_timeout_s),
+                          address=StoreAddress(host, port, run_id, c.startup_timeout_s),
                           step_timeout_s=c.step_timeout_s, generator_tp=generator_tp(plan),
                           groups=build_groups(plan, role), run_dir=run_dir, device=device)
         executor = build_role(cfg, plan, ctx)  # executors/pipeline.py: the roles and their links

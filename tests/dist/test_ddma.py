@@ -223,6 +223,7 @@ def _endpoints(rank, store):
     from llamarl_core.executors.context import RoleRuntime
     from llamarl_core.executors.pipeline import weight_sync_config
     from llamarl_core.executors.weights import make_receiver, make_sender
+    from llamarl_core.plan.plan import make_plan
     from llamarl_core.transport.links import StoreAddress
     from llamarl_core.transport.control import RUN_ID_KEY, ControlPlane, run_prefix
     from llamarl_core.transport.parallel import local_shards
@@ -231,8 +232,7 @@ def _endpoints(rank, store):
         store.set(RUN_ID_KEY, RUN_ID)
     store.wait([RUN_ID_KEY])
     cfg = load_config("cpu_tiny", ["controller.weight_transport=collective", "controller.step_timeout_s=30"])
-    plan = {"controller": {"host": "127.0.0.1", "port": store.port}, "nodes": 1,
-            "roles": [{"name": "generator", "parallelism": {"tp": 1}}]}
+    plan = make_plan(cfg, require_data=False)  # one trainer rank, one node
     role_store = RecordingStore(dist.PrefixStore(run_prefix(RUN_ID), store))
     role = "trainer" if rank == 0 else "generator"
     rt = RoleRuntime(role, 0, {"trainer": [0], "generator": [1]}, ControlPlane(role_store), None,

@@ -12,7 +12,7 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.generation import sampling
-from llamarl_core.generation.sampling import chunked_sampled_logprobs, sampled_token_logprobs
+from llamarl_core.generation.sampling import chunked_policy_logprobs, sampling_logprobs
 from llamarl_core.models import Llama, ModelArgs
 
 ARGS = ModelArgs(vocab_size=512, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=32,
@@ -54,12 +54,12 @@ def test_chunked_logprobs_equal_the_full_logits_ones_in_value_and_gradient(top_k
     head = torch.nn.Linear(16, ARGS.vocab_size, bias=False)
     h1, h2 = hidden.clone().requires_grad_(), hidden.clone().requires_grad_()
     logits = head(h1)
-    want = sampled_token_logprobs(logits, tokens[:, 1:], 0.7, top_k, top_p)
+    _, want = sampling_logprobs(logits, 0.7, top_k, top_p, tokens=tokens[:, 1:])
     want_ent = -(torch.log_softmax(logits / 0.7, -1).exp() * torch.log_softmax(logits / 0.7, -1)).sum(-1)
     (want.sum() + (want_ent.sum() if entropy else 0)).backward()
     grads = (h1.grad.clone(), head.weight.grad.clone())
     head.weight.grad = None
-    got, ent = chunked_sampled_logprobs(h2, head, tokens[:, 1:], 0.7, top_k, top_p, entropy,
+    got, ent, _ = chunked_policy_logprobs(h2, head, tokens[:, 1:], 0.7, top_k, top_p, entropy,
                                         chunk_bytes=4 * 512 * 5 * 4)  # 5 positions a chunk: 5 chunks
     (got.sum() + (ent.sum() if entropy else 0)).backward()
     torch.testing.assert_close(got, want)

@@ -11,7 +11,7 @@ from llamarl_core.executors.learner import Learner, WarmStart
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams, scheduler
-from llamarl_core.generation.sampling import sample_next, sampled_token_logprobs
+from llamarl_core.generation.sampling import sample_next, sampling_logprobs
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 from llamarl_core.wire.rollout import Rollout
 
@@ -69,9 +69,9 @@ def test_a_warm_start_step_on_a_device_model_mixes_no_devices():
 def test_sampling_with_top_k_and_top_p_stays_on_the_device():
     logits = torch.randn(3, 5, 260, generator=torch.Generator().manual_seed(0))
     targets = torch.randint(0, 260, (3, 5), generator=torch.Generator().manual_seed(1))
-    want = sampled_token_logprobs(logits, targets, 0.7, top_k=20, top_p=0.9)
+    _, want = sampling_logprobs(logits, 0.7, 20, 0.9, tokens=targets)
     with FakeCuda() as cuda:
-        got = sampled_token_logprobs(cuda.put(logits), cuda.put(targets), 0.7, top_k=20, top_p=0.9)
+        _, got = sampling_logprobs(cuda.put(logits), 0.7, 20, 0.9, tokens=cuda.put(targets))
         tok, logp = sample_next(cuda.put(logits[:, 0]), SamplingParams(8, 0.7, 0.9, 20),
                                 torch.Generator(device="cuda"))
         assert got.device.type == tok.device.type == logp.device.type == "cuda"

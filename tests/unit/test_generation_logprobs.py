@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from llamarl_core.generation import GenerationEngine, SamplingParams
-from llamarl_core.generation.sampling import sampled_token_logprobs
+from llamarl_core.generation.sampling import sampling_logprobs
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
 ARGS = ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
@@ -24,7 +24,7 @@ def trainer_logprobs(model, prompts, completions, temperature, top_k=0, top_p=1.
     for i, row in enumerate(rows):
         ids[i, :len(row)] = torch.tensor(row)
     with torch.no_grad():
-        logp = sampled_token_logprobs(model(ids)[:, :-1], ids[:, 1:], temperature, top_k, top_p)  # [B, L-1]
+        _, logp = sampling_logprobs(model(ids)[:, :-1], temperature, top_k, top_p, tokens=ids[:, 1:])  # [B, L-1]
     # Completion token j of row i sits at ids[i, len(p)+j], predicted from position len(p)+j-1.
     return [logp[i, len(p) - 1:len(p) - 1 + len(c.token_ids)] for i, (p, c) in
             enumerate(zip(prompts, completions))]

@@ -16,7 +16,7 @@ from hf_tiny import FAMILIES, save_tiny  # noqa: E402
 
 from llamarl_core.generation import GenerationEngine, SamplingParams  # noqa: E402
 from llamarl_core.generation.quant import QuantizedLinear  # noqa: E402
-from llamarl_core.generation.sampling import sampled_token_logprobs  # noqa: E402
+from llamarl_core.generation.sampling import sampling_logprobs  # noqa: E402
 from llamarl_core.models import load_pretrained, save_pretrained  # noqa: E402
 
 PROMPTS = [[257, 49, 50, 43, 51, 52, 61], [257, 104], [257, 97, 32, 108, 111, 110, 103, 101, 114, 32, 111, 110, 101]]
@@ -117,7 +117,7 @@ def test_generator_mu_equals_trainer_pi(models, family):
     for i, row in enumerate(rows):
         ids[i, :len(row)] = torch.tensor(row)
     with torch.no_grad():
-        logp = sampled_token_logprobs(model(ids)[:, :-1], ids[:, 1:], 0.8, 0, 0.95)  # [B, L-1]
+        _, logp = sampling_logprobs(model(ids)[:, :-1], 0.8, 0, 0.95, tokens=ids[:, 1:])  # [B, L-1]
     for i, (p, c) in enumerate(zip(PROMPTS, completions)):
         assert len(c.token_ids) > 0
         pi = logp[i, len(p) - 1:len(p) - 1 + len(c.token_ids)]

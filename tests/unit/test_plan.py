@@ -14,7 +14,7 @@ def plan_for(recipe, *overrides, **kw):
 
 def test_405b_plan_fits_every_role_on_1024_h100s():
     plan = plan_for("405b_math")
-    d = plan.to_dict()
+    d = plan.to_json()
     assert d["total_devices"] == 1024
     assert [r["name"] for r in d["roles"]] == ["generator", "trainer", "reward"]
     for r in d["roles"]:
@@ -134,8 +134,8 @@ def test_a_missing_checkpoint_is_named(tmp_path):
 
 
 def test_the_plan_shows_how_each_generating_role_batches():
-    roles = {r.name: r.to_dict() for r in plan_for("cpu_tiny").roles}
+    roles = {r.name: r.to_json() for r in plan_for("cpu_tiny").roles}
     assert roles["generator"]["batching"] == "continuous" and "batching" not in roles["trainer"]
-    sync = {r.name: r.to_dict() for r in plan_for("cpu_tiny", "algorithm.max_offpolicy_steps=0",
+    sync = {r.name: r.to_json() for r in plan_for("cpu_tiny", "algorithm.max_offpolicy_steps=0",
                                                    "generation.batching=static").roles}
     assert sync["actor"]["batching"] == "static"

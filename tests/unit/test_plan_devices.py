@@ -22,8 +22,8 @@ def test_one_node_recipe_packs_generators_and_trainer_on_the_8_gpus():
     assert (tr.nodes, tr.devices) == ([0], [4, 5, 6, 7])
     assert tr.parallelism == {"tp": 1, "dp": 1, "fsdp": 4, "pp": 1}
     assert tr.commands[0].startswith("env CUDA_VISIBLE_DEVICES=4,5,6,7 ")
-    assert plan.total_devices == 8 and all(r.to_dict()["fits"] for r in plan.roles)
-    assert gpus_needed_here(plan.to_dict()) == 8
+    assert plan.total_devices == 8 and all(r.to_json()["fits"] for r in plan.roles)
+    assert gpus_needed_here(plan) == 8
 
 
 def test_gpu_1x_puts_both_processes_on_one_shared_gpu_over_gloo():
@@ -43,10 +43,10 @@ def test_roles_larger_than_a_node_fill_whole_nodes():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a host without CUDA")
 def test_a_host_without_cuda_is_refused_in_one_line_naming_need_and_have():
     with pytest.raises(ConfigError) as e:
-        check_host(plan_for("8b_gsm8k_1node").to_dict(), "8b_gsm8k_1node")
+        check_host(plan_for("8b_gsm8k_1node"), "8b_gsm8k_1node")
     text = str(e.value)
     assert "\n" not in text and "needs 8 CUDA GPU(s)" in text and "this host has none" in text
-    check_host(plan_for("cpu_tiny").to_dict(), "cpu_tiny")  # CPU recipes need nothing
+    check_host(plan_for("cpu_tiny"), "cpu_tiny")  # CPU recipes need nothing
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a host without CUDA")
@@ -72,7 +72,7 @@ def test_auto_weight_transport_is_cuda_ipc_on_a_shared_gpu_and_shm_on_one_cpu_ho
     from llamarl_core.executors.pipeline import weight_sync_config
 
     def transport(recipe):
-        return weight_sync_config(load_config(recipe), plan_for(recipe).to_dict()).transport
+        return weight_sync_config(load_config(recipe), plan_for(recipe)).transport
 
     assert transport("gpu_1x") == "cuda_ipc"
     assert transport("cpu_tiny") == "shm"

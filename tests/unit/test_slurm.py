@@ -84,7 +84,7 @@ def test_each_node_starts_exactly_its_torchrun_lines_with_static_rendezvous(reci
     nodes, _ = CASES[recipe]
     hosts = [f"h{i}" for i in range(nodes)]
     cfg = load_config(recipe, [f"resources.hostnames='{','.join(hosts)}'"])
-    plan = make_plan(cfg, run_dir="/runs/x", require_data=False).to_dict()
+    plan = make_plan(cfg, run_dir="/runs/x", require_data=False)
     gen, trainer = list(range(gen_nodes)), list(range(gen_nodes, nodes))
     for node in range(nodes):
         expected = []

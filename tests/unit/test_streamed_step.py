@@ -215,7 +215,7 @@ def test_when_nothing_has_arrived_the_trainer_runs_the_rows_it_holds_instead_of_
 def test_the_plan_shows_whether_the_trainer_streams_groups_as_the_runtime_builds_it(overrides, on):
     from llamarl_core.plan.plan import make_plan
     cfg = load_config("cpu_tiny", list(overrides))
-    trainer = make_plan(cfg, require_data=False).to_dict()["roles"][1]
+    trainer = make_plan(cfg, require_data=False).to_json()["roles"][1]
     assert trainer["name"] == "trainer" and trainer["stream_groups"] is on
     assert learner_config(cfg).stream_groups is on  # what the trainer executor hands rl_step
 
@@ -224,4 +224,4 @@ def test_sync_mode_has_no_streamed_step():
     from llamarl_core.plan.plan import make_plan
     cfg = load_config("cpu_tiny_sync", [])
     assert learner_config(cfg).stream_groups is False
-    assert all("stream_groups" not in r for r in make_plan(cfg, require_data=False).to_dict()["roles"])
+    assert all("stream_groups" not in r for r in make_plan(cfg, require_data=False).to_json()["roles"])

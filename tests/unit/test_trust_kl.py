@@ -10,7 +10,7 @@ import torch
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.pipeline import learner_config
-from llamarl_core.generation.sampling import sampled_token_logprobs
+from llamarl_core.generation.sampling import sampling_logprobs
 from llamarl_core.models import Llama, ModelArgs
 
 ARGS = ModelArgs(vocab_size=64, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=32,
@@ -67,7 +67,7 @@ def test_kl_under_truncation_is_k3_of_the_untruncated_softmaxes_worked_by_hand()
     k3 = math.exp(log_ref - log_pi) - (log_ref - log_pi) - 1.0
     # mu: what the generator recorded, under its truncated distribution (top-k 5 of 4 keeps all;
     # top-p 0.9 drops token 3), so pi/mu = 1 on the sampled distribution
-    behavior = sampled_token_logprobs(torch.tensor([[policy]]), torch.tensor([[target]]), temperature, 5, 0.9)
+    _, behavior = sampling_logprobs(torch.tensor([[policy]]), temperature, 5, 0.9, tokens=torch.tensor([[target]]))
     assert abs(float(behavior) - log_pi) > 1e-3  # the truncation does change this token's log-prob
     loss, metrics = learner.micro_loss(tokens, behavior, torch.ones(1, 1), torch.zeros(1), torch.zeros(1))
     assert abs(metrics["kl"] - k3) < 1e-6, (metrics["kl"], k3)

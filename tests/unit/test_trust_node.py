@@ -34,7 +34,7 @@ def test_each_node_rebuilds_exactly_the_commands_the_plan_printed(tmp_path, caps
     plan_path = write_plan(tmp_path)
     plan, cfg = load_plan(str(plan_path))
     for node in (0, 1):
-        expected = [(r["name"], c) for r in plan["roles"] for c, n in zip(r["commands"], r["nodes"]) if n == node]
+        expected = [(r.name, c) for r in plan.roles for c, n in zip(r.commands, r.nodes) if n == node]
         assert share_commands(plan, cfg, node) == expected and expected
 
 
@@ -52,7 +52,7 @@ def test_a_planted_command_string_is_never_run_and_the_rebuilt_line_is(tmp_path,
     for node in (0, 1):
         started.clear()
         launch_share(plan, cfg, node)
-        assert started == [c for r in plan["roles"] for c, n in zip(printed[r["name"]], r["nodes"]) if n == node]
+        assert started == [c for r in plan.roles for c, n in zip(printed[r.name], r.nodes) if n == node]
         assert all(shlex.split(c)[0] != "touch" and str(marker) not in c for c in started)
     assert not marker.exists()
 
