@@ -71,7 +71,7 @@ class RolePlan:
         memory = mem.MemoryEstimate(**{k: v for k, v in d["memory_gib_per_device"].items() if k != "total"})
         return cls(d["name"], d["num_devices"], d["ranks"][0], d["nodes"], d["parallelism"], d["dtype"],
                    d["quantization"], memory, d["capacity_gib_per_device"], d["threads"], d["uses_accelerator"],
-                   d["devices"], d["commands"], d.get("batching"), d.get("streaming"), d.get("stream_groups"))
+                   d["devices"], d["commands"], d.get("batching"), d.get("stream_groups"))
 
 
 @dataclass

@@ -29,7 +29,7 @@ def test_the_trainer_is_built_from_the_sections_its_constructor_names(monkeypatc
     calls, real = [], trainer.TrainerExecutor
     monkeypatch.setattr(trainer, "TrainerExecutor", lambda *a, **kw: calls.append((a, kw)))
     cfg = load_config("cpu_tiny", CFG)
-    pipeline.build_role(cfg, {"roles": [], "nodes": 1}, RoleRuntime("trainer", 0, RANKS, control=None, timeline=None))
+    pipeline.build_role(cfg, SimpleNamespace(role=lambda name: None, nodes=1), RoleRuntime("trainer", 0, RANKS, control=None, timeline=None))
     args, kwargs = calls[0]
     bound = inspect.signature(real.__init__).bind(None, *args, **kwargs).arguments
     expected = {"model": cfg.model, "resources": cfg.resources.trainer, "algorithm": cfg.algorithm,
