@@ -103,7 +103,7 @@ class GroupIntake:
     def take_upto(self, replica: int, version: int, n: int) -> list[Rollout]:
         """Up to `n` fresh groups of `replica` buffered now (none is fine), marked trained: how a
         trainer that starts micro-batches as groups arrive takes its share piece by piece
-        (executors/streamed_step.py). Taken in arrival order at the step's one version, the
+        (executors/train_step.py). Taken in arrival order at the step's one version, the
         pieces are the groups `take` would have taken at once."""
         self._drop_stale(replica, version)
         return self._pop(replica, n)

@@ -22,7 +22,7 @@ another; SWAP is where weights change, STALENESS where it is bounded.
                                                                   │   a new version (a chunk asked again goes first)
    [W5] every trainer rank has                                    └ yes: chunk n with held u, each
         its rows (collected/v)                                      prompt group sent as it ends;
-   learner.rl_step: AIPO                                            every 8 decode steps a version
+   TrainStep: AIPO                                                  every 8 decode steps a version
      (all-reduce over T)                                            that fully arrived is adopted
    publish v+1 ══[W6]════════════ weights (DDMA) ═══════════════▶   in place: SWAP mid-chunk (a row
    eval, checkpoint when due;                                       keeps the version it started

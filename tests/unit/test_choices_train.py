@@ -7,6 +7,7 @@ from llamarl_core.config.choices import ADVANTAGE_MODES, AGGREGATIONS, LOSS_KIND
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.executors.setup import build_model
 from llamarl_core.wire.rollout import Rollout
@@ -31,7 +32,7 @@ def test_every_accepted_value_runs_a_learner_step_that_changes_the_weights(key, 
     cfg = load_config("cpu_tiny", [*SMALL, f"{key}={value}"])
     model, _ = build_model(cfg.model, cfg.resources.trainer.dtype, seed=cfg.run.seed)
     before = [p.detach().clone() for p in model.parameters()]
-    metrics = Learner(model, learner_config(cfg)).rl_step(batch(), torch.zeros(4))
+    metrics = train_on(Learner(model, learner_config(cfg)), batch(), torch.zeros(4))
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 

@@ -8,6 +8,7 @@ from fake_cuda import FakeCuda
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner, WarmStart
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams, scheduler
@@ -42,10 +43,10 @@ def _rl_metrics(device_model: bool) -> dict:
     cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3"])
     model = _model(grad=True)
     if not device_model:
-        return Learner(model, learner_config(cfg)).rl_step(_batch(), torch.zeros(8))
+        return train_on(Learner(model, learner_config(cfg)), _batch(), torch.zeros(8))
     with FakeCuda() as cuda:
         cuda.put(model)
-        return Learner(model, learner_config(cfg)).rl_step(_batch(), torch.ones(8))  # host rollouts, device model
+        return train_on(Learner(model, learner_config(cfg)), _batch(), torch.ones(8))  # host rollouts, device model
 
 
 def test_an_rl_step_on_a_device_model_takes_host_rollouts_and_mixes_no_devices():

@@ -8,6 +8,7 @@ from llamarl_core.algorithms.overlong import overlong_penalty, training_rewards,
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
@@ -59,7 +60,7 @@ def _grads(overlong: str, batch: Rollout):
     learner = Learner(model, learner_config(cfg), eos_ids=(EOS,))
     captured = []
     learner.optimizer.step = lambda: captured.append([p.grad.clone() for p in model.parameters()])
-    metrics = learner.rl_step(batch, torch.zeros(batch.num_rows))
+    metrics = train_on(learner, batch, torch.zeros(batch.num_rows))
     return captured[0], metrics
 
 

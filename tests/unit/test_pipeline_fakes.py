@@ -8,6 +8,7 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.generate_loop import SWAP_POLL_STEPS, GenerateLoop
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import PromptSet
@@ -125,7 +126,7 @@ def test_trainer_tokens_total_counts_every_trained_token_of_the_step():
         cfg = _cfg(f"resources.trainer.micro_batch_size={micro}", f"algorithm.updates_per_batch={updates}")
         learner = Learner(_model(0), learner_config(cfg))
         batch, staleness, _ = FakeFeed().collect(0, 0)
-        assert learner.rl_step(batch, staleness)["tokens_total"] == want, (micro, updates)
+        assert train_on(learner, batch, staleness)["tokens_total"] == want, (micro, updates)
 
 
 def test_a_trainer_and_a_generator_wired_in_one_process_train_on_generated_rows():

@@ -13,8 +13,10 @@ from fake_link import FakeLink
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors import chunks as chunks_mod, learner as learner_mod
+from llamarl_core.executors.train_step import TrainStep
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.routing import chunk_slices_for_trainers
 from llamarl_core.executors.setup import PromptSet
@@ -48,7 +50,7 @@ class Recorder:
                    "ChunkAssembly.buffers": (ChunkAssembly, "buffers", False),
                    "ChunkAssembly.add": (ChunkAssembly, "add", False),
                    "Rollout.rows": (Rollout, "rows", False), "concat": (wire, "concat", False),
-                   "completion_targets": (learner_mod, "completion_targets", False),
+                   "TrainStep._inputs": (TrainStep, "_inputs", False),
                    "aipo_loss": (learner_mod, "aipo_loss", False)}
         for name, (owner, attr, static) in targets.items():
             original = getattr(owner, attr)
@@ -115,7 +117,7 @@ def test_one_chunk_takes_the_documented_hops_packed_once_and_never_re_packed(mon
     # trainer rank 0: its rows of the step, the step
     rec.role = "trainer"
     batch = wire.concat([Rollout.unpack(*sent[0])])
-    learner.rl_step(batch, torch.zeros(batch.num_rows))
+    train_on(learner, batch, torch.zeros(batch.num_rows))
 
     assert rec.first_calls() == documented_hops()
     assert rec.count("generator", "_pack") == len(on_wire) == 2     # once per group, on the generator
