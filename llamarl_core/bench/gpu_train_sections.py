@@ -33,7 +33,7 @@ def _rollout(rows: int, seq: int, vocab: int, group_size: int):
     g = torch.Generator().manual_seed(3)
     prompt = seq // 4
     return Rollout(torch.randint(4, vocab, (rows, seq), generator=g), torch.full((rows,), prompt),
-                   torch.full((rows,), seq - prompt), torch.full((rows, seq - prompt), -2.0),
+                   torch.full((rows,), seq - prompt), torch.full((rows, seq - 1), -2.0),
                    torch.randint(0, 2, (rows,), generator=g).float(),
                    torch.arange(rows) // group_size, 0, 0, 0)
 

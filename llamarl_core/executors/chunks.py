@@ -93,7 +93,9 @@ class _Groups:
                                  owner.tokenizer.pad_id, dtype=torch.long)
         self.tokens[:, :table.shape[1]] = table[rows]
         self.tokens = self.tokens.to(device)
-        self.behavior = torch.zeros(n, gen.max_new_tokens, device=device)
+        # log mu where the loss reads it: column t is token t+1's (next-token targets), so the
+        # trainer slices these rows and never moves them again (executors/train_step.py)
+        self.behavior = torch.zeros(n, self.tokens.shape[1] - 1, device=device)
         self.prompt_lens = lengths[rows]
         self.completion_lens = torch.zeros(n, dtype=torch.long)
         self.versions = torch.full((n,), policy_version, dtype=torch.long)
@@ -103,7 +105,7 @@ class _Groups:
     def add(self, done: Finished) -> None:
         r, c, p = done.index, done.token_ids.numel(), len(self.prompt_ids[done.index])
         self.tokens[r, p:p + c] = done.token_ids
-        self.behavior[r, :c] = done.logprobs
+        self.behavior[r, p - 1:p - 1 + c] = done.logprobs
         self.completion_lens[r], self.versions[r] = c, done.policy_versions[0]
         self.owner.tokens_generated += c
         g = r // self.size

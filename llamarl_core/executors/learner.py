@@ -45,18 +45,11 @@ class LearnerConfig:
 
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens [N, L'], behavior log μ [N, L'-1], mask [N, L'-1]) aligned to next-token targets.
-
-    Target position t predicts token t+1; row r's completion tokens sit at token indices
-    p_r .. p_r + c_r - 1, i.e. target positions p_r - 1 .. p_r + c_r - 2.
-    """
+    """(tokens [N, L'], behavior log μ [N, L'-1], mask [N, L'-1]) aligned to next-token targets:
+    views of the rollout's rows (log μ is stored at its targets, wire/rollout.py) and the mask."""
     length = int((batch.prompt_lens + batch.completion_lens).max()) if batch.num_rows else 1
-    tokens = batch.tokens[:, :length]                                          # [N, L']
     mask = loss_mask(batch.prompt_lens, batch.completion_lens, length)         # [N, L'-1]
-    k = torch.arange(length - 1)[None, :] - (batch.prompt_lens[:, None] - 1)   # [N, L'-1]
-    width = max(1, batch.behavior_logprobs.shape[1])
-    behavior = batch.behavior_logprobs.gather(1, k.clamp(0, width - 1)) * mask  # [N, L'-1]
-    return tokens, behavior, mask
+    return batch.tokens[:, :length], batch.behavior_logprobs[:, :length - 1], mask
 
 
 def loss_mask(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, width: int) -> torch.Tensor:

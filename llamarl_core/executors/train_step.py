@@ -137,7 +137,7 @@ class TrainStep:
     def _inputs(self, ids: list[int], width: int):
         """A micro-batch's tokens [m, w], log mu [m, w-1] and loss mask [m, w-1] (host memory)."""
         tokens = torch.stack([r.tokens[i, :width] for r, i in (self.rows[j] for j in ids)])  # [m, w]
-        behavior = torch.stack([_behavior_row(r, i, width) for r, i in (self.rows[j] for j in ids)])
+        behavior = torch.stack([r.behavior_logprobs[i, :width - 1] for r, i in (self.rows[j] for j in ids)])
         mask = loss_mask(self.prompt_lens[ids], self.completion_lens[ids], width) & ~self.filtered[ids][:, None]
         return tokens, behavior, mask
 
@@ -183,9 +183,3 @@ def train_on(learner: Learner, batch: Rollout, staleness: torch.Tensor) -> dict:
     step.add(batch, staleness)
     return step.finish(batch, staleness)
 
-
-def _behavior_row(r: Rollout, i: int, width: int) -> torch.Tensor:
-    out = torch.zeros(width - 1)
-    p, c = int(r.prompt_lens[i]), int(r.completion_lens[i])
-    out[p - 1:p - 1 + c] = r.behavior_logprobs[i, :c]
-    return out

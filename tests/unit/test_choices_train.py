@@ -21,7 +21,7 @@ def batch() -> Rollout:
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 200, (4, 8), generator=g)
     completion_lens = torch.tensor([2, 4, 3, 1])
-    return Rollout(tokens, torch.full((4,), 3), completion_lens, torch.full((4, 5), -5.0),
+    return Rollout(tokens, torch.full((4,), 3), completion_lens, torch.full((4, 7), -5.0),
                    torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]), 0, 0, 0)
 
 

@@ -35,7 +35,7 @@ def _batch():
     tokens = torch.zeros(8, 13, dtype=torch.long)
     for r in range(8):
         tokens[r, :4 + int(completion[r])] = torch.randint(3, 200, (4 + int(completion[r]),), generator=g)
-    return Rollout(tokens, torch.full((8,), 4), completion, -torch.rand(8, 9, generator=g),
+    return Rollout(tokens, torch.full((8,), 4), completion, -torch.rand(8, 12, generator=g),
                    torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0]), torch.arange(8) // 2, 0, 0, 0)
 
 

@@ -18,7 +18,7 @@ def _batch(n=8, prompt_lens=(4,) * 8, max_completion=12, seed=0):
     for r in range(n):
         used = int(prompt_lens[r] + completion_lens[r])
         tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
-    behavior = -torch.rand(n, max_completion, generator=g)  # off-policy: ratios differ from 1
+    behavior = -torch.rand(n, tokens.shape[1] - 1, generator=g)  # at the targets; off-policy: ratios differ from 1
     return Rollout(tokens, prompt_lens, completion_lens, behavior,
                    torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0])[:n], torch.arange(n) // 2, 0, 0, 0)
 

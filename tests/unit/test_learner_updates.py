@@ -25,7 +25,7 @@ def _batch(rows=slice(None)):
     tokens = torch.zeros(8, 16, dtype=torch.long)
     for r in range(8):
         tokens[r, :4 + int(lens[r])] = torch.randint(3, 200, (4 + int(lens[r]),), generator=g)
-    behavior = -torch.rand(8, 12, generator=g)
+    behavior = -torch.rand(8, 15, generator=g)  # log mu at the targets [8, L-1]
     b = Rollout(tokens, torch.full((8,), 4), lens, behavior, torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0]),
                 torch.arange(8) // 2, 0, 0, 0)
     return b.select(torch.arange(8)[rows])

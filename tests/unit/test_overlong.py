@@ -43,7 +43,7 @@ def _model():
 def _batch():
     """2 groups of 2; row 1 is cut at the limit of 4 tokens, the others end in EOS."""
     tokens = torch.tensor([[9, 9, 5, EOS, 0, 0], [9, 9, 5, 6, 7, 8], [9, 8, 5, 6, EOS, 0], [9, 8, EOS, 0, 0, 0]])
-    return Rollout(tokens, torch.full((4,), 2), torch.tensor([2, 4, 3, 1]), torch.full((4, 4), -1.0),
+    return Rollout(tokens, torch.full((4,), 2), torch.tensor([2, 4, 3, 1]), torch.full((4, 5), -1.0),
                    torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), 0, 0, 0)
 
 

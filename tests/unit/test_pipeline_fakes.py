@@ -95,7 +95,7 @@ class FakeFeed:
         self.calls.append((step, version))
         g = torch.Generator().manual_seed(step)
         tokens = torch.randint(3, 200, (4, 12), generator=g)
-        batch = Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 8, generator=g),
+        batch = Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 11, generator=g),
                         torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), version, 0, step)
         return batch, torch.zeros(4), 0.0
 

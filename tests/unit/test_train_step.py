@@ -27,7 +27,7 @@ def _batch(rewards=(1.0, 0, 0, 1, 1, 0, 1, 0), seed=0):
     for r in range(n):
         used = int(prompt_lens[r] + completion_lens[r])
         tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
-    behavior = -torch.rand(n, 12, generator=g)
+    behavior = -torch.rand(n, 6 + 12 - 1, generator=g)  # log mu at the targets [n, L-1]
     return Rollout(tokens, prompt_lens, completion_lens, behavior, torch.tensor(rewards),
                    torch.arange(n) // GROUP, 0, 0, 0)
 

@@ -44,7 +44,7 @@ def _learner(*overrides):
 def _batch(rewards, step=0):
     g = torch.Generator().manual_seed(step)
     tokens = torch.randint(3, 200, (4, 12), generator=g)
-    return Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 8, generator=g),
+    return Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 11, generator=g),
                    torch.tensor(rewards, dtype=torch.float64), torch.tensor([0, 0, 1, 1]), 0, 0, step)
 
 
