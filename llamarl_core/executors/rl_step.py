@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
 from llamarl_core.executors.train_step import TrainStep
-from llamarl_core.wire.rollout import Rollout, concat
+from llamarl_core.wire.rollout import Rollout
 
 
 @dataclass
@@ -46,7 +46,7 @@ def rl_step(feed: RolloutFeed, learner, publisher: WeightPublisher, step: int, v
 
         def arrived(groups: list[Rollout], staleness) -> None:
             with span("train", step=step):  # the rows' advantages and masks, then full micro-batches
-                train.add(concat(groups), staleness)
+                train.add(groups, staleness)
                 train.run_ready()
 
         def idle() -> None:  # nothing arrived: train on the rows held instead of waiting

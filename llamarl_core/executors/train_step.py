@@ -59,8 +59,13 @@ class TrainStep:
         self.sums: dict[str, float] = {}
         self.weight_sum, self.micro_batches, self.compute_s = 0.0, 0, 0.0
 
-    def add(self, groups: Rollout, staleness: torch.Tensor) -> None:
-        """Complete prompt groups (rows grouped contiguously) and each row's staleness."""
+    def add(self, groups: Rollout | list[Rollout], staleness: torch.Tensor) -> None:
+        """Complete prompt groups (rows grouped contiguously; a list: as the feed took them, not
+        concatenated) and each row's staleness, in the same order."""
+        if isinstance(groups, list):
+            for part, stale in zip(groups, torch.split(staleness, [g.num_rows for g in groups])):
+                self.add(part, stale)
+            return
         t0 = time.perf_counter()
         prepared = self.learner.prepare(groups)
         self.prepared.append(prepared)

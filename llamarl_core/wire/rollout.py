@@ -100,11 +100,12 @@ class Rollout:
     @staticmethod
     def unpack(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
         """A received rollout: its fields are views of `ints` and `floats` (no copy)."""
-        return Rollout._views(header, ints, floats)
+        return Rollout.over_packed(header, ints, floats)
 
     @staticmethod
-    def _views(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
-        fields = {**_columns(ints, int(header[1]), INT_FIELDS), **_columns(floats, int(header[2]), FLOAT_FIELDS)}
+    def over_packed(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
+        """The rollout whose fields are views of packed `ints` and `floats` (what `header` says)."""
+        fields = {**columns(ints, int(header[1]), INT_FIELDS), **columns(floats, int(header[2]), FLOAT_FIELDS)}
         return Rollout(**fields, policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]),
                        group=int(header[6]), chunk_groups=int(header[7]), attempt=int(header[8]),
                        packed=(ints, floats))
@@ -116,11 +117,13 @@ class Rollout:
         versions = ints[:, length + INT_FIELDS.index("policy_versions") - 1]
         header = torch.tensor([ints.shape[0], length, floats.shape[1] - len(FLOAT_FIELDS) + 1,
                                int(versions.min()) if versions.numel() else 0, replica, chunk, 0, 0, attempt])
-        return Rollout._views(header, ints, floats)
+        return Rollout.over_packed(header, ints, floats)
 
     def to(self, device) -> "Rollout":
         """Every tensor field on `device` (a generator assembles tokens and log-probs on its GPU;
         the wire and the trainer's bookkeeping take host tensors)."""
+        if self._is_packed():  # one copy of each packed tensor, still packed (none on the same device)
+            return Rollout.over_packed(self.header(), *(t.to(device) for t in self.packed))
         moved = {f: getattr(self, f).to(device) for f in TENSOR_FIELDS}
         return dataclasses.replace(self, **moved)
 
@@ -142,7 +145,7 @@ class Rollout:
                        replica=self.replica, chunk=self.chunk, attempt=self.attempt)
 
 
-def _columns(buf: torch.Tensor, width: int, fields: tuple[str, ...]) -> dict:
+def columns(buf: torch.Tensor, width: int, fields: tuple[str, ...]) -> dict:
     """Views of `buf`'s columns: the first field `width` wide, the others one column each."""
     return {fields[0]: buf[:, :width], **{f: buf[:, width + i] for i, f in enumerate(fields[1:])}}
 

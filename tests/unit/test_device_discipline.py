@@ -141,8 +141,11 @@ def test_chunk_assembly_keeps_tokens_on_the_device_and_adds_no_host_read(monkeyp
             with FakeCuda() as cuda:
                 cuda.put(model)
                 whole = chunks.generate(chunk=0, policy_version=3, on_group=parts.append)
+                # written once, packed where the engine made it (lengths too: columns of the ints);
+                # the sender moves its two packed tensors to the host
                 assert whole.tokens.device.type == whole.behavior_logprobs.device.type == "cuda"
-                assert whole.completion_lens.device.type == whole.prompt_lens.device.type == "cpu"
+                assert whole.completion_lens.device.type == whole.packed[0].device.type == "cuda"
+                assert whole.pack()[1] is whole.packed[0]
                 assert cuda.syncs <= len(steps), (cuda.syncs, len(steps))
         else:
             whole = chunks.generate(chunk=0, policy_version=3, on_group=parts.append)
