@@ -79,12 +79,9 @@ class TrainStep:
             self.waiting += (trained.nonzero().squeeze(1) + first).tolist()
         self.compute_s += time.perf_counter() - t0
 
-    def ready(self) -> bool:
-        return len(self.waiting) >= self.micro
-
     def run_ready(self) -> None:
         """Every full micro-batch of the waiting rows, shortest rows first."""
-        while self.ready():
+        while len(self.waiting) >= self.micro:
             self._run(self.micro)
 
     def run_waiting(self, divisor: float = 1.0, old=None, record_ratios: bool = True) -> None:
@@ -170,7 +167,7 @@ class TrainStep:
     def _old_logprobs(self, trained: torch.Tensor) -> torch.Tensor:
         """log pi_old [N, L'-1] of the trained rows under the weights before any update."""
         learner = self.learner
-        width = int((self.prompt_lens + self.completion_lens).max())
+        width = int((self.prompt_lens + self.completion_lens).max()) if self.rows else 1  # none: dynamic sampling
         old = torch.zeros(len(self.rows), width - 1, device=model_device(learner.model))  # [N, L'-1]
         self.waiting = trained.nonzero().squeeze(1).tolist()
         while self.waiting:

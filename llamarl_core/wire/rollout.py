@@ -120,12 +120,10 @@ class Rollout:
         return Rollout.over_packed(header, ints, floats)
 
     def to(self, device) -> "Rollout":
-        """Every tensor field on `device` (a generator assembles tokens and log-probs on its GPU;
-        the wire and the trainer's bookkeeping take host tensors)."""
-        if self._is_packed():  # one copy of each packed tensor, still packed (none on the same device)
-            return Rollout.over_packed(self.header(), *(t.to(device) for t in self.packed))
-        moved = {f: getattr(self, f).to(device) for f in TENSOR_FIELDS}
-        return dataclasses.replace(self, **moved)
+        """Packed, on `device` (a generator assembles its rows on its GPU; the wire and the trainer's
+        bookkeeping take host tensors): one copy of each packed tensor, none on the same device."""
+        header, ints, floats = self.pack()  # packed already on the default path (executors/chunks.py)
+        return Rollout.over_packed(header, ints.to(device), floats.to(device))
 
     def rows(self, start: int, stop: int) -> "Rollout":
         if self._is_packed():  # views of the packed rows: forwarded as they are

@@ -7,10 +7,9 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.executors.rl_step import rl_step
-from llamarl_core.executors.train_step import TrainStep
+from llamarl_core.executors.train_step import TrainStep, train_on
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
 
@@ -225,3 +224,13 @@ def test_sync_mode_has_no_early_micro_batches():
     cfg = load_config("cpu_tiny_sync", [])
     assert learner_config(cfg).stream_groups is False
     assert all("stream_groups" not in r for r in make_plan(cfg, require_data=False).to_dict()["roles"])
+
+
+def test_a_step_with_no_rows_left_by_dynamic_sampling_still_steps_with_pi_old_on():
+    """Dynamic sampling may find no informative group: two updates x two mini-batches of nothing
+    step Adam on zero gradients, as one update does."""
+    model, learner = _learner(3, ("algorithm.updates_per_batch=2", "algorithm.mini_batches=2"))
+    grads = _capture(model, learner)
+    metrics = train_on(learner, _batch().select(torch.arange(0)), torch.zeros(0))
+    assert len(grads) == 4 and all(float(g.abs().max()) == 0 for step in grads for g in step)
+    assert metrics["loss"] == 0.0 and metrics["tokens_total"] == 0.0 and learner.steps_done == 1

@@ -13,10 +13,9 @@ import torch
 from llamarl_core.algorithms import compute_advantages
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.train_step import train_on
+from llamarl_core.executors.train_step import TrainStep, train_on
 from llamarl_core.executors.nonfinite import NonFiniteSteps
 from llamarl_core.executors.pipeline import learner_config
-from llamarl_core.executors.train_step import TrainStep
 from llamarl_core.executors.tensorboard_log import TensorBoardLog
 from llamarl_core.executors.trainer import TrainerExecutor
 from llamarl_core.models import Llama, ModelArgs
