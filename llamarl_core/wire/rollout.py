@@ -130,13 +130,10 @@ class Rollout:
             ints, floats = self.packed
             return Rollout._from_packed(ints[start:stop], floats[start:stop], self.tokens.shape[1],
                                         self.replica, self.chunk, self.attempt)
-        return self._of_rows(slice(start, stop))
+        return self.select(slice(start, stop))
 
-    def select(self, rows: torch.Tensor) -> "Rollout":
-        """Rows `rows` (indices, possibly none) as one rollout; an empty one keeps the version."""
-        return self._of_rows(rows)
-
-    def _of_rows(self, rows) -> "Rollout":
+    def select(self, rows) -> "Rollout":
+        """Rows `rows` (indices, possibly none, or a slice) as one rollout; an empty one keeps the version."""
         versions = self.policy_versions[rows]
         return Rollout(**{f: getattr(self, f)[rows] for f in TENSOR_FIELDS},
                        policy_version=int(versions.min()) if versions.numel() else self.policy_version,
