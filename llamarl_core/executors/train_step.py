@@ -28,7 +28,8 @@ could enter while its peer waits for rows (executors/feeds.py: `wait_for_peers`)
 Copies of the rows from arrival to the loss (tests/unit/test_rollout_hops.py counts them): none
 on `add`; per micro-batch one stack of the token rows and one of the log-mu rows (slices of the
 rows as they arrived, already in the loss's layout), then the move to the model's device (none
-on CPU); with pi_old, one select of its rows per micro-batch of each update.
+on CPU); with pi_old, its pass's own stacks and one select of its rows per micro-batch of each
+update.
 """
 from __future__ import annotations
 
