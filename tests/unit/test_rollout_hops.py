@@ -24,7 +24,7 @@ from llamarl_core.executors.reward import RewardExecutor
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.executors.stream import ChunkStream
-from llamarl_core.executors.train_step import TrainStep
+from llamarl_core.executors.train_step import TrainStep, train_on
 from llamarl_core.generation import scheduler
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 from llamarl_core.transport.channels import recv_rollout_blocking
@@ -81,6 +81,16 @@ class Recorder:
                 return out
             monkeypatch.setattr(owner, attr, counted)
 
+    def uncounted(self, f):
+        """`f` with its copies not counted: the model's and the loss's own tensors are not the rows'."""
+        def run(*args, **kwargs):
+            counting, self.counting = self.counting, False
+            try:
+                return f(*args, **kwargs)
+            finally:
+                self.counting = counting
+        return run
+
     def first_calls(self) -> list[tuple[str, str]]:
         return list(dict.fromkeys(self.calls))
 
@@ -113,15 +123,7 @@ def test_one_chunk_takes_the_documented_hops_on_the_default_path_with_the_counte
                             max_seq_len=64, rope_theta=10000.0))
     rec = Recorder(monkeypatch)
     learner = Learner(model, learner_config(cfg))
-    micro_loss = learner.micro_loss
-
-    def in_the_loss(*args, **kwargs):  # the model's and the loss's own tensors are not the rows' copies
-        rec.counting = False
-        try:
-            return micro_loss(*args, **kwargs)
-        finally:
-            rec.counting = True
-    learner.micro_loss = in_the_loss
+    learner.micro_loss = rec.uncounted(learner.micro_loss)
     # generator: the streaming engine run (executors/stream.py), one chunk; each prompt group leaves
     # as it ends and goes on the wire as it is
     gen = ChunkGenerator(chunk_config(cfg), model, TOK, PromptSet([None] * 4, PROMPTS), 0, 1)
@@ -184,6 +186,31 @@ def test_one_chunk_takes_the_documented_hops_on_the_default_path_with_the_counte
     # per micro-batch, and the feed's concatenation of the step's packed ints and floats
     assert len(micro_batches) == 4
     assert rec.copies == {"reward": 0, "trainer": 2 * len(micro_batches) + 2}
+
+
+def test_the_whole_batch_step_with_pi_old_copies_rows_per_micro_batch_only(monkeypatch):
+    """8 rows (4 informative groups of 2), micro-batches of 3, 2 updates x 2 mini-batches: the pi_old
+    pass cuts 3 micro-batches (3, 3, 2 rows), each update's mini-batch of 4 rows 2 (3, 1)."""
+    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3",
+                                   "algorithm.updates_per_batch=2", "algorithm.mini_batches=2"])
+    torch.manual_seed(0)
+    model = Llama(ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,
+                            max_seq_len=64, rope_theta=10000.0))
+    g = torch.Generator().manual_seed(0)
+    batch = Rollout(torch.randint(3, 200, (8, 16), generator=g), torch.full((8,), 4), torch.arange(4, 12),
+                    -torch.rand(8, 15, generator=g), torch.tensor([1.0, 0] * 4), torch.arange(8) // 2, 0, 0, 0)
+    rec, learner = Recorder(monkeypatch), Learner(model, learner_config(cfg))
+    forward, loss = learner.model.forward, learner.micro_loss
+
+    learner.model.forward, learner.micro_loss = rec.uncounted(forward), rec.uncounted(loss)
+    received = Rollout.unpack(*_wire(batch))
+    rec.role = "trainer"
+    train_on(learner, received, torch.zeros(8))
+    rec.role = "test"
+    # pi_old: 3 micro-batches x (tokens, log mu) stacks; updates: 8 micro-batches x (tokens, log mu,
+    # their rows of pi_old)
+    assert rec.count("TrainStep._inputs") == 3 + 8
+    assert rec.copies["trainer"] == 3 * 2 + 8 * 3
 
 
 def test_a_rollout_whose_field_was_replaced_is_packed_again_not_sent_stale():
