@@ -27,6 +27,7 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.heldout import heldout_summary
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, heldout_config, learner_config
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
 from llamarl_core.executors.pipeline import run_warmstart
@@ -84,7 +85,7 @@ def main(argv) -> int:
                                                  + int(batch.completion_lens[r])].tolist()),
                          refs[int(batch.example_ids[r])])) for r in range(batch.num_rows)])
         t1 = time.time()
-        learner.rl_step(batch, torch.zeros(batch.num_rows))
+        train_on(learner, batch, torch.zeros(batch.num_rows))
         gen_s, train_s = gen_s + t1 - t0, train_s + time.time() - t1
         rewards.append(float(batch.rewards.mean()))
         tokens += int(batch.completion_lens.sum())

@@ -2,7 +2,7 @@
 
     with FakeCuda() as cuda:
         model = cuda.put(model)                 # its parameters and buffers now report cuda:0
-        learner.rl_step(batch_on_host, ...)     # raises FakeDeviceMismatch where the code mixes
+        train_on(learner, batch_on_host, ...)   # raises FakeDeviceMismatch where the code mixes
         cuda.syncs                              # host reads of device values so far
 
 Why not `FakeTensorMode(device="cuda")`: fake tensors carry no values, so code that reads a

@@ -33,7 +33,7 @@ def _rollout(rows: int, seq: int, vocab: int, group_size: int):
     g = torch.Generator().manual_seed(3)
     prompt = seq // 4
     return Rollout(torch.randint(4, vocab, (rows, seq), generator=g), torch.full((rows,), prompt),
-                   torch.full((rows,), seq - prompt), torch.full((rows, seq - prompt), -2.0),
+                   torch.full((rows,), seq - prompt), torch.full((rows, seq - 1), -2.0),
                    torch.randint(0, 2, (rows,), generator=g).float(),
                    torch.arange(rows) // group_size, 0, 0, 0)
 
@@ -43,6 +43,7 @@ def train_step(device: str, size: dict) -> dict:
     from torch.distributed.device_mesh import DeviceMesh
 
     from llamarl_core.executors.learner import Learner
+    from llamarl_core.executors.train_step import train_on
     from llamarl_core.executors.pipeline import chunk_config, learner_config
     from llamarl_core.plan.memory import trainer_memory
     from llamarl_core.transport.parallel import apply_activation_checkpointing, apply_fsdp
@@ -58,13 +59,13 @@ def train_step(device: str, size: dict) -> dict:
         learner = Learner(model, learner_config(cfg))
         batch = _rollout(rows, seq, model.args.vocab_size, cfg.algorithm.group_size)
         before = [p.detach().to_local().clone() for p in model.parameters()]
-        learner.rl_step(batch, torch.zeros(rows))  # warm-up (allocator, kernels)
+        train_on(learner, batch, torch.zeros(rows))  # warm-up (allocator, kernels)
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         for _ in range(size["step_repeats"]):
-            metrics = learner.rl_step(batch, torch.zeros(rows))
+            metrics = train_on(learner, batch, torch.zeros(rows))
         if device == "cuda":
             torch.cuda.synchronize()
         seconds = (time.perf_counter() - t0) / size["step_repeats"]

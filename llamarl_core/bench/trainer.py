@@ -1,4 +1,4 @@
-"""Benchmark: the RL trainer step (`Learner.rl_step`) at the default recipe's shapes, CPU.
+"""Benchmark: the RL trainer step (`executors/train_step.py`) at the default recipe's shapes, CPU.
 
 One real rollout chunk at the recipe's shapes (prompts_per_step x group_size rows, sampled
 by the engine from a warm-started model, so completion lengths are what RL trains on) is
@@ -36,6 +36,7 @@ from llamarl_core.bench.provenance import git_commit
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
 from llamarl_core.executors.pipeline import run_warmstart
@@ -63,12 +64,13 @@ def make_chunk(cfg, model, tokenizer):
     return batch
 
 
-def positions(learner: Learner, batch, micro: int) -> int:
+def positions(learner: Learner, batch) -> int:
     """Positions the model runs in one step of `learner` (padding and prompts included)."""
-    a = learner.cfg.algorithm
-    advantages = compute_advantages(batch.rewards, a.group_size, a.advantage)
-    trained = (advantages != 0) if learner.skip_zero_advantage else torch.ones(batch.num_rows, dtype=torch.bool)
-    return sum(len(rows) * width for rows, width in learner._micro_batches(batch, micro, trained))
+    ran, micro_loss = [], learner.micro_loss
+    learner.micro_loss = lambda tokens, *a, **k: (ran.append(tokens.numel()), micro_loss(tokens, *a, **k))[1]
+    train_on(learner, batch, torch.zeros(batch.num_rows))
+    learner.micro_loss = micro_loss
+    return sum(ran)
 
 
 def run(args, command: str) -> int:
@@ -91,18 +93,18 @@ def run(args, command: str) -> int:
         vcfg = load_config(args.recipe, [*args.overrides, f"resources.trainer.micro_batch_size={micro}"])
         learners[name] = Learner(copy.deepcopy(model), learner_config(vcfg))
         learners[name].length_sorted, learners[name].skip_zero_advantage = length_sorted, skip
-        learners[name].rl_step(batch, torch.zeros(batch.num_rows))  # warm-up, not timed
+        train_on(learners[name], batch, torch.zeros(batch.num_rows))  # warm-up, not timed
     times: dict = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, learner in learners.items():
             t0 = time.perf_counter()
-            learner.rl_step(batch, torch.zeros(batch.num_rows))
+            train_on(learner, batch, torch.zeros(batch.num_rows))
             times[name].append(time.perf_counter() - t0)
     completion_tokens = int(batch.completion_lens.sum())
     rows = {}
     for name, (length_sorted, micro, skip) in variants.items():
         step_s = statistics.median(times[name])
-        ran = positions(learners[name], batch, micro)
+        ran = positions(learners[name], batch)
         rows[name] = {"length_sorted": length_sorted, "skip_zero_advantage": skip,
                       "micro_batch_size": micro, "step_s": step_s,
                       "step_s_all": times[name], "tokens_per_s": completion_tokens / step_s,

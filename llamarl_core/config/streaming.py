@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def stream_groups_active(cfg) -> bool:
-    """Micro-batches on groups as they arrive (executors/streamed_step.py): async mode, one trainer
+    """Micro-batches on groups as they arrive (executors/train_step.py): async mode, one trainer
     rank (with more, each micro-batch is a collective a rank could enter while its peer still waits
     for rows a restarted generator can make only once both ranks handed it weights), one update
     per batch and no dynamic sampling (both need the whole batch before the first micro-batch)."""

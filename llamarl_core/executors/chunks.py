@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import torch
 
 from llamarl_core.config.schema import GenerationConfig
-from llamarl_core.wire.rollout import Rollout
+from llamarl_core.wire.rollout import FLOAT_FIELDS, INT_FIELDS, Rollout, columns
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.plan.validate import check_lengths_fit
@@ -81,29 +81,36 @@ class _Groups:
         self.owner, self.chunk, self.on_group = owner, chunk, on_group
         self.size = owner.cfg.group_size
         self.prompt_ids = prompt_ids
-        # Tokens and log-probs are assembled where the engine made them (no per-sample copy to
-        # the host; the rollout sender's thread takes each group to the host); lengths, ids and
-        # versions are host numbers from the start.
-        # Prompts are tensors once per run (PromptSet.table); the engine admits from these rows.
+        # Each sample is written once, straight into the wire's packed layout (wire/rollout.py:
+        # ints [n, L + 4], floats [n, L]) where the engine made it: no per-sample copy to the host,
+        # and a finished group leaves as views of its rows, never packed again (the rollout
+        # sender's thread takes it to the host, AsyncSender). Prompts are tensors once per run
+        # (PromptSet.table); the engine admits from these rows. Versions stay host numbers too,
+        # for the group's header.
         device = owner.engine.device
         table, lengths = owner.prompts.table(owner.tokenizer.pad_id)
         rows = torch.tensor(example_ids, dtype=torch.long)
-        self.tokens = torch.full((n, gen.max_prompt_tokens + gen.max_new_tokens),
-                                 owner.tokenizer.pad_id, dtype=torch.long)
-        self.tokens[:, :table.shape[1]] = table[rows]
-        self.tokens = self.tokens.to(device)
-        self.behavior = torch.zeros(n, gen.max_new_tokens, device=device)
-        self.prompt_lens = lengths[rows]
-        self.completion_lens = torch.zeros(n, dtype=torch.long)
-        self.versions = torch.full((n,), policy_version, dtype=torch.long)
-        self.example_ids = torch.tensor(example_ids, dtype=torch.long)
+        self.length = gen.max_prompt_tokens + gen.max_new_tokens
+        ints = torch.full((n, self.length + len(INT_FIELDS) - 1), owner.tokenizer.pad_id, dtype=torch.long)
+        ints[:, :table.shape[1]] = table[rows]
+        for name, value in (("prompt_lens", lengths[rows]), ("completion_lens", 0), ("example_ids", rows),
+                            ("policy_versions", policy_version)):
+            columns(ints, self.length, INT_FIELDS)[name][:] = value
+        self.ints = ints.to(device)
+        self.floats = torch.zeros(n, self.length - 1 + len(FLOAT_FIELDS) - 1, device=device)
+        self.row = columns(self.ints, self.length, INT_FIELDS)  # the int fields' views, by name
+        self.tokens = self.row["tokens"]
+        self.versions = [policy_version] * n
         self.left = [self.size] * (n // self.size)  # samples still running per group
 
     def add(self, done: Finished) -> None:
         r, c, p = done.index, done.token_ids.numel(), len(self.prompt_ids[done.index])
         self.tokens[r, p:p + c] = done.token_ids
-        self.behavior[r, :c] = done.logprobs
-        self.completion_lens[r], self.versions[r] = c, done.policy_versions[0]
+        # log mu where the loss reads it: column t is token t+1's (next-token targets), so the
+        # trainer slices these rows and never moves them again (executors/train_step.py)
+        self.floats[r, p - 1:p - 1 + c] = done.logprobs
+        self.versions[r] = done.policy_versions[0]
+        self.row["completion_lens"][r], self.row["policy_versions"][r] = c, self.versions[r]
         self.owner.tokens_generated += c
         g = r // self.size
         self.left[g] -= 1
@@ -112,11 +119,9 @@ class _Groups:
                                      chunk_groups=len(self.left)))
 
     def _rows(self, lo: int, hi: int, group: int = 0, chunk_groups: int = 0) -> Rollout:
-        versions = self.versions[lo:hi]
-        return Rollout(self.tokens[lo:hi], self.prompt_lens[lo:hi], self.completion_lens[lo:hi],
-                       self.behavior[lo:hi], torch.zeros(hi - lo), self.example_ids[lo:hi],
-                       int(versions.min()), self.owner.replica, self.chunk,
-                       policy_versions=versions, group=group, chunk_groups=chunk_groups)
+        header = torch.tensor([hi - lo, self.length, self.length - 1, min(self.versions[lo:hi]), self.owner.replica,
+                               self.chunk, group, chunk_groups])
+        return Rollout.over_packed(header, self.ints[lo:hi], self.floats[lo:hi])
 
     def whole(self) -> Rollout:
-        return self._rows(0, self.tokens.shape[0])
+        return self._rows(0, len(self.versions))

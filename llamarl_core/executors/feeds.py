@@ -210,7 +210,7 @@ class RewardFeed(_Waits):
                 on_idle: Callable[[], None] | None = None) -> Collected:
         """Step `step`'s rows. With `on_groups`, each piece of the share is handed to it (with its
         rows' staleness) as soon as it is taken, outside the "wait" spans, so the trainer can
-        start on it (executors/streamed_step.py), and `on_idle()` is called when nothing has
+        start on it (executors/train_step.py), and `on_idle()` is called when nothing has
         arrived, before the feed waits (the trainer runs what it holds instead of idling); the
         seconds returned are then those waited."""
         if on_groups is not None:

@@ -85,7 +85,7 @@ class GroupIntake:
     def take_upto(self, replica: int, n: int) -> list[Rollout]:
         """Up to `n` groups of `replica`'s current chunk buffered now (none is fine), marked taken:
         how a trainer that starts micro-batches as groups arrive takes its share piece by piece
-        (executors/streamed_step.py)."""
+        (executors/train_step.py)."""
         return self._pop(replica, self._current(replica)[:max(0, n)])
 
     def _current(self, replica: int) -> list[tuple[int, int]]:

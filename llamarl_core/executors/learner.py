@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -38,26 +37,25 @@ class LearnerConfig:
     generation: GenerationConfig  # how the behaviour policy sampled: temperature, top-k/p, max_new_tokens
     micro_batch_size: int         # resources.trainer.micro_batch_size: sequences per forward/backward
     max_steps: int                # run.max_steps: the length of the LR schedule
-    stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, streamed_step.py)
+    stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, train_step.py)
     max_nonfinite_steps: int = TrainerSettings.max_nonfinite_steps  # skipped steps in a row before the run stops
     adam_betas: Optional[tuple] = None  # trainer.adam_betas (None: executors/optimizer.py's default)
     adam_eps: float = TrainerSettings.adam_eps  # trainer.adam_eps
 
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens [N, L'], behavior log μ [N, L'-1], mask [N, L'-1]) aligned to next-token targets.
-
-    Target position t predicts token t+1; row r's completion tokens sit at token indices
-    p_r .. p_r + c_r - 1, i.e. target positions p_r - 1 .. p_r + c_r - 2.
-    """
+    """(tokens [N, L'], behavior log μ [N, L'-1], mask [N, L'-1]) aligned to next-token targets:
+    views of the rollout's rows (log μ is stored at its targets, wire/rollout.py) and the mask."""
     length = int((batch.prompt_lens + batch.completion_lens).max()) if batch.num_rows else 1
-    tokens = batch.tokens[:, :length]                                          # [N, L']
-    pos = torch.arange(length - 1)[None, :]                                    # [1, L'-1]
-    k = pos - (batch.prompt_lens[:, None] - 1)                                 # [N, L'-1]
-    mask = (k >= 0) & (k < batch.completion_lens[:, None])                     # [N, L'-1]
-    width = max(1, batch.behavior_logprobs.shape[1])
-    behavior = batch.behavior_logprobs.gather(1, k.clamp(0, width - 1)) * mask  # [N, L'-1]
-    return tokens, behavior, mask
+    mask = loss_mask(batch.prompt_lens, batch.completion_lens, length)         # [N, L'-1]
+    return batch.tokens[:, :length], batch.behavior_logprobs[:, :length - 1], mask
+
+
+def loss_mask(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, width-1]: the target positions of each row's completion tokens (position t predicts
+    token t+1, so row r's p_r .. p_r + c_r - 1 are targets p_r - 1 .. p_r + c_r - 2)."""
+    k = torch.arange(width - 1)[None, :] - (prompt_lens[:, None] - 1)         # [n, w-1]
+    return (k >= 0) & (k < completion_lens[:, None])
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -65,20 +63,20 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _maybe_no_sync(model, last: bool):
+def maybe_no_sync(model, last: bool):
     return contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
 
 
 class Learner:
-    """One RL step per batch. Where each knob of `algorithm` acts:
+    """The pieces of an RL step (executors/train_step.py runs it). Where each knob of `algorithm` acts:
 
         rewards      overlong=penalty adds DAPO's length penalty   (algorithms/overlong.py)
         advantages   group-relative, `advantage`                   (algorithms/advantages.py)
         mask         overlong=filter drops truncated rows' tokens
         lr           warm-up, then `lr_schedule`                    (algorithms/lr_schedule.py)
-        pi_old       one no-grad forward, when updates_per_batch x mini_batches > 1
+        pi_old       one no-grad forward, when updates_per_batch x mini_batches > 1  (train_step.py)
         updates      updates_per_batch passes x mini_batches optimizer steps, each one
-                     length-sorted micro-batches with gradient accumulation
+                     length-sorted micro-batches with gradient accumulation  (train_step.py)
         loss         aipo_loss: `name`, rho, clip range, KL, entropy (algorithms/aipo.py)
     """
 
@@ -108,7 +106,9 @@ class Learner:
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
-        self.length_sorted = True  # micro-batches of similar lengths (see _micro_batches)
+        # micro-batches of similar lengths (train_step.py); `False`: the old layout, every micro-batch
+        # padded to the step's longest row, for scripts/bench_trainer.py
+        self.length_sorted = True
         # The output head (and its log-softmax over the vocabulary) runs only from a micro-batch's
         # first completion position: prompt positions are never in the loss. `False` is the old
         # layout (every position), for the test that compares the two.
@@ -124,7 +124,7 @@ class Learner:
 
     def begin_step(self) -> float:
         """An RL step starts: its learning rate set (and returned), the schedule moved on, no
-        pi/mu recorded yet. `rl_step`'s, and a streamed step's (executors/streamed_step.py)."""
+        pi/mu recorded yet (executors/train_step.py)."""
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -132,37 +132,6 @@ class Learner:
         self._ratios = []
         self._skipped_updates = 0
         return lr
-
-    def rl_step(self, batch: Rollout, staleness: torch.Tensor) -> dict:
-        """One RL step on this rank's rows (whole groups); returns float metrics."""
-        a = self.cfg.algorithm
-        lr = self.begin_step()
-        t0 = time.perf_counter()
-        prepared = self.prepare(batch)
-        rewards, advantages, filtered, trained = prepared                         # [N] each
-        tokens, behavior, mask = completion_targets(batch)
-        n = tokens.shape[0]
-        mask = mask & ~filtered[:, None]                                           # [N, L'-1]
-        # Rollouts arrive in host memory. What the host decides with (which rows train, the
-        # micro-batch cuts and weights, the batch metrics) is read there, before the move:
-        # reading it back from the device would stall it once per number.
-        host_mask = mask
-        batch_metrics = self.batch_metrics(batch, staleness, lr, prepared)
-        device = model_device(self.model)
-        tokens, behavior, mask, advantages, staleness = (
-            x.to(device) for x in (tokens, behavior, mask, advantages, staleness))
-        # pi_old: the policy before this batch's first update, the anchor of every later ratio.
-        # With one update per batch it is the update's own forward, so it is not recomputed.
-        several = a.updates_per_batch * a.mini_batches > 1
-        old = self._old_logprobs(batch, tokens, trained) if several else None
-        updates = []
-        for _ in range(a.updates_per_batch):
-            for rows in torch.tensor_split(torch.arange(n), a.mini_batches):      # contiguous row ranges
-                in_rows = torch.zeros(n, dtype=torch.bool)
-                in_rows[rows] = True
-                updates.append(self._update(batch, tokens, behavior, mask, host_mask, advantages, staleness,
-                                            old, in_rows, trained & in_rows, record_ratios=not updates))
-        return self.step_metrics(updates, batch_metrics, time.perf_counter() - t0, staleness)
 
     def step_metrics(self, updates: list[dict], batch_metrics: dict, compute_s: float,
                      staleness: torch.Tensor) -> dict:
@@ -208,31 +177,6 @@ class Learner:
             out["overlong_filtered_frac"] = _mean(filtered)
         return out
 
-    def _update(self, batch, tokens, behavior, mask, host_mask, advantages, staleness, old,
-                rows_in: torch.Tensor, trained: torch.Tensor, record_ratios: bool) -> dict:
-        """One optimizer step on the rows `rows_in` (micro-batches of the `trained` ones).
-        Weights and cuts come from `host_mask` (host memory), the loss from `mask` (the device's)."""
-        a, micro = self.cfg.algorithm, self.cfg.micro_batch_size
-        # Weights over every row of the update: skipping a row changes no other row's weight.
-        total_tokens = max(1.0, float(host_mask[rows_in].sum()))
-        has_tokens = host_mask.any(dim=1)                                          # [N]
-        total_rows = max(1, int((has_tokens & rows_in).sum()))
-        micro_batches = list(self._micro_batches(batch, micro, trained))
-        sums: dict[str, float] = {}
-        weight_sum = 0.0
-        for i, (rows, width) in enumerate(micro_batches):
-            t, b, m = tokens[rows, :width], behavior[rows, :width - 1], mask[rows, :width - 1]
-            o = None if old is None else old[rows, :width - 1]
-            with _maybe_no_sync(self.model, i == len(micro_batches) - 1):
-                loss, metrics = self.micro_loss(t, b, m, advantages[rows], staleness[rows], o, record_ratios,
-                                                 start=self.first_target(batch, rows))
-                weight = (float(host_mask[rows, :width - 1].sum()) / total_tokens if a.aggregation == "token_mean"
-                          else int(has_tokens[rows].sum()) / total_rows)
-                (loss * weight).backward()
-            weight_sum += weight
-            add_micro_metrics(sums, metrics, weight)
-        return self.optimizer_step(sums, weight_sum, bool(micro_batches), record_ratios)
-
     def optimizer_step(self, sums: dict, weight_sum: float, trained_any: bool, record_ratios: bool) -> dict:
         """Clip, step and zero the gradients the micro-batches left; returns the update's metrics
         from the micro-batch `sums` (add_micro_metrics) and the sum of their weights."""
@@ -259,41 +203,16 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         return sums
 
-    @torch.no_grad()
-    def _old_logprobs(self, batch: Rollout, tokens: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
-        """log pi_old [N, L'-1] of the trained rows under the weights before any update."""
-        old = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, device=tokens.device)   # [N, L'-1]
-        for rows, width in self._micro_batches(batch, self.cfg.micro_batch_size, trained):
-            t = tokens[rows, :width]                                                       # [m, w]
-            logprobs, _, _ = self.model(t, head=self._head(t[:, 1:], start=self.first_target(batch, rows)))
-            old[rows, :width - 1] = logprobs.float()
-        return old
-
-    def _micro_batches(self, batch: Rollout, micro: int, trained: torch.Tensor):
-        """(row indices, token width) per micro-batch of the `trained` rows. Rows go in length
-        order and each micro-batch is cut to its own longest row, so short rows do not pay
-        for padding up to the chunk's longest one (the loss is the same: micro-batch means
-        are weighted by their token share). `length_sorted = False` is the old layout, for
-        the benchmark."""
-        lengths = batch.prompt_lens + batch.completion_lens                       # [N]
-        width = int(lengths.max()) if batch.num_rows else 1
-        rows_kept = trained.nonzero().squeeze(1)                                  # [n]
-        order = rows_kept[torch.argsort(lengths[rows_kept], stable=True)] if self.length_sorted else rows_kept
-        n = len(order)
-        for s in range(0, n, micro):
-            rows = order[s:s + micro]
-            yield rows, (int(lengths[rows].max()) if self.length_sorted else width)
-
     def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log π [m, T] of `targets` under the sampling distribution the generator used."""
         return sampling_logprobs(logits, self.temperature, self.top_k, self.top_p, tokens=targets)[1]
 
-    def first_target(self, batch: Rollout, rows: torch.Tensor) -> int:
-        """The first target position any of `rows` counts (its first completion token's), 0 with
-        `head_from_completion` off. Read from the host's prompt lengths: no device sync."""
-        if not self.head_from_completion or not len(rows):
+    def first_target(self, prompt_lens: torch.Tensor) -> int:
+        """The first target position rows with these prompt lengths count (their first completion
+        token's), 0 with `head_from_completion` off. Host numbers: no device sync."""
+        if not self.head_from_completion or not len(prompt_lens):
             return 0
-        return max(0, int(batch.prompt_lens[rows].min()) - 1)
+        return max(0, int(prompt_lens.min()) - 1)
 
     def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True, start: int = 0,
               untruncated: bool = False):
@@ -316,7 +235,7 @@ class Learner:
     def micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
                    start: int = 0):
         """One micro-batch's loss (before any scaling by its share of the step) and its metrics; the
-        whole-batch step (`rl_step`) and the streamed step (`StreamedStep`) both call it.
+        step's every micro-batch (executors/train_step.py) calls it.
 
         The KL to the reference is defined on softmax(logits / T) without top-k/top-p on both
         sides (as TRL and veRL do): the reference is scored untruncated, and so is the policy's

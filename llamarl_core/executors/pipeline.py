@@ -23,7 +23,7 @@ another; SWAP is where weights change, STALENESS where it is bounded.
                                                                   │   a new version
    [W5] every trainer rank has                                    └ yes: stream chunks n, n+1, …
         its rows (collected/v)                                      (stream.py), each admitted by
-   learner.rl_step: AIPO                                            [W2] before its first row, each
+   TrainStep: AIPO                                                  [W2] before its first row, each
      (all-reduce over T)                                            prompt group sent as it ends;
    publish v+1 ══[W6]════════════ weights (DDMA) ═══════════════▶   a version that fully arrived is
    eval, checkpoint when due;                                       adopted in place between decode

@@ -1,10 +1,10 @@
 """One step of the trainer loop, apart from how the trainer is wired (executors/trainer.py).
 
     rows of step v   ← feed.collect(v, version)          waits for the reward role (or generates, k = 0);
-                                                         with stream_groups, micro-batches run on
-                                                         its groups as they come (streamed_step.py)
+                                                         with stream_groups, TrainStep.add and early
+                                                         micro-batches on its groups as they come
     every rank has its rows ← feed.wait_for_peers(v)     before any collective of the step
-    learner.rl_step(rows, staleness)                     AIPO over the trainer ranks
+    TrainStep.finish(rows, staleness)                    AIPO over the trainer ranks (train_step.py)
     version += 1 → publisher.publish(version)            not after the last step
 
 It talks only to a `RolloutFeed` and a `WeightPublisher` (executors/ports.py), so a test drives a
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
-from llamarl_core.executors.streamed_step import StreamedStep
-from llamarl_core.wire.rollout import Rollout, concat
+from llamarl_core.executors.train_step import TrainStep
+from llamarl_core.wire.rollout import Rollout
 
 
 @dataclass
@@ -41,26 +41,27 @@ def rl_step(feed: RolloutFeed, learner, publisher: WeightPublisher, step: int, v
     """`sampler`: what collects the rows (the feed, or dynamic sampling's rounds of it).
     `stream_groups`: micro-batches start on the groups as the feed takes them (one trainer rank,
     one update per batch: config/streaming.py), each run in a "train" span of its own."""
-    if stream_groups:
-        streamed = StreamedStep(learner)
+    if stream_groups:  # the step (its learning rate) starts before its first rows arrive
+        train = TrainStep(learner, early=True)
 
         def arrived(groups: list[Rollout], staleness) -> None:
             with span("train", step=step):  # the rows' advantages and masks, then full micro-batches
-                streamed.add(concat(groups), staleness)
-                streamed.run_ready()
+                train.add(groups, staleness)
+                train.run_ready()
 
         def idle() -> None:  # nothing arrived: train on the rows held instead of waiting
-            if streamed.waiting_rows:
+            if train.waiting:
                 with span("train", step=step):
-                    streamed.run_waiting()
+                    train.run_waiting()
         batch, staleness, waited_s = feed.collect(step, version, on_groups=arrived, on_idle=idle)
-        with span("train", step=step):
-            metrics = streamed.finish(batch, staleness)
     else:
         batch, staleness, waited_s = (sampler or feed).collect(step, version)
         feed.wait_for_peers(step)
-        with span("train", step=step):
-            metrics = learner.rl_step(batch, staleness)
+        train = TrainStep(learner)
+    with span("train", step=step):
+        if not stream_groups:
+            train.add(batch, staleness)
+        metrics = train.finish(batch, staleness)
     version += 1
     last = is_last()
     sync = None if last else publisher.publish(version)

@@ -6,7 +6,7 @@ into its own tensors and concatenating them (a copy of every row), the receive w
 group straight into its rows of one packed buffer per chunk:
 
     header of group g of chunk n (replica i) ──▶ `buffers(header)`: rows [g·G, g·G + rows) of
-                                                 chunk (i, n)'s ints [N, L + 4] and floats [N, C + 1]
+                                                 chunk (i, n)'s ints [N, L + 4] and floats [N, L]
     the received part: views of those rows   ──▶ scored in place (its rewards column)
     `add(part)`: once every group landed     ──▶ the chunk = those two buffers (views, no copy);
                                                  `rows(lo, hi)` per trainer rank, sent as they are
@@ -33,7 +33,7 @@ from llamarl_core.wire.rollout import Rollout
 @dataclass
 class _Chunk:
     ints: torch.Tensor    # [N, L + 4]
-    floats: torch.Tensor  # [N, C + 1]
+    floats: torch.Tensor  # [N, L]: log mu at targets [N, L - 1], rewards
     groups: set[int] = field(default_factory=set)
 
 
@@ -54,9 +54,8 @@ class ChunkAssembly:
             c = self._chunks.get(key)
             if c is None:
                 n = chunk_groups * self.group_size
-                c = self._chunks[key] = _Chunk(torch.empty(n, length + 4, dtype=torch.int64),
-                                               torch.empty(n, completion + 1, dtype=torch.float32))
-        if (c.ints.shape[1], c.floats.shape[1]) != (length + 4, completion + 1) or first + rows > c.ints.shape[0]:
+                c = self._chunks[key] = _Chunk(*Rollout.empty_buffers(torch.tensor([n, *header[1:]])))
+        if (c.ints.shape[1], c.floats.shape[1]) != Rollout.packed_widths(header) or first + rows > c.ints.shape[0]:
             raise ValueError(f"replica {replica} chunk {chunk} group {group}: {rows} rows of "
                              f"{length} tokens and {completion} log-probs do not fit its chunk's [{c.ints.shape[0]}, "
                              f"{c.ints.shape[1] - 4}] rows (group_size {self.group_size})")

@@ -2,8 +2,11 @@
 
 Rows are whole prompt groups, `group_size` consecutive rows per prompt. `tokens` holds each
 row's prompt followed by its completion, right-padded; the trainer recomputes log π on
-exactly these tokens. Packing to three tensors (header, ints, floats) is how it crosses
-torch.distributed.
+exactly these tokens. `behavior_logprobs` is already in the loss's layout: column t holds log μ
+of token t+1 (a next-token target), 0 off the completion, so the trainer slices rows of it and
+never re-aligns them (executors/train_step.py). The fields are listed once, in `INT_FIELDS` and
+`FLOAT_FIELDS`: the packed tensors' columns, in order. Packing to three tensors (header, ints,
+floats) is how a rollout crosses torch.distributed.
 
 A generator sends each prompt group as soon as its last sample ends (continuous batching):
 such a part carries `group` (its first group's index in the chunk) and `chunk_groups` (groups
@@ -25,8 +28,11 @@ from typing import Optional
 
 import torch
 
-TENSOR_FIELDS = ("tokens", "prompt_lens", "completion_lens", "behavior_logprobs", "rewards", "example_ids",
-                 "policy_versions")
+# Every per-row field, in its packed tensor's column order: the first of each is [N, width]
+# (its width from the header), the others one column each. ints [N, L + 4], floats [N, L - 1 + 1].
+INT_FIELDS = ("tokens", "prompt_lens", "completion_lens", "example_ids", "policy_versions")
+FLOAT_FIELDS = ("behavior_logprobs", "rewards")
+TENSOR_FIELDS = INT_FIELDS + FLOAT_FIELDS
 # [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups]
 HEADER_LEN = 8
 
@@ -36,7 +42,7 @@ class Rollout:
     tokens: torch.Tensor             # [N, L] int64 prompt + completion, right-padded
     prompt_lens: torch.Tensor        # [N] int64
     completion_lens: torch.Tensor    # [N] int64
-    behavior_logprobs: torch.Tensor  # [N, C] float32 log μ of each completion token
+    behavior_logprobs: torch.Tensor  # [N, L-1] float32 log μ of token t+1 at column t, 0 off the completion
     rewards: torch.Tensor            # [N] float32 (0 until scored)
     example_ids: torch.Tensor        # [N] int64 index into the train examples (group id)
     policy_version: int
@@ -72,71 +78,72 @@ class Rollout:
             return False
         ints, floats = self.packed
         same = lambda t, buf: t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()  # noqa: E731
-        return (all(same(getattr(self, f), ints) for f in ("tokens", "prompt_lens", "completion_lens",
-                                                          "example_ids", "policy_versions"))
-                and same(self.behavior_logprobs, floats) and same(self.rewards, floats)
+        return (all(same(getattr(self, f), ints) for f in INT_FIELDS)
+                and all(same(getattr(self, f), floats) for f in FLOAT_FIELDS)
                 and ints.is_contiguous() and floats.is_contiguous() and ints.shape[0] == self.num_rows)
 
     @staticmethod
     def empty_buffers(header: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n, length, c = (int(x) for x in header[:3])
-        return torch.empty(n, length + 4, dtype=torch.int64), torch.empty(n, c + 1, dtype=torch.float32)
+        n, (ints, floats) = int(header[0]), Rollout.packed_widths(header)
+        return torch.empty(n, ints, dtype=torch.int64), torch.empty(n, floats, dtype=torch.float32)
+
+    @staticmethod
+    def packed_widths(header: torch.Tensor) -> tuple[int, int]:
+        """Columns of the packed ints and floats of a rollout with `header`."""
+        return int(header[1]) + len(INT_FIELDS) - 1, int(header[2]) + len(FLOAT_FIELDS) - 1
 
     @staticmethod
     def unpack(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
         """A received rollout: its fields are views of `ints` and `floats` (no copy)."""
-        return Rollout._views(header, ints, floats)
+        return Rollout.over_packed(header, ints, floats)
 
     @staticmethod
-    def _views(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
-        length = int(header[1])
-        return Rollout(tokens=ints[:, :length], prompt_lens=ints[:, length],
-                       completion_lens=ints[:, length + 1], example_ids=ints[:, length + 2],
-                       behavior_logprobs=floats[:, :-1], rewards=floats[:, -1],
-                       policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]),
-                       policy_versions=ints[:, length + 3], group=int(header[6]),
-                       chunk_groups=int(header[7]), packed=(ints, floats))
+    def over_packed(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
+        """The rollout whose fields are views of packed `ints` and `floats` (what `header` says)."""
+        fields = {**columns(ints, int(header[1]), INT_FIELDS), **columns(floats, int(header[2]), FLOAT_FIELDS)}
+        return Rollout(**fields, policy_version=int(header[3]), replica=int(header[4]), chunk=int(header[5]),
+                       group=int(header[6]), chunk_groups=int(header[7]),
+                       packed=(ints, floats))
 
     @staticmethod
     def _from_packed(ints: torch.Tensor, floats: torch.Tensor, length: int, replica: int, chunk: int) -> "Rollout":
         """A whole chunk (or rows of one) over packed tensors: its version is its rows' oldest."""
-        versions = ints[:, length + 3]
-        header = torch.tensor([ints.shape[0], length, floats.shape[1] - 1,
+        versions = ints[:, length + INT_FIELDS.index("policy_versions") - 1]
+        header = torch.tensor([ints.shape[0], length, floats.shape[1] - len(FLOAT_FIELDS) + 1,
                                int(versions.min()) if versions.numel() else 0, replica, chunk, 0, 0])
-        return Rollout._views(header, ints, floats)
+        return Rollout.over_packed(header, ints, floats)
 
     def to(self, device) -> "Rollout":
-        """Every tensor field on `device` (a generator assembles tokens and log-probs on its GPU;
-        the wire and the trainer's bookkeeping take host tensors)."""
-        moved = {f: getattr(self, f).to(device) for f in TENSOR_FIELDS}
-        return dataclasses.replace(self, **moved)
+        """Packed, on `device` (a generator assembles its rows on its GPU; the wire and the trainer's
+        bookkeeping take host tensors): one copy of each packed tensor, none on the same device."""
+        header, ints, floats = self.pack()  # packed already on the default path (executors/chunks.py)
+        return Rollout.over_packed(header, ints.to(device), floats.to(device))
 
     def rows(self, start: int, stop: int) -> "Rollout":
         if self._is_packed():  # views of the packed rows: forwarded as they are
             ints, floats = self.packed
             return Rollout._from_packed(ints[start:stop], floats[start:stop], self.tokens.shape[1],
                                         self.replica, self.chunk)
-        return Rollout(self.tokens[start:stop], self.prompt_lens[start:stop],
-                       self.completion_lens[start:stop], self.behavior_logprobs[start:stop],
-                       self.rewards[start:stop], self.example_ids[start:stop],
-                       int(self.policy_versions[start:stop].min()), self.replica, self.chunk,
-                       self.policy_versions[start:stop])
+        return self.select(slice(start, stop))
 
-    def select(self, rows: torch.Tensor) -> "Rollout":
-        """Rows `rows` (indices, possibly none) as one rollout; an empty one keeps the version."""
+    def select(self, rows) -> "Rollout":
+        """Rows `rows` (indices, possibly none, or a slice) as one rollout; an empty one keeps the version."""
         versions = self.policy_versions[rows]
-        return Rollout(self.tokens[rows], self.prompt_lens[rows], self.completion_lens[rows],
-                       self.behavior_logprobs[rows], self.rewards[rows], self.example_ids[rows],
-                       int(versions.min()) if versions.numel() else self.policy_version, self.replica,
-                       self.chunk, versions)
+        return Rollout(**{f: getattr(self, f)[rows] for f in TENSOR_FIELDS},
+                       policy_version=int(versions.min()) if versions.numel() else self.policy_version,
+                       replica=self.replica, chunk=self.chunk)
+
+
+def columns(buf: torch.Tensor, width: int, fields: tuple[str, ...]) -> dict:
+    """Views of `buf`'s columns: the first field `width` wide, the others one column each."""
+    return {fields[0]: buf[:, :width], **{f: buf[:, width + i] for i, f in enumerate(fields[1:])}}
 
 
 def _pack(r: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-    """The copy into the wire layout: ints [N, L + 4], floats [N, C + 1]."""
-    ints = torch.cat([r.tokens, r.prompt_lens[:, None], r.completion_lens[:, None],
-                      r.example_ids[:, None], r.policy_versions[:, None]], dim=1)  # [N, L + 4]
-    floats = torch.cat([r.behavior_logprobs, r.rewards[:, None]], dim=1)  # [N, C + 1]
-    return ints.contiguous(), floats.contiguous()
+    """The copy into the wire layout: ints [N, L + 4], floats [N, L - 1 + 1]."""
+    ints, floats = ([getattr(r, fields[0]), *(getattr(r, f)[:, None] for f in fields[1:])]
+                    for fields in (INT_FIELDS, FLOAT_FIELDS))
+    return torch.cat(ints, dim=1).contiguous(), torch.cat(floats, dim=1).contiguous()
 
 
 def concat(rollouts: list[Rollout]) -> Rollout:
@@ -150,19 +157,15 @@ def concat(rollouts: list[Rollout]) -> Rollout:
                                    first.replica, first.chunk)
         out.policy_version = min(r.policy_version for r in rollouts)
         return out
-    length = max(r.tokens.shape[1] for r in rollouts)
-    comp = max(r.behavior_logprobs.shape[1] for r in rollouts)
-    pad = lambda t, n, v: torch.nn.functional.pad(t, (0, n - t.shape[1]), value=v)  # noqa: E731
-    return Rollout(
-        tokens=torch.cat([pad(r.tokens, length, 0) for r in rollouts]),
-        prompt_lens=torch.cat([r.prompt_lens for r in rollouts]),
-        completion_lens=torch.cat([r.completion_lens for r in rollouts]),
-        behavior_logprobs=torch.cat([pad(r.behavior_logprobs, comp, 0.0) for r in rollouts]),
-        rewards=torch.cat([r.rewards for r in rollouts]),
-        example_ids=torch.cat([r.example_ids for r in rollouts]),
-        policy_version=min(r.policy_version for r in rollouts),
-        replica=rollouts[0].replica, chunk=rollouts[0].chunk,
-        policy_versions=torch.cat([r.policy_versions for r in rollouts]))
+
+    def stacked(f: str) -> torch.Tensor:  # [N, longest] for a 2-D field (right-padded), [N] else
+        parts = [getattr(r, f) for r in rollouts]
+        if parts[0].dim() == 1:
+            return torch.cat(parts)
+        width = max(t.shape[1] for t in parts)
+        return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in parts])
+    return Rollout(**{f: stacked(f) for f in TENSOR_FIELDS}, policy_version=min(r.policy_version for r in rollouts),
+                   replica=rollouts[0].replica, chunk=rollouts[0].chunk)
 
 
 def staleness_per_row(rollouts: list[Rollout], trainer_version: int) -> torch.Tensor:

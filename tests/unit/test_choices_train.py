@@ -7,6 +7,7 @@ from llamarl_core.config.choices import ADVANTAGE_MODES, AGGREGATIONS, LOSS_KIND
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.executors.setup import build_model
 from llamarl_core.wire.rollout import Rollout
@@ -20,7 +21,7 @@ def batch() -> Rollout:
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 200, (4, 8), generator=g)
     completion_lens = torch.tensor([2, 4, 3, 1])
-    return Rollout(tokens, torch.full((4,), 3), completion_lens, torch.full((4, 5), -5.0),
+    return Rollout(tokens, torch.full((4,), 3), completion_lens, torch.full((4, 7), -5.0),
                    torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]), 0, 0, 0)
 
 
@@ -31,7 +32,7 @@ def test_every_accepted_value_runs_a_learner_step_that_changes_the_weights(key, 
     cfg = load_config("cpu_tiny", [*SMALL, f"{key}={value}"])
     model, _ = build_model(cfg.model, cfg.resources.trainer.dtype, seed=cfg.run.seed)
     before = [p.detach().clone() for p in model.parameters()]
-    metrics = Learner(model, learner_config(cfg)).rl_step(batch(), torch.zeros(4))
+    metrics = train_on(Learner(model, learner_config(cfg)), batch(), torch.zeros(4))
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 

@@ -8,6 +8,7 @@ from fake_cuda import FakeCuda
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner, WarmStart
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.generation import GenerationEngine, SamplingParams, scheduler
@@ -34,7 +35,7 @@ def _batch():
     tokens = torch.zeros(8, 13, dtype=torch.long)
     for r in range(8):
         tokens[r, :4 + int(completion[r])] = torch.randint(3, 200, (4 + int(completion[r]),), generator=g)
-    return Rollout(tokens, torch.full((8,), 4), completion, -torch.rand(8, 9, generator=g),
+    return Rollout(tokens, torch.full((8,), 4), completion, -torch.rand(8, 12, generator=g),
                    torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0]), torch.arange(8) // 2, 0, 0, 0)
 
 
@@ -42,10 +43,10 @@ def _rl_metrics(device_model: bool) -> dict:
     cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "resources.trainer.micro_batch_size=3"])
     model = _model(grad=True)
     if not device_model:
-        return Learner(model, learner_config(cfg)).rl_step(_batch(), torch.zeros(8))
+        return train_on(Learner(model, learner_config(cfg)), _batch(), torch.zeros(8))
     with FakeCuda() as cuda:
         cuda.put(model)
-        return Learner(model, learner_config(cfg)).rl_step(_batch(), torch.ones(8))  # host rollouts, device model
+        return train_on(Learner(model, learner_config(cfg)), _batch(), torch.ones(8))  # host rollouts, device model
 
 
 def test_an_rl_step_on_a_device_model_takes_host_rollouts_and_mixes_no_devices():
@@ -140,8 +141,11 @@ def test_chunk_assembly_keeps_tokens_on_the_device_and_adds_no_host_read(monkeyp
             with FakeCuda() as cuda:
                 cuda.put(model)
                 whole = chunks.generate(chunk=0, policy_version=3, on_group=parts.append)
+                # written once, packed where the engine made it (lengths too: columns of the ints);
+                # the sender moves its two packed tensors to the host
                 assert whole.tokens.device.type == whole.behavior_logprobs.device.type == "cuda"
-                assert whole.completion_lens.device.type == whole.prompt_lens.device.type == "cpu"
+                assert whole.completion_lens.device.type == whole.packed[0].device.type == "cuda"
+                assert whole.pack()[1] is whole.packed[0]
                 assert cuda.syncs <= len(steps), (cuda.syncs, len(steps))
         else:
             whole = chunks.generate(chunk=0, policy_version=3, on_group=parts.append)

@@ -54,7 +54,7 @@ class Inbox:
 @pytest.mark.parametrize("pieces", [False, True], ids=["whole-share", "groups-as-taken"])
 def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_once(pieces):
     """`pieces`: the feed hands each group on as it takes it (resources.trainer.stream_groups,
-    executors/streamed_step.py); the pieces are the step's rows, in order."""
+    executors/train_step.py); the pieces are the step's rows, in order."""
     cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2",
                                    "generation.max_new_tokens=16", "generation.max_prompt_tokens=8",
                                    "resources.generator.max_batch_size=4"])

@@ -4,6 +4,7 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
@@ -17,7 +18,7 @@ def _batch(n=8, prompt_lens=(4,) * 8, max_completion=12, seed=0):
     for r in range(n):
         used = int(prompt_lens[r] + completion_lens[r])
         tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
-    behavior = -torch.rand(n, max_completion, generator=g)  # off-policy: ratios differ from 1
+    behavior = -torch.rand(n, tokens.shape[1] - 1, generator=g)  # at the targets; off-policy: ratios differ from 1
     return Rollout(tokens, prompt_lens, completion_lens, behavior,
                    torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0])[:n], torch.arange(n) // 2, 0, 0, 0)
 
@@ -36,7 +37,7 @@ def _grads(length_sorted: bool, micro: int) -> list[torch.Tensor]:
     learner.length_sorted = length_sorted
     captured = []
     learner.optimizer.step = lambda: captured.append([p.grad.clone() for p in model.parameters()])
-    learner.rl_step(_batch(), torch.zeros(8))
+    train_on(learner, _batch(), torch.zeros(8))
     return captured[0]
 
 
@@ -54,7 +55,7 @@ def _step(skip: bool, rewards: torch.Tensor, micro: int = 3, **learner_kw):
     learner.optimizer.step = lambda: captured.append([p.grad for p in model.parameters()])
     batch = _batch()
     batch.rewards = rewards
-    metrics = learner.rl_step(batch, torch.zeros(8))
+    metrics = train_on(learner, batch, torch.zeros(8))
     return captured[0], metrics, learner
 
 
@@ -91,7 +92,7 @@ def _step_grads(head_from_completion: bool, overrides=()) -> tuple[list[torch.Te
     step = learner.optimizer.step
     learner.optimizer.step = lambda: (captured.append([p.grad.clone() for p in model.parameters()]), step())
     # prompts of 3-7 tokens: micro-batches start their completions at different places
-    metrics = learner.rl_step(_batch(prompt_lens=(4, 6, 3, 5, 4, 7, 3, 6), seed=1), torch.zeros(8))
+    metrics = train_on(learner, _batch(prompt_lens=(4, 6, 3, 5, 4, 7, 3, 6), seed=1), torch.zeros(8))
     return captured, metrics
 
 

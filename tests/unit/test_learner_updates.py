@@ -6,6 +6,7 @@ import torch
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
@@ -24,7 +25,7 @@ def _batch(rows=slice(None)):
     tokens = torch.zeros(8, 16, dtype=torch.long)
     for r in range(8):
         tokens[r, :4 + int(lens[r])] = torch.randint(3, 200, (4 + int(lens[r]),), generator=g)
-    behavior = -torch.rand(8, 12, generator=g)
+    behavior = -torch.rand(8, 15, generator=g)  # log mu at the targets [8, L-1]
     b = Rollout(tokens, torch.full((8,), 4), lens, behavior, torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0]),
                 torch.arange(8) // 2, 0, 0, 0)
     return b.select(torch.arange(8)[rows])
@@ -56,7 +57,7 @@ def test_one_update_per_batch_computes_no_pi_old():
     learner, steps = _learner()
     calls = []
     learner._old_logprobs = lambda *a: calls.append(a)
-    learner.rl_step(_batch(), torch.zeros(8))
+    train_on(learner, _batch(), torch.zeros(8))
     assert calls == [] and len(steps) == 1
 
 
@@ -65,11 +66,11 @@ def test_each_mini_batch_steps_on_its_own_rows_with_the_steps_rate():
     # pi = pi_old in every update, so update j has exactly the gradient of its half of the batch
     # trained alone (the halves hold whole groups: the advantages are the same).
     learner, steps = _learner("algorithm.updates_per_batch=2", "algorithm.mini_batches=2")
-    learner.rl_step(_batch(), torch.zeros(8))
+    train_on(learner, _batch(), torch.zeros(8))
     assert len(steps) == 4 and len({lr for _, lr in steps}) == 1
     for j, rows in enumerate((slice(0, 4), slice(4, 8), slice(0, 4), slice(4, 8))):
         alone, want = _learner()
-        alone.rl_step(_batch(rows), torch.zeros(4))
+        train_on(alone, _batch(rows), torch.zeros(4))
         for got, expected in zip(steps[j][0], want[0][0]):
             torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7)
 
@@ -81,9 +82,9 @@ def test_later_updates_take_their_ratios_against_the_policy_before_the_first():
     learner, _ = _learner("algorithm.name=ppo", "algorithm.clip_eps=0.001", "algorithm.lr=0.01",
                           "algorithm.updates_per_batch=2", freeze=False)
     per_update = []
-    update = learner._update
-    learner._update = lambda *a, **k: per_update.append(update(*a, **k)) or per_update[-1]
-    metrics = learner.rl_step(_batch(), torch.zeros(8))
+    update = learner.optimizer_step
+    learner.optimizer_step = lambda *a, **k: per_update.append(update(*a, **k)) or per_update[-1]
+    metrics = train_on(learner, _batch(), torch.zeros(8))
     assert per_update[0]["ppo_clip_frac"] == 0.0 and per_update[1]["ppo_clip_frac"] > 0.5
     assert metrics["ppo_clip_frac"] == (per_update[0]["ppo_clip_frac"] + per_update[1]["ppo_clip_frac"]) / 2
     # pi/mu is reported for the batch as sampled: one histogram entry per token, not per update

@@ -8,6 +8,7 @@ from llamarl_core.algorithms.overlong import overlong_penalty, training_rewards,
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
@@ -42,7 +43,7 @@ def _model():
 def _batch():
     """2 groups of 2; row 1 is cut at the limit of 4 tokens, the others end in EOS."""
     tokens = torch.tensor([[9, 9, 5, EOS, 0, 0], [9, 9, 5, 6, 7, 8], [9, 8, 5, 6, EOS, 0], [9, 8, EOS, 0, 0, 0]])
-    return Rollout(tokens, torch.full((4,), 2), torch.tensor([2, 4, 3, 1]), torch.full((4, 4), -1.0),
+    return Rollout(tokens, torch.full((4,), 2), torch.tensor([2, 4, 3, 1]), torch.full((4, 5), -1.0),
                    torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), 0, 0, 0)
 
 
@@ -59,7 +60,7 @@ def _grads(overlong: str, batch: Rollout):
     learner = Learner(model, learner_config(cfg), eos_ids=(EOS,))
     captured = []
     learner.optimizer.step = lambda: captured.append([p.grad.clone() for p in model.parameters()])
-    metrics = learner.rl_step(batch, torch.zeros(batch.num_rows))
+    metrics = train_on(learner, batch, torch.zeros(batch.num_rows))
     return captured[0], metrics
 
 

@@ -8,6 +8,7 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.generate_loop import SWAP_POLL_STEPS, GenerateLoop
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import PromptSet
@@ -99,7 +100,7 @@ class FakeFeed:
         self.calls.append((step, version))
         g = torch.Generator().manual_seed(step)
         tokens = torch.randint(3, 200, (4, 12), generator=g)
-        batch = Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 8, generator=g),
+        batch = Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 11, generator=g),
                         torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), version, 0, step)
         return batch, torch.zeros(4), 0.0
 
@@ -130,7 +131,7 @@ def test_trainer_tokens_total_counts_every_trained_token_of_the_step():
         cfg = _cfg(f"resources.trainer.micro_batch_size={micro}", f"algorithm.updates_per_batch={updates}")
         learner = Learner(_model(0), learner_config(cfg))
         batch, staleness, _ = FakeFeed().collect(0, 0)
-        assert learner.rl_step(batch, staleness)["tokens_total"] == want, (micro, updates)
+        assert train_on(learner, batch, staleness)["tokens_total"] == want, (micro, updates)
 
 
 def test_a_trainer_and_a_generator_wired_in_one_process_train_on_generated_rows():

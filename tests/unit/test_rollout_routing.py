@@ -11,9 +11,10 @@ from llamarl_core.executors.setup import chunk_prompt_indices
 
 def make_rollout(version=3, replica=1, chunk=7):
     # Row 0: prompt [5, 6, 7] + completion [8, 9]; row 1: prompt [5] + completion [4, 3, 2].
+    # Log mu at next-token targets: column t is token t+1's, so row 0's sit at 2, 3, row 1's at 0, 1, 2.
     tokens = torch.tensor([[5, 6, 7, 8, 9, 0], [5, 4, 3, 2, 0, 0]])
     return Rollout(tokens, torch.tensor([3, 1]), torch.tensor([2, 3]),
-                   torch.tensor([[-0.1, -0.2, 0.0], [-0.3, -0.4, -0.5]]), torch.tensor([1.0, 0.0]),
+                   torch.tensor([[0, 0, -0.1, -0.2, 0], [-0.3, -0.4, -0.5, 0, 0]]), torch.tensor([1.0, 0.0]),
                    torch.tensor([11, 12]), version, replica, chunk)
 
 

@@ -13,9 +13,9 @@ import torch
 from llamarl_core.algorithms import compute_advantages
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
+from llamarl_core.executors.train_step import TrainStep, train_on
 from llamarl_core.executors.nonfinite import NonFiniteSteps
 from llamarl_core.executors.pipeline import learner_config
-from llamarl_core.executors.streamed_step import StreamedStep
 from llamarl_core.executors.tensorboard_log import TensorBoardLog
 from llamarl_core.executors.trainer import TrainerExecutor
 from llamarl_core.models import Llama, ModelArgs
@@ -43,7 +43,7 @@ def _learner(*overrides):
 def _batch(rewards, step=0):
     g = torch.Generator().manual_seed(step)
     tokens = torch.randint(3, 200, (4, 12), generator=g)
-    return Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 8, generator=g),
+    return Rollout(tokens, torch.full((4,), 4), torch.full((4,), 8), -torch.rand(4, 11, generator=g),
                    torch.tensor(rewards, dtype=torch.float64), torch.tensor([0, 0, 1, 1]), 0, 0, step)
 
 
@@ -56,7 +56,7 @@ def _unchanged(learner, before):
 
 
 def _streamed(learner, batch):
-    step = StreamedStep(learner)
+    step = TrainStep(learner, early=True)
     step.add(batch, torch.zeros(batch.num_rows))
     return step.finish(batch, torch.zeros(batch.num_rows))
 
@@ -66,11 +66,11 @@ def test_the_overflowing_reward_really_makes_a_non_finite_advantage():
     assert not torch.isfinite(compute_advantages(torch.tensor(OVERFLOW), a.group_size, a.advantage)).all()
 
 
-@pytest.mark.parametrize("path", ["rl_step", "streamed"])
+@pytest.mark.parametrize("path", ["whole", "early"])
 def test_a_non_finite_step_leaves_every_parameter_and_adam_state_unchanged_and_is_counted(path):
     learner = _learner()
     before = _params(learner)
-    run = (lambda b: learner.rl_step(b, torch.zeros(4))) if path == "rl_step" else functools.partial(_streamed, learner)
+    run = (lambda b: train_on(learner, b, torch.zeros(4))) if path == "whole" else functools.partial(_streamed, learner)
     metrics = run(_batch(OVERFLOW))
     assert not math.isfinite(metrics["loss"]) or not math.isfinite(metrics["grad_norm"])
     assert _unchanged(learner, before), "a NaN update reached the weights"
@@ -85,10 +85,10 @@ def test_a_non_finite_step_leaves_every_parameter_and_adam_state_unchanged_and_i
 
 def test_the_third_non_finite_step_in_a_row_stops_naming_steps_1_to_3():
     learner = _learner()
-    learner.rl_step(_batch(OVERFLOW), torch.zeros(4))
-    learner.rl_step(_batch(OVERFLOW), torch.zeros(4))
+    train_on(learner, _batch(OVERFLOW), torch.zeros(4))
+    train_on(learner, _batch(OVERFLOW), torch.zeros(4))
     with pytest.raises(NonFiniteSteps) as stopped:
-        learner.rl_step(_batch(OVERFLOW), torch.zeros(4))
+        train_on(learner, _batch(OVERFLOW), torch.zeros(4))
     assert str(stopped.value).startswith(
         "trainer: loss or grad norm not finite for 3 steps in a row (steps 1-3; trainer.max_nonfinite_steps=3): "
         "stopped without a checkpoint")
@@ -97,14 +97,14 @@ def test_the_third_non_finite_step_in_a_row_stops_naming_steps_1_to_3():
 def test_non_finite_steps_that_are_not_in_a_row_do_not_stop_the_run():
     learner = _learner()
     for rewards in (OVERFLOW, OVERFLOW, FINE, OVERFLOW, OVERFLOW):
-        metrics = learner.rl_step(_batch(rewards), torch.zeros(4))
+        metrics = train_on(learner, _batch(rewards), torch.zeros(4))
     assert metrics["nonfinite_steps"] == 4.0
 
 
 def test_trainer_max_nonfinite_steps_reaches_the_learner():
     learner = _learner("trainer.max_nonfinite_steps=1")
     with pytest.raises(NonFiniteSteps, match=r"for 1 steps in a row \(step 1; trainer.max_nonfinite_steps=1\)"):
-        learner.rl_step(_batch(OVERFLOW), torch.zeros(4))
+        train_on(learner, _batch(OVERFLOW), torch.zeros(4))
 
 
 def test_the_trainer_loop_stops_before_publishing_or_checkpointing_the_failing_step():

@@ -1,5 +1,5 @@
-"""A step whose micro-batches start as its groups arrive (executors/streamed_step.py) makes the
-update `Learner.rl_step` makes on the whole batch: the same gradient (its loss weights are known
+"""A step whose micro-batches start as its groups arrive (executors/train_step.py, early) makes the
+update the same step makes on the whole batch at once: the same gradient (its loss weights are known
 only at the end, so the gradient is scaled then), the same metrics, and micro-batches that ran
 before the last group came."""
 import pytest
@@ -9,7 +9,7 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.executors.rl_step import rl_step
-from llamarl_core.executors.streamed_step import StreamedStep
+from llamarl_core.executors.train_step import TrainStep, train_on
 from llamarl_core.models import Llama, get_preset, with_overrides
 from llamarl_core.wire.rollout import Rollout
 
@@ -26,7 +26,7 @@ def _batch(rewards=(1.0, 0, 0, 1, 1, 0, 1, 0), seed=0):
     for r in range(n):
         used = int(prompt_lens[r] + completion_lens[r])
         tokens[r, :used] = torch.randint(3, 200, (used,), generator=g)
-    behavior = -torch.rand(n, 12, generator=g)
+    behavior = -torch.rand(n, 6 + 12 - 1, generator=g)  # log mu at the targets [n, L-1]
     return Rollout(tokens, prompt_lens, completion_lens, behavior, torch.tensor(rewards),
                    torch.arange(n) // GROUP, 0, 0, 0)
 
@@ -49,7 +49,7 @@ def _capture(model, learner):
 def _whole(micro, overrides=(), batch=None):
     model, learner = _learner(micro, overrides)
     grads = _capture(model, learner)
-    metrics = learner.rl_step(batch or _batch(), torch.tensor([0.0, 0, 1, 1, 0, 0, 1, 1]))
+    metrics = train_on(learner, batch or _batch(), torch.tensor([0.0, 0, 1, 1, 0, 0, 1, 1]))
     return grads[0], metrics
 
 
@@ -58,7 +58,7 @@ def _streamed(micro, overrides=(), batch=None):
     model, learner = _learner(micro, overrides)
     grads = _capture(model, learner)
     batch, staleness = batch or _batch(), torch.tensor([0.0, 0, 1, 1, 0, 0, 1, 1])
-    step, ran_before_last = StreamedStep(learner), []
+    step, ran_before_last = TrainStep(learner, early=True), []
     for lo in range(0, batch.num_rows, GROUP):
         step.add(batch.rows(lo, lo + GROUP), staleness[lo:lo + GROUP])
         step.run_ready()
@@ -95,7 +95,6 @@ def test_the_gradient_is_scaled_by_the_whole_steps_tokens_not_each_micro_batchs(
     """Without the final division the gradient would be (total tokens)x the whole batch's."""
     want, _ = _whole(micro=8)
     got, _, _, step = _streamed(micro=3)
-    assert step.total_tokens == float(_batch().completion_lens.sum())  # every row counts
     norm = lambda gs: torch.sqrt(sum((g.double() ** 2).sum() for g in gs))  # noqa: E731
     assert float(norm(got)) == pytest.approx(float(norm(want)), rel=1e-4)
 
@@ -123,7 +122,7 @@ def test_a_step_with_no_trained_row_steps_adam_on_zero_gradients_like_the_whole_
 def test_more_than_one_update_per_batch_is_refused():
     _, learner = _learner(3, ("algorithm.updates_per_batch=2",))
     with pytest.raises(ValueError, match="updates_per_batch"):
-        StreamedStep(learner)
+        TrainStep(learner, early=True)
 
 
 class _PieceFeed:
@@ -220,8 +219,18 @@ def test_the_plan_shows_whether_the_trainer_streams_groups_as_the_runtime_builds
     assert learner_config(cfg).stream_groups is on  # what the trainer executor hands rl_step
 
 
-def test_sync_mode_has_no_streamed_step():
+def test_sync_mode_has_no_early_micro_batches():
     from llamarl_core.plan.plan import make_plan
     cfg = load_config("cpu_tiny_sync", [])
     assert learner_config(cfg).stream_groups is False
     assert all("stream_groups" not in r for r in make_plan(cfg, require_data=False).to_json()["roles"])
+
+
+def test_a_step_with_no_rows_left_by_dynamic_sampling_still_steps_with_pi_old_on():
+    """Dynamic sampling may find no informative group: two updates x two mini-batches of nothing
+    step Adam on zero gradients, as one update does."""
+    model, learner = _learner(3, ("algorithm.updates_per_batch=2", "algorithm.mini_batches=2"))
+    grads = _capture(model, learner)
+    metrics = train_on(learner, _batch().select(torch.arange(0)), torch.zeros(0))
+    assert len(grads) == 4 and all(float(g.abs().max()) == 0 for step in grads for g in step)
+    assert metrics["loss"] == 0.0 and metrics["tokens_total"] == 0.0 and learner.steps_done == 1
