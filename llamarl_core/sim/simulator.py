@@ -219,9 +219,3 @@ def simulate(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> dic
                 "speedup": sync["step_s"] / alt["step_s"]},
             "inputs": {k: v for k, v in vars(inp).items() if k not in ("model", "device")}
             | {"device": inp.device.name, "params_b": inp.model.num_params() / 1e9}}
-
-
-def predict_step_time(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> float:
-    """Predicted seconds per step of the configured mode (for `llamarl plan`)."""
-    result = simulate(inp, constants)
-    return result["sync" if inp.max_offpolicy_steps == 0 else "async"]["step_s"]

@@ -93,15 +93,3 @@ def new_replica_groups(generator_ranks: list[int], tp_size: int):
         if me in ranks:
             mine = group
     return mine
-
-
-@torch.no_grad()
-def copy_slices_(local: dict[str, torch.Tensor], full: dict[str, torch.Tensor], args, tp_rank: int,
-                 tp_size: int) -> None:
-    """Copy this rank's slice of each full tensor into the (sharded) local parameter in place.
-    Replicated parameters that are the same tensor on both sides are skipped."""
-    for name, p in local.items():
-        src = full[name]
-        if p.data_ptr() == src.data_ptr():
-            continue
-        p.copy_(take(src, tp_slice(name, tuple(src.shape), args, tp_rank, tp_size)))

@@ -10,7 +10,6 @@ from llamarl_core.config.load import load_config
 from llamarl_core.config.schema import GenerationConfig
 from llamarl_core.executors import chunks
 from llamarl_core.generation import sampling
-from llamarl_core.models import logprobs
 from llamarl_core.models.args import get_preset
 from llamarl_core.models.tp_slices import check_tp
 from llamarl_core.plan import validate
@@ -54,18 +53,15 @@ def test_chunk_generation_checks_lengths_with_the_plans_rule():
 def test_every_log_prob_function_guards_temperature_through_one_check(monkeypatch):
     seen = []
     monkeypatch.setattr(sampling, "check_sampling_temperature", seen.append)
-    monkeypatch.setattr(logprobs, "check_sampling_temperature", seen.append)
     logits, targets = torch.zeros(1, 1, 3), torch.zeros(1, 1, dtype=torch.long)
     sampling.sampling_logprobs(logits, 0.5)
     sampling.sampled_token_logprobs(logits, targets, 0.7)
-    logprobs.token_logprobs(logits, targets, 0.9)
-    assert seen == [0.5, 0.7, 0.9]
+    assert seen == [0.5, 0.7]
 
 
 @pytest.mark.parametrize("call", [
     lambda: sampling.sampling_logprobs(torch.zeros(1, 3), 0.0),
     lambda: sampling.sampled_token_logprobs(torch.zeros(1, 1, 3), torch.zeros(1, 1, dtype=torch.long), 0.0),
-    lambda: logprobs.token_logprobs(torch.zeros(1, 1, 3), torch.zeros(1, 1, dtype=torch.long), 0.0),
 ])
 def test_zero_temperature_is_refused_with_one_message(call):
     with pytest.raises(ValueError, match=r"temperature must be > 0 for a sampling distribution, got 0.0"):
