@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llamarl_core.transport.tp_layout import ROW_PARALLEL, check_tp, take, tp_slice
+from llamarl_core.models.tp_slices import ROW_PARALLEL, check_tp, tp_slice
+from llamarl_core.transport.tp_layout import take
 
 
 def shard_model_(model: nn.Module, tp_rank: int, tp_size: int, group) -> nn.Module:

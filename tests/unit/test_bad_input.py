@@ -7,7 +7,6 @@ cases live beside these in the data checks' own tests.
 import json
 import os
 import pickle
-import random
 from pathlib import Path
 
 import pytest
