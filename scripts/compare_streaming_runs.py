@@ -15,9 +15,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
+from llamarl_core.bench.provenance import git_commit
 from llamarl_core.bench.run_stats import (read_timeline, rl_window, role_fractions, step_busy_shares, step_ends,
                                           step_times)
 from llamarl_core.transport.idle import both_idle_frac
@@ -59,10 +59,9 @@ def main(argv=None) -> int:
     p.add_argument("--load", default="", help="machine load during the runs (uptime lines)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
     s, c = summarize(args.streaming), summarize(args.chunked)
     report = {"command": args.command, "summarized_by": " ".join([sys.executable] + sys.argv),
-              "commit": commit, "machine_load": args.load, "streaming": s, "chunked": c,
+              "commit": git_commit(), "machine_load": args.load, "streaming": s, "chunked": c,
               "targets": {"bottleneck_busy_after_first_step": 0.95, "both_idle_fraction_max": 0.02},
               "gain_difference_points": (s["accuracy_gain_points"] - c["accuracy_gain_points"]
                                          if None not in (s["accuracy_gain_points"], c["accuracy_gain_points"]) else None)}
