@@ -26,13 +26,15 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default exits 2 with usage; keep one line
+class Parser(argparse.ArgumentParser):
+    """Every verb's parser: a bad argument is one UsageError line (exit 2), not usage + exit."""
+
+    def error(self, message):
         raise UsageError(f"{self.prog}: {message}")
 
 
 def make_parser(verb: str, description: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=f"llamarl {verb}", description=description, epilog=RECIPE_HELP,
+    p = Parser(prog=f"llamarl {verb}", description=description, epilog=RECIPE_HELP,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("words", nargs="*", metavar="recipe=NAME | key=value",
                    help="the recipe and Hydra overrides")
@@ -108,5 +110,5 @@ def disk_fault(e: OSError) -> str:
                                if e.errno in (errno.ENOSPC, errno.EDQUOT) else "")
 
 
-__all__ = ["make_parser", "parse", "print_resolved", "run_guarded", "load_config", "disk_fault",
+__all__ = ["Parser", "make_parser", "parse", "print_resolved", "run_guarded", "load_config", "disk_fault",
            "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "UsageError"]

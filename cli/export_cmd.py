@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from llamarl_cli.common import EXIT_OK, UsageError, _Parser, run_guarded
+from llamarl_cli.common import EXIT_OK, Parser, UsageError, run_guarded
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import ExportConfig
 from llamarl_core.config.yaml_files import refuse_aliases
@@ -93,7 +93,7 @@ def check_source(src: Path) -> bool:
 
 
 def main(argv) -> int:
-    parser = _Parser(prog="llamarl export", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+    parser = Parser(prog="llamarl export", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                      usage="llamarl export CHECKPOINT OUT_DIR [export.dtype=auto|bfloat16|float16|float32]",
                      epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("words", nargs="*", metavar="CHECKPOINT OUT_DIR [export.dtype=...]")

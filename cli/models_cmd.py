@@ -25,20 +25,15 @@ import time
 from pathlib import Path
 
 from llamarl_cli import model_sources
-from llamarl_cli.common import DISK_FAULTS, EXIT_FAILED, EXIT_OK, UsageError, run_guarded
+from llamarl_cli.common import DISK_FAULTS, EXIT_FAILED, EXIT_OK, Parser, UsageError, run_guarded
 from llamarl_cli.model_sources import KNOWN, FetchError
 from llamarl_core.models.gguf_import import DTYPES, check_imported, import_gguf
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default exits 2 with usage; keep one line
-        raise UsageError(f"{self.prog}: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="llamarl models", description="Known pretrained models: list them, or get one "
+    p = Parser(prog="llamarl models", description="Known pretrained models: list them, or get one "
                 "as a checked Hugging Face directory (no compiler, no llama-cpp-python).")
-    sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
     sub.add_parser("list", help="the known model names")
     get = sub.add_parser("get", help="download, convert and check a known model into OUT_DIR")
     get.add_argument("name", metavar="NAME", help=f"one of: {', '.join(KNOWN)}")

@@ -5,19 +5,13 @@ run beside the original). Works on a run that is still going.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
-from llamarl_cli.common import EXIT_OK, UsageError, run_guarded
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{self.prog}: {message}")
+from llamarl_cli.common import EXIT_OK, Parser, UsageError, run_guarded
 
 
 def _parser():
-    p = _Parser(prog="llamarl report", description="Plots (accuracy and reward vs wall time and "
+    p = Parser(prog="llamarl report", description="Plots (accuracy and reward vs wall time and "
                 "samples, a per-role Gantt of a window of steps, staleness and IS ratio, sync time) "
                 "and report.md for one or more run directories, overlaid.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -96,14 +96,6 @@ def _spawn(name: str, device: str, timeout_s: float, tmp: str) -> dict:
     return json.loads(Path(out).read_text())
 
 
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=ROOT)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def _tail(path: str, chars: int = 2000) -> str:
     return Path(path).read_text(errors="replace")[-chars:]
 
@@ -121,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     if args._section:
         return run_section(args._section, args.device, args._out)
     from llamarl_core.bench.gpu_sizes import SIZES
+    from llamarl_core.bench.provenance import git_commit
 
     t0 = time.time()
     deadline = t0 + args.deadline_s
-    result: dict = {"command": "python scripts/gpu_check.py " + " ".join(argv), "commit": _commit(),
+    result: dict = {"command": "python scripts/gpu_check.py " + " ".join(argv), "commit": git_commit(),
                     "device": args.device, "deadline_s": args.deadline_s,
                     "sizes": {k: v for k, v in SIZES[args.device].items() if k != "train_overrides"}}
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:

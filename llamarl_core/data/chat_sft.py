@@ -22,11 +22,9 @@ one (the plain template) gets the EOS appended, as every RL completion ends in o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
-from llamarl_core.config.choices import ON_ERROR_MODES
-from llamarl_core.data.example import DataFormatError, LoadReport
-from llamarl_core.data.loaders import file_rows
+from llamarl_core.data.example import DataFormatError, ExampleList
+from llamarl_core.data.loaders import file_rows, parse_rows
 from llamarl_core.data.templates import PromptFormat, render_chat
 
 MESSAGES_KEY = "messages"
@@ -39,32 +37,13 @@ class Conversation:
     where: str       # "file:line" (or "file:row N")
 
 
-class ConversationList(list):
-    """A ``list[Conversation]`` with the ``LoadReport`` of its file (skipped rows)."""
-
-    def __init__(self, items=(), report: Optional[LoadReport] = None) -> None:
-        super().__init__(items)
-        self.report = report
-
-
-def load_conversations(path: str, on_error: str = "raise") -> ConversationList:
-    """Every conversation of `path`; a file with none left is an error."""
-    if on_error not in ON_ERROR_MODES:
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    report = LoadReport(path=path)
-    out = ConversationList(report=report)
-    for where, line_no, row in file_rows(path):
-        try:
-            if isinstance(row, DataFormatError):
-                raise row
-            out.append(Conversation(_messages(row), f"{path}:{where}"))
-        except DataFormatError as exc:
-            if on_error == "raise":
-                raise DataFormatError(f"{path}:{where}: {exc}") from None
-            report.note_skip(line_no, str(exc))
-    report.num_loaded = len(out)
+def load_conversations(path: str, on_error: str = "raise") -> ExampleList:
+    """Every conversation of `path` (a list with the file's ``.report``); a file with none left
+    is an error."""
+    out = parse_rows(path, file_rows(path), on_error,
+                     lambda row, where, _: Conversation(_messages(row), f"{path}:{where}"))
     if not out:
-        skipped = f" ({report.num_skipped} skipped)" if report.num_skipped else ""
+        skipped = f" ({out.report.num_skipped} skipped)" if out.report.num_skipped else ""
         raise DataFormatError(f"{path}: no conversations{skipped}")
     return out
 
@@ -147,7 +126,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def chat_sequences(conversations: ConversationList, fmt: PromptFormat, tokenizer, source: str = "generic"
+def chat_sequences(conversations: list[Conversation], fmt: PromptFormat, tokenizer, source: str = "generic"
                    ) -> tuple[list[tuple[list[int], list[int]]], list[str]]:
     """((tokens, target_mask) to train on, the row each came from): one per conversation, or
     one per assistant turn of a chat its template cannot render as one (`assistant_sequences`)."""

@@ -51,7 +51,8 @@ class LoadReport:
 
 
 class ExampleList(list):
-    """A ``list[Example]`` that also carries the ``LoadReport`` of the file it came from."""
+    """A ``list[Example]`` (or of the warm start's conversations) that also carries the
+    ``LoadReport`` of the file it came from."""
 
     def __init__(self, examples=(), report: LoadReport | None = None) -> None:
         super().__init__(examples)

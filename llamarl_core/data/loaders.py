@@ -51,23 +51,30 @@ def load_examples(path: str, fmt: str = "auto", on_error: str = "raise", keys: K
     """All examples of a data file; ``result.report`` counts loaded and skipped rows."""
     if fmt not in FORMATS:
         raise ValueError(f"data format must be one of {FORMATS}, got {fmt!r}")
+    stem = os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+    return parse_rows(path, file_rows(path, split), on_error, lambda row, where, line_no: _parse_row(
+        row, fmt, keys, f"{stem}-{line_no}", f"{path}:{where}"))
+
+
+def parse_rows(path: str, rows, on_error: str, parse) -> ExampleList:
+    """``parse(row, where, line)`` of every row of ``path`` (``file_rows``), in a list carrying
+    the ``LoadReport``: a bad row raises naming ``path:where``, or with ``on_error="skip"`` is
+    skipped and counted. The examples and the warm start's conversations are both read so."""
     if on_error not in ON_ERROR_MODES:
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    rows = file_rows(path, split)
     report = LoadReport(path=path)
-    examples = ExampleList(report=report)
-    stem = os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+    out = ExampleList(report=report)
     for where, line_no, row in rows:
         try:
             if isinstance(row, DataFormatError):
                 raise row
-            examples.append(_parse_row(row, fmt, keys, f"{stem}-{line_no}", f"{path}:{where}"))
+            out.append(parse(row, where, line_no))
         except DataFormatError as exc:
             if on_error == "raise":
                 raise DataFormatError(f"{path}:{where}: {exc}") from None
             report.note_skip(line_no, str(exc))
-    report.num_loaded = len(examples)
-    return examples
+    report.num_loaded = len(out)
+    return out
 
 
 def file_rows(path: str, split: str = "train") -> Iterator[tuple[str, int, object]]:

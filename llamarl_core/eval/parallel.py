@@ -117,11 +117,12 @@ def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:
 
     from llamarl_core.generation import GenerationEngine
     from llamarl_core.models import load_pretrained
+    from llamarl_core.models.dtypes import TORCH_DTYPES
 
     if spec["threads"]:
         torch.set_num_threads(spec["threads"])
     device = f"cuda:{rank}" if spec["device"] == "cuda" else "cpu"
-    model, tokenizer = load_pretrained(spec["checkpoint"], dtype=getattr(torch, spec["dtype"]),
+    model, tokenizer = load_pretrained(spec["checkpoint"], dtype=TORCH_DTYPES[spec["dtype"]],
                                        device=device)
     engine = GenerationEngine(model, tokenizer, max_batch_size=spec["max_batch_size"],
                               quantization=spec["quantization"])

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import torch
 
-DTYPES = ("float32", "bfloat16", "float16")
+from llamarl_core.config.choices import DTYPES
+from llamarl_core.models.dtypes import TORCH_DTYPES
+
 CHECK_MESSAGES = [{"role": "user", "content": "What is 12 times 7?"}]
 
 
@@ -51,10 +53,10 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, dtype: str = "float3
     config = copy.deepcopy(config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.dtype = getattr(torch, dtype)
+    config.dtype = TORCH_DTYPES[dtype]
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    model.load_state_dict({k: v.to(getattr(torch, dtype)) for k, v in loaded.state_dict().items()},
+        model = AutoModelForCausalLM.from_config(config, dtype=config.dtype)
+    model.load_state_dict({k: v.to(config.dtype) for k, v in loaded.state_dict().items()},
                           strict=True, assign=True)
     model.tie_weights()
     model.generation_config = loaded.generation_config

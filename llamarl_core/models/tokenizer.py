@@ -18,7 +18,6 @@ byte as they came in, so an exported checkpoint has the tokenizer its base model
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Iterable, Optional
 

@@ -1,5 +1,6 @@
-"""A reward worker's process tree, read from ``/proc``: so nothing a user's reward forks or
-spawns outlives the task or the worker.
+"""A process tree read from ``/proc``, and what the Linux kernel offers to keep one whole:
+so nothing a user's reward forks outlives the task or the worker, and nothing a run starts
+outlives the run (runtime/procs.py and the zygote use the same functions).
 
 Why not only a process group: a reward may start a child that calls ``setsid`` itself (a
 double-forked daemon), which leaves the group, and once its parent exits it is re-parented
@@ -13,20 +14,24 @@ member appears, then all are killed.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+from collections.abc import Iterable, Iterator
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
+try:  # resolved once here: a child between fork and exec must not dlopen
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    prctl = None
 
 
-def make_subreaper() -> None:
-    """Orphans among this process's descendants become its children (Linux; else a no-op)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
-    except (OSError, AttributeError):
-        pass
+def become_subreaper() -> bool:
+    """Make orphaned descendants reparent to this process instead of pid 1 (Linux), so workers
+    of a dead torchrun agent (sessions of their own) and whatever a reward double-forks stay in
+    this process's tree, where `descendants` finds them; False where prctl is unavailable."""
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def _parents() -> dict[int, int]:
@@ -49,18 +54,34 @@ def _parents() -> dict[int, int]:
     return out
 
 
-def descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (not ``root`` itself)."""
+def children_of(pid: int) -> set[int]:
+    return {p for p, pp in _parents().items() if pp == pid}
+
+
+def descendants(roots: Iterable[int]) -> set[int]:
+    """Every live process below any of ``roots`` (the roots themselves excluded)."""
     children: dict[int, list[int]] = {}
     for pid, ppid in _parents().items():
         children.setdefault(ppid, []).append(pid)
-    found, todo = set(), [root]
+    found, todo = set(), list(roots)
     while todo:
         for child in children.get(todo.pop(), ()):
             if child not in found:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def exited_children() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of each child that has exited, reaped without blocking."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -75,7 +96,7 @@ def kill_descendants(root: int, spare: frozenset[int] | set[int] = frozenset()) 
     process's own children are not spared). Returns how many were killed."""
     stopped: set[int] = set()
     while True:
-        new = descendants(root) - set(spare) - stopped
+        new = descendants([root]) - set(spare) - stopped
         if not new:
             break
         for pid in new:

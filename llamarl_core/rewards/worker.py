@@ -32,7 +32,8 @@ from multiprocessing.connection import Connection
 from llamarl_core.config.schema import RewardSettings  # the default bound: one source
 from llamarl_core.rewards.custom import load_function
 from llamarl_core.rewards.output_cap import copy_capped
-from llamarl_core.rewards.proc_tree import descendants, kill_descendants, kill_tree, make_subreaper
+from llamarl_core.rewards.proc_tree import (PR_SET_PDEATHSIG, become_subreaper, descendants, exited_children,
+                                           kill_descendants, kill_tree, prctl)
 from llamarl_core.rewards.specs import get_spec
 from llamarl_core.rewards.values import checked_reward
 
@@ -45,7 +46,7 @@ def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool,
     """Entry point of the child process: warm up, then answer tasks until EOF or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and shutdown
     _die_with_parent(parent_is_main_thread)
-    make_subreaper()  # whatever the reward forks stays in this tree (proc_tree.py)
+    become_subreaper()  # whatever the reward forks stays in this tree (proc_tree.py)
     my_pid = os.getpid()
     spec = get_spec(reward_name)
     if not spec.custom:  # a user's reward may legitimately need memory (a judge model, torch)
@@ -87,19 +88,10 @@ def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool,
         if os.getpid() != my_pid:  # a child the reward os.fork()ed returned here: not a worker
             os._exit(0)
         conn.send((task_id, score, errors))
-        _reap_orphans()
-
-
-def _reap_orphans() -> None:
-    """Collect exited orphans re-parented to this subreaper, between tasks only: during a
-    task a reward's own ``subprocess`` calls must get their children's exit codes."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+        # Collect exited orphans re-parented to this subreaper, between tasks only: during a
+        # task a reward's own ``subprocess`` calls must get their children's exit codes.
+        for _ in exited_children():
+            pass
 
 
 def _one_call(fn, max_abs: float):
@@ -129,13 +121,8 @@ def _die_with_parent(parent_is_main_thread: bool, poll_s: float = 1.0) -> None:
     daemon thread also polls ``os.getppid()`` (it runs between bytecodes).
     """
     parent_pid = os.getppid()
-    if parent_is_main_thread:
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+    if parent_is_main_thread and prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(0)
 
@@ -195,7 +182,7 @@ class WorkerHandle:
                     break
                 if message[0] == "ready":
                     self.ready, self.info = True, dict(message[1] or {})
-                    self.spare = descendants(self.process.pid)
+                    self.spare = descendants([self.process.pid])
                     return
             if not self.is_alive() and not self.conn.poll(0):
                 break

@@ -29,6 +29,7 @@ from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.executors import end_reason
 from llamarl_core.executors.end_reason import EndReason
 from llamarl_core.plan.plan import LaunchPlan
+from llamarl_core.rewards import proc_tree
 from llamarl_core.runtime import kernel, prelaunch, procs, restarts, resume, run_lock, zygote
 from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
@@ -101,8 +102,8 @@ class Controller:
         store, self.run_id = self._open_store()
         self.control = ControlPlane(serve_run(store, self.run_id))
         resume.restore_controller_state(self.control, self.run_dir, self.cfg.run.resume)
-        kernel.become_subreaper()  # orphaned workers stay in our tree, where the final sweep finds them
-        children_before = procs.children_of(os.getpid())
+        proc_tree.become_subreaper()  # orphaned workers stay in our tree, where the final sweep finds them
+        children_before = proc_tree.children_of(os.getpid())
         result = RunResult(False, self.run_dir, f"{self.WHO} stopped before supervising")
         try:
             self._launch()
@@ -297,7 +298,7 @@ class Controller:
         the run began (orphaned workers, a reward's double-forked processes); never a pid read
         from the store, never a process outside this controller's tree."""
         keep = children_before | {zygote.server_pid()}
-        adopted = procs.children_of(os.getpid()) - keep - {p.pid for p in self.procs}
+        adopted = proc_tree.children_of(os.getpid()) - keep - {p.pid for p in self.procs}
         procs.kill_trees([p.pid for p in self.procs] + sorted(adopted))
         procs.reap_adopted(adopted)
 

@@ -34,11 +34,11 @@ SPLITS = (("train", "train"), ("test", "held-out"))
 
 def check_data(cfg: LlamaRLConfig) -> list[str]:
     """Raise ConfigError on the first problem; else the lines to print (counts, skips)."""
-    _check_reward(cfg)
-    tokenizer = _tokenizer(cfg)
+    checked_reward(cfg)
+    tokenizer = run_tokenizer(cfg)
     lines, counts, longest, reported = [], [], 0, set()
     splits = [(split, label, _load(cfg, split)) for split, label in SPLITS]
-    _check_template(cfg, tokenizer, [ex for _, _, examples in splits for ex in examples])
+    check_chat_template(cfg, tokenizer, [ex for _, _, examples in splits for ex in examples])
     for split, label, examples in splits:
         key = _key(cfg, split)
         try:
@@ -103,14 +103,15 @@ def _skipped(name: str, report, path) -> str:
     return f"{name}: skipped {report.num_skipped} bad line(s) of {path} (data.on_error=skip; {first})"
 
 
-def _tokenizer(cfg: LlamaRLConfig):
+def run_tokenizer(cfg: LlamaRLConfig):
+    """The tokenizer the roles load (`setup.tokenizer_of`), a bad checkpoint as one line."""
     try:
         return tokenizer_of(cfg.model)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"model.checkpoint={cfg.model.checkpoint}: {e}") from None
 
 
-def _check_template(cfg: LlamaRLConfig, tokenizer, examples) -> None:
+def check_chat_template(cfg: LlamaRLConfig, tokenizer, examples) -> None:
     """A checkpoint's chat template is code: rendered first in a child under a time limit."""
     if cfg.model.checkpoint and resolve_template(cfg.data.template, tokenizer) == "chat" and getattr(
             tokenizer, "chat_template", None):
@@ -119,14 +120,13 @@ def _check_template(cfg: LlamaRLConfig, tokenizer, examples) -> None:
             raise ConfigError(reason)
 
 
-def _check_reward(cfg: LlamaRLConfig) -> None:
-    value = cfg.data.reward
-    if is_custom(value):
-        reason = check_importable(value)
-        if reason:
-            raise ConfigError(f"data.reward={value}: {reason}")
-        return
+def checked_reward(cfg: LlamaRLConfig) -> str:
+    """The verifier's name; a custom one must import (checked in a subprocess, never here)."""
     try:
-        reward_name(cfg.data)
+        reward = reward_name(cfg.data)
     except NoVerifier as e:
         raise ConfigError(str(e)) from None
+    reason = check_importable(reward) if is_custom(reward) else None
+    if reason:
+        raise ConfigError(f"data.reward={reward}: {reason}")
+    return reward

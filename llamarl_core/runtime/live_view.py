@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table

@@ -14,11 +14,10 @@ from dataclasses import dataclass, replace
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.data import NoVerifier, PromptFormat, prompt_format, render_prompt, render_target, resolve_template
-from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
-from llamarl_core.data.template_check import check_template
+from llamarl_core.data import PromptFormat, prompt_format, render_prompt, render_target, resolve_template
+from llamarl_core.executors.setup import load_split
 from llamarl_core.rewards import RewardPool
-from llamarl_core.rewards.custom import check_importable, is_custom
+from llamarl_core.runtime.data_check import check_chat_template, checked_reward, run_tokenizer
 
 
 @dataclass
@@ -36,21 +35,14 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
         raise ConfigError(f"data: {e}") from None
     if not examples:
         raise ConfigError(f"data.name={cfg.data.name!r}: the train split has no examples")
-    checkpoint = cfg.model.checkpoint
-    try:
-        tokenizer = tokenizer_of(cfg.model)
-    except (ValueError, FileNotFoundError) as e:
-        raise ConfigError(f"model.checkpoint={checkpoint}: {e}") from None
+    tokenizer = run_tokenizer(cfg)
+    check_chat_template(cfg, tokenizer, examples)
     fmt = prompt_format(cfg.data)
     fmt = replace(fmt, template=resolve_template(fmt.template, tokenizer))
-    if checkpoint and fmt.template == "chat" and getattr(tokenizer, "chat_template", None):
-        reason = check_template(checkpoint, fmt, examples)  # the template is code: a child, a time limit
-        if reason:
-            raise ConfigError(reason)
     texts = [render_prompt(ex, fmt, tokenizer) for ex in examples]
     ids = [tokenizer.encode(t) for t in texts]  # = encode_prompt, as training encodes them
     lengths = [len(i) for i in ids]
-    reward = _checked_reward(cfg)
+    reward = checked_reward(cfg)
     r = cfg.resources.reward
     with RewardPool(reward, num_workers=r.workers, timeout_s=r.timeout_s) as pool:
         refs = [ex.as_dict() if pool.spec.custom else ex.reference for ex in examples]  # a custom reward: the row
@@ -63,7 +55,7 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
     summary = {
         "data": cfg.data.name, "path": cfg.data.path, "split": "train", "num_examples": len(examples),
         "template": fmt.template, "system_prompt": fmt.system_prompt, "instruction": fmt.instruction,
-        "tokenizer": checkpoint or "byte", "reward": reward,
+        "tokenizer": cfg.model.checkpoint or "byte", "reward": reward,
         "reference_reward_1_share": sum(x == 1.0 for x in rewards) / len(rewards),
         "reference_reward_mean": sum(rewards) / len(rewards),
         "reward_timeouts": stats["timeouts"], "reward_errors": stats["errors"],
@@ -73,14 +65,3 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
     }
     return DataPreview(fmt, rows, summary)
 
-
-def _checked_reward(cfg: LlamaRLConfig) -> str:
-    """The verifier's name; a custom one must import (checked in a subprocess, never here)."""
-    try:
-        reward = reward_name(cfg.data)
-    except NoVerifier as e:
-        raise ConfigError(str(e)) from None
-    reason = check_importable(reward) if is_custom(reward) else None
-    if reason:
-        raise ConfigError(f"data.reward={reward}: {reason}")
-    return reward

@@ -10,48 +10,22 @@ import subprocess
 import time
 from collections import deque
 
+from llamarl_core.rewards.proc_tree import descendants
 from llamarl_core.runtime import zygote
 from llamarl_core.runtime.kernel import die_with_parent, pid_alive
-
-
-def _parents() -> dict[int, int]:
-    """pid → parent pid of every process, read from /proc/<pid>/stat."""
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return parents
-
-
-def children_of(pid: int) -> set[int]:
-    return {p for p, pp in _parents().items() if pp == pid}
-
-
-def descendants_of(roots) -> set[int]:
-    """Every live process below any of `roots` (the roots themselves excluded)."""
-    parents = _parents()
-    found, frontier = set(), set(roots)
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier and p not in found}
-        found |= frontier
-    return found
 
 
 def is_ours(pid: int) -> bool:
     """Whether `pid` is a live descendant of this process: the only pids it may signal by number
     (a pid read from the store or a file names any process; this check is the trust boundary)."""
-    return pid != os.getpid() and pid in descendants_of([os.getpid()]) and pid_alive(pid)
+    return pid != os.getpid() and pid in descendants([os.getpid()]) and pid_alive(pid)
 
 
 def kill_trees(roots) -> list[int]:
     """SIGKILL each root that is ours and every descendant of it (one that is orphaned meanwhile
     reparents to this process when it is a subreaper); the pids signalled."""
     roots = [r for r in roots if is_ours(r)]
-    victims = sorted(descendants_of(roots) | set(roots))
+    victims = sorted(descendants(roots) | set(roots))
     for pid in victims:
         signal_quietly(pid, signal.SIGKILL)
     return victims
@@ -124,7 +98,7 @@ def pids_mentioning(text: str) -> list[int]:
     """Descendants of this process whose command line contains `text` (a stranger's process
     that merely mentions it is not ours)."""
     found = []
-    for name in map(str, sorted(descendants_of([os.getpid()]))):
+    for name in map(str, sorted(descendants([os.getpid()]))):
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")

@@ -21,6 +21,7 @@ import threading
 import traceback
 import warnings
 
+from llamarl_core.rewards.proc_tree import exited_children
 from llamarl_core.runtime.kernel import die_with_parent
 from llamarl_core.runtime.zygote import AGENT_MODULES, fork_unsafe
 
@@ -102,13 +103,7 @@ def _reply(text: str) -> None:
 
 
 def _reap() -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for pid, status in exited_children():
         _reply(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 

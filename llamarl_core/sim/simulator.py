@@ -127,14 +127,17 @@ def simulate_sync(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
     reshard_s = m.gather_seconds(gen_weights, inp.trainer_fsdp, inp.device, c,
                                  span_devices=shard_group)
     step_s = reshard_s + gen["seconds"] + train["seconds"] + c.step_overhead_s
+    return _step(step_s, gen, train, state, c, devices=devices, gen_tp=tp, gen_replicas=devices // tp,
+                 weight_sync_s=reshard_s, reshard_s=reshard_s)
+
+
+def _step(step_s: float, gen: dict, train: dict, state_bytes: float, c: SimConstants, **mode) -> dict:
+    """One mode's step, in the keys both modes report (`mode`: the keys of its own)."""
     return {"step_s": step_s, "generation_s": gen["seconds"], "training_s": train["seconds"],
-            "weight_sync_s": reshard_s, "reshard_s": reshard_s, "overhead_s": c.step_overhead_s,
-            "devices": devices,
-            "gen_tp": tp, "gen_replicas": devices // tp,
-            "gen_batch_per_replica": gen["batch_per_replica"],
+            "overhead_s": c.step_overhead_s, "gen_batch_per_replica": gen["batch_per_replica"],
             "kv_capacity_sequences": gen["kv_capacity_sequences"],
             "decode_step_s": gen["decode_step_s"], "decode_steps": gen["decode_steps"],
-            "train_state_gib_per_device": state / GIB, "train_detail": train}
+            "train_state_gib_per_device": state_bytes / GIB, "train_detail": train, **mode}
 
 
 def ddma_seconds(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
@@ -191,15 +194,9 @@ def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
         busy_s = gen["seconds"] + train["seconds"] + sync_s
     else:
         busy_s = max(gen["seconds"], train["seconds"] + sync_s)
-    step_s = busy_s + c.step_overhead_s
-    return {"step_s": step_s, "generation_s": gen["seconds"], "training_s": train["seconds"],
-            "weight_sync_s": sync_s, "weight_sync": sync, "overhead_s": c.step_overhead_s,
-            "devices": inp.generator_devices + inp.trainer_devices,
-            "gen_tp": inp.generator_tp, "gen_replicas": replicas,
-            "gen_batch_per_replica": gen["batch_per_replica"],
-            "kv_capacity_sequences": gen["kv_capacity_sequences"],
-            "decode_step_s": gen["decode_step_s"], "decode_steps": gen["decode_steps"],
-            "train_state_gib_per_device": state / GIB, "train_detail": train}
+    return _step(busy_s + c.step_overhead_s, gen, train, state, c,
+                 devices=inp.generator_devices + inp.trainer_devices, gen_tp=inp.generator_tp,
+                 gen_replicas=replicas, weight_sync_s=sync_s, weight_sync=sync)
 
 
 def simulate(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> dict:
@@ -219,9 +216,3 @@ def simulate(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> dic
                 "speedup": sync["step_s"] / alt["step_s"]},
             "inputs": {k: v for k, v in vars(inp).items() if k not in ("model", "device")}
             | {"device": inp.device.name, "params_b": inp.model.num_params() / 1e9}}
-
-
-def predict_step_time(inp: SimInputs, constants: SimConstants = DEFAULT_CONSTANTS) -> float:
-    """Predicted seconds per step of the configured mode (for `llamarl plan`)."""
-    result = simulate(inp, constants)
-    return result["sync" if inp.max_offpolicy_steps == 0 else "async"]["step_s"]

@@ -24,7 +24,7 @@ from itertools import zip_longest
 import torch
 import torch.distributed as dist
 
-from llamarl_core.transport.ddma_endpoint import WAIT_SLICE_S
+from llamarl_core.transport.ddma_endpoint import WAIT_SLICE_S, agreed_version
 from llamarl_core.transport.ddma_plan import dst_block, fp8_rows, scale_name, src_block
 
 RECV_POLL_S = 0.0002  # NCCL receives: how often the receiving thread looks at its works
@@ -195,10 +195,7 @@ class CollectiveReceive(CollectiveLink):
                     raise
         else:
             return None
-        versions = {int(self.store.get(k)) for k in keys}
-        if len(versions) != 1:
-            raise RuntimeError(f"DDMA send #{n}: trainer ranks announced different versions {sorted(versions)}")
-        return versions.pop()
+        return agreed_version(self.store, keys, f"DDMA send #{n}")
 
     def _recv_send(self, n: int) -> None:
         """(Receiving thread) send ``n``, announced and its slot free: every piece in place."""

@@ -58,6 +58,14 @@ def wait_keys(store, keys: list[str], timeout_s: float, what: str, interrupt=Non
         raise
 
 
+def agreed_version(store, keys: list[str], what: str) -> int:
+    """The one version every trainer rank wrote under `keys` (`what` names the send)."""
+    versions = {int(store.get(k)) for k in keys}
+    if len(versions) != 1:
+        raise RuntimeError(f"{what}: trainer ranks gave different versions {sorted(versions)}")
+    return versions.pop()
+
+
 def _describe(ours: list, theirs: list) -> str:
     """The first difference between two ``DdmaPlan.spec()``s, naming the tensor."""
     if ours[:4] != theirs[:4]:

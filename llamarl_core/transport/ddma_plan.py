@@ -111,12 +111,6 @@ class DdmaPlan:
         shards = self.trainer_shards or self.trainer_ranks
         return fsdp_rows(dict(self.dim0)[name], shards, trainer % shards)
 
-    def senders_of(self, generator: int) -> range:
-        """The trainer ranks that send to ``generator``: one replica's shards (`serving_replica`:
-        every replica sends, each to an even share of the generator ranks and TP slices)."""
-        shards = self.trainer_shards or self.trainer_ranks
-        return _senders(generator, self.tp_size, shards, self.trainer_ranks // shards)
-
     def wire_dtype(self, name: str) -> torch.dtype:
         return FP8_DTYPE if name in self.fp8_names else self.dtype
 

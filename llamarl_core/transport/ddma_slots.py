@@ -23,7 +23,7 @@ import time
 import torch
 
 from llamarl_core.transport import cuda_ipc, shm
-from llamarl_core.transport.ddma_endpoint import WAIT_SLICE_S, wait_keys
+from llamarl_core.transport.ddma_endpoint import WAIT_SLICE_S, agreed_version, wait_keys
 from llamarl_core.transport.ddma_plan import dst_block, fp8_rows, scale_view, src_block, tensor_view
 
 
@@ -108,12 +108,7 @@ class SlottedReceive:
     def _arrived_slotted(self) -> int | None:
         """The version of send #seq if every trainer has written its part, else None."""
         keys = [f"done/{self.seq}/{t}" for t in range(self.plan.trainer_ranks)]
-        if not self.store.check(keys):
-            return None
-        versions = {int(self.store.get(k)) for k in keys}
-        if len(versions) != 1:
-            raise RuntimeError(f"DDMA send #{self.seq}: trainer ranks sent different versions {sorted(versions)}")
-        return versions.pop()
+        return agreed_version(self.store, keys, f"DDMA send #{self.seq}") if self.store.check(keys) else None
 
     def _wanted_slotted(self) -> bool:
         """One slot: the trainers wait to write the next version."""

@@ -10,15 +10,13 @@ the roles it joins. When the controller restarts a role group it bumps that role
 had on the old epoch and build the new one, while the replacement ranks build it from the
 start.
 
-`TransferGroup` is the general form (any number of ranks per epoch); the run uses 2-rank
-links (transport/links.py) and the DDMA endpoints (transport/ddma.py).
+The epoch-scoped channels are the 2-rank links (transport/links.py) and the DDMA endpoints
+(transport/ddma.py).
 """
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
 EPOCH_KEY = "membership/epoch"
@@ -73,24 +71,3 @@ class Watch:
         changed = {r for r in self.roles if epochs[r] != self.epochs[r]}
         self.epochs = epochs
         return changed
-
-
-class TransferGroup:
-    """Epoch `epoch`'s group over all `world_size` ranks; blocks until every rank has joined."""
-
-    def __init__(self, store: dist.Store, epoch: int, rank: int, world_size: int, timeout_s: float):
-        self.epoch, self.rank, self.world_size = epoch, rank, world_size
-        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(f"xfer/{epoch}", store), rank, world_size,
-                                        timedelta(seconds=timeout_s))
-
-    def send(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
-        self.pg.send([tensor], dst, tag).wait()
-
-    def recv(self, tensor: torch.Tensor, src: int | None, tag: int) -> int:
-        """Receive into `tensor` from `src` (None = any rank); returns the sender's rank."""
-        if src is None:
-            work = self.pg.recv_anysource([tensor], tag)
-            work.wait()
-            return work.source_rank()
-        self.pg.recv([tensor], src, tag).wait()
-        return src

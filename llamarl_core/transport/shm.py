@@ -31,10 +31,6 @@ SHM_DIR = Path("/dev/shm")
 PREFIX = "llamarl-ws"
 
 
-def shm_available() -> bool:
-    return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
-
-
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 

@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llamarl_core.transport.tp_layout import ROW_PARALLEL, check_tp, take, tp_slice
+from llamarl_core.models.tp_slices import ROW_PARALLEL, check_tp, tp_slice
+from llamarl_core.transport.tp_layout import take
 
 
 def shard_model_(model: nn.Module, tp_rank: int, tp_size: int, group) -> nn.Module:
@@ -93,15 +94,3 @@ def new_replica_groups(generator_ranks: list[int], tp_size: int):
         if me in ranks:
             mine = group
     return mine
-
-
-@torch.no_grad()
-def copy_slices_(local: dict[str, torch.Tensor], full: dict[str, torch.Tensor], args, tp_rank: int,
-                 tp_size: int) -> None:
-    """Copy this rank's slice of each full tensor into the (sharded) local parameter in place.
-    Replicated parameters that are the same tensor on both sides are skipped."""
-    for name, p in local.items():
-        src = full[name]
-        if p.data_ptr() == src.data_ptr():
-            continue
-        p.copy_(take(src, tp_slice(name, tuple(src.shape), args, tp_rank, tp_size)))

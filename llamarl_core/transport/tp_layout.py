@@ -1,16 +1,14 @@
 """TP slices as tensors: views of the full weights a generator tensor-parallel rank holds.
 
 The slice arithmetic (which rows or columns, `tp_slice`) lives in models/tp_slices.py, below
-the simulator, so the simulator and the weight sync count the same bytes; it is re-exported
-here for the transport's callers.
+the simulator, so the simulator and the weight sync count the same bytes.
 """
 from __future__ import annotations
 
 import torch
 
 from llamarl_core.models.args import ModelArgs
-from llamarl_core.models.tp_slices import (COLUMN_PARALLEL, ROW_PARALLEL, TPSlice, check_tp,  # noqa: F401
-                                           local_heads, tp_slice, tp_slices)
+from llamarl_core.models.tp_slices import TPSlice, tp_slice
 
 
 def take(full: torch.Tensor, s: TPSlice) -> torch.Tensor:

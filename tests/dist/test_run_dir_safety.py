@@ -16,27 +16,14 @@ import sys
 import time
 
 from llamarl_cli.main import main
+from llamarl_core.rewards import proc_tree
 from test_runtime import FAST
 
 LOOPBACK = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
 
 
 def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
+    return [root, *proc_tree.descendants([root])]
 
 
 def cmdline(pid: int) -> bytes:

@@ -4,13 +4,12 @@ seconds (#44 case 13: with a streaming generator nothing else on node 0 fails, a
 on generating for controller.heartbeat_timeout_s). The plan's command strings are planted with
 `touch MARKER; ...` first: both nodes run the lines they rebuild, never the file's (case 10)."""
 import json
-import os
-import signal
 import time
 
+from llamarl_core.rewards.proc_tree import kill_tree
 from llamarl_core.runtime.node import NODE_LOST_AFTER_S
 from test_runtime import processes_mentioning
-from test_two_nodes import process_tree, start_node, write_plan
+from test_two_nodes import start_node, write_plan
 
 
 def test_killing_node_1_whole_ends_node_0_on_its_silent_heartbeat_naming_node_and_roles(tmp_path):
@@ -30,11 +29,7 @@ def test_killing_node_1_whole_ends_node_0_on_its_silent_heartbeat_naming_node_an
             time.sleep(0.2)
         assert (run_dir / "metrics.jsonl").exists(), "the run never got going"
         assert not marker.exists()  # the nodes ran their rebuilt lines, and the run trains
-        for pid in process_tree(node1.pid):  # node 1's `llamarl node` and every descendant
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tree(node1.pid)  # node 1's `llamarl node` and every descendant
         t_kill = time.time()
         node1.wait(timeout=10)
         _, err = node0.communicate(timeout=NODE_LOST_AFTER_S + 60)
@@ -42,11 +37,7 @@ def test_killing_node_1_whole_ends_node_0_on_its_silent_heartbeat_naming_node_an
     finally:
         for p in (node0, node1):
             if p.poll() is None:
-                for pid in process_tree(p.pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                kill_tree(p.pid)
     assert node0.returncode == 1, err[-2000:]
     assert "node 1 (roles: trainer) stopped sending heartbeats" in err, err[-2000:]
     assert f"(NODE_LOST_AFTER_S={NODE_LOST_AFTER_S:g}): the run is stopped" in err, err[-2000:]

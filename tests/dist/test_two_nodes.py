@@ -2,13 +2,12 @@
 plan, then `llamarl node … node_rank=K` runs each node as its own process tree, as on a cluster.
 Node 0 hosts the controller; node 1 reaches it over TCP."""
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from llamarl_core.rewards.proc_tree import kill_tree
 from llamarl_core.transport.control import free_port
 from test_runtime import processes_mentioning  # the one /proc scan the runtime tests share
 
@@ -33,24 +32,6 @@ def start_node(plan: Path, node_rank: int) -> subprocess.Popen:
     # A session of its own: each node is a separate process tree, as on two hosts.
     return subprocess.Popen([*LLAMARL, "node", f"plan={plan}", f"node_rank={node_rank}"], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every descendant (torchrun's workers sit in sessions of their own, but are
-    still its children)."""
-    children: dict[int, list[int]] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(pid))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += children.get(pid, [])
-    return tree
 
 
 def test_node_1_then_node_0_complete_their_steps_with_equal_weight_checksums(tmp_path):
@@ -90,11 +71,7 @@ def test_killing_node_1_ends_node_0_naming_the_lost_rank_and_leaves_nothing_runn
         assert node0.poll() is None and node1.poll() is None, "a node ended before the run got going"
         time.sleep(0.2)
     assert (run_dir / "metrics.jsonl").exists(), "the run never got going"
-    for pid in process_tree(node1.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tree(node1.pid)  # node 1's `llamarl node` and every descendant
     t_kill = time.time()
     node1.wait(timeout=10)
     _, err = node0.communicate(timeout=60)

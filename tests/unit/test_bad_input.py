@@ -7,13 +7,12 @@ cases live beside these in the data checks' own tests.
 import json
 import os
 import pickle
-import random
 from pathlib import Path
 
 import pytest
 import torch
 
-from llamarl_cli.main import main
+from launch_guard import refused
 from llamarl_core.config.load import load_config
 from llamarl_core.executors import checkpoints
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs, save_pretrained
@@ -29,17 +28,6 @@ def no_launch(monkeypatch):
     started = []
     monkeypatch.setattr(procs, "start_role", lambda cmd, *a, **k: started.append(cmd) or pytest.fail(cmd))
     return started
-
-
-def refused(capsys, *argv, words=()):
-    code = main(list(argv))
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert "Traceback" not in err and len(lines) == 1, err
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 # ---- recipes -------------------------------------------------------------------------

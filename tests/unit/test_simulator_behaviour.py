@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from llamarl_core.sim.cases import CASE_RECIPES, PUBLISHED_STEP_S, calibrate, case_inputs, format_table
-from llamarl_core.sim.simulator import SimInputs, predict_step_time, simulate
+from llamarl_core.sim.simulator import SimInputs, simulate
 from llamarl_core.models.args import PRESETS
 
 
@@ -73,14 +73,6 @@ def test_offpolicy_knob_at_zero_removes_the_overlap():
     overlapped = simulate(base)["async"]
     serial = simulate(replace(base, max_offpolicy_steps=0))["async"]
     assert serial["step_s"] > overlapped["step_s"]
-
-
-def test_predict_step_time_follows_the_configured_mode():
-    base = case_inputs("8b")
-    result = simulate(base)
-    assert predict_step_time(base) == result["async"]["step_s"]
-    assert predict_step_time(replace(base, max_offpolicy_steps=0)) == \
-        simulate(replace(base, max_offpolicy_steps=0))["sync"]["step_s"]
 
 
 def test_simulate_returns_json_with_the_documented_keys():

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from llamarl_core.models import Llama, ModelArgs
-from llamarl_core.transport.tp_layout import TPSlice, local_heads, shard_state, tp_slice, tp_slices
+from llamarl_core.models.tp_slices import TPSlice, local_heads, tp_slice, tp_slices
+from llamarl_core.transport.tp_layout import shard_state
 
 # dim 8 = 4 heads x head_dim 2; 2 KV heads (2 query heads each); ffn 12; vocab 10.
 ARGS = ModelArgs(vocab_size=10, dim=8, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=12, max_seq_len=16)

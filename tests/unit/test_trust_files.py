@@ -9,18 +9,8 @@ import time
 
 import pytest
 
+from launch_guard import refused
 from llamarl_cli.main import main
-
-
-def refused(capsys, *argv, words=()):
-    code = main(list(argv))
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert "Traceback" not in err and len(lines) == 1, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 def _billion_laughs(path):

@@ -41,8 +41,9 @@ def test_a_store_pid_outside_the_controllers_tree_survives_stop_and_sweep():
     sleeper = _stranger()
     try:
         code = textwrap.dedent(f"""
-            from llamarl_core.runtime import kernel, procs
-            kernel.become_subreaper()
+            from llamarl_core.rewards import proc_tree
+            from llamarl_core.runtime import procs
+            proc_tree.become_subreaper()
             procs.stop_all([], [{sleeper.pid}], grace_s=0.2)
             assert procs.kill_mentioning("{MARK}") == []
             assert procs.kill_trees([{sleeper.pid}]) == []
@@ -92,13 +93,14 @@ def test_kill_trees_ends_an_orphan_adopted_by_the_subreaper():
     among its children, so the final sweep ends it; without the subreaper it went to pid 1."""
     code = textwrap.dedent("""
         import os, subprocess, sys, time
+        from llamarl_core.rewards import proc_tree
         from llamarl_core.runtime import kernel, procs
-        assert kernel.become_subreaper()
-        before = procs.children_of(os.getpid())
+        assert proc_tree.become_subreaper()
+        before = proc_tree.children_of(os.getpid())
         subprocess.run([sys.executable, "-c",
                         "import os, time\\nif os.fork() == 0:\\n    os.setsid(); time.sleep(60)"], check=True)
         time.sleep(0.3)
-        adopted = procs.children_of(os.getpid()) - before
+        adopted = proc_tree.children_of(os.getpid()) - before
         assert len(adopted) == 1, adopted
         (orphan,) = adopted
         assert procs.kill_trees(sorted(adopted)) == [orphan]
