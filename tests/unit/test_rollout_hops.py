@@ -124,6 +124,8 @@ def test_one_chunk_takes_the_documented_hops_on_the_default_path_with_the_counte
     rec = Recorder(monkeypatch)
     learner = Learner(model, learner_config(cfg))
     learner.micro_loss = rec.uncounted(learner.micro_loss)
+    # the backward pass recomputes checkpointed activations (the model's tensors, not the rows')
+    monkeypatch.setattr(torch.Tensor, "backward", rec.uncounted(torch.Tensor.backward))
     # generator: the streaming engine run (executors/stream.py), one chunk; each prompt group leaves
     # as it ends and goes on the wire as it is
     gen = ChunkGenerator(chunk_config(cfg), model, TOK, PromptSet([None] * 4, PROMPTS), 0, 1)
@@ -134,7 +136,8 @@ def test_one_chunk_takes_the_documented_hops_on_the_default_path_with_the_counte
     # scored to the trainer rank whose slice holds it (executors/reward.py), arriving out of order
     rec.role = "reward"
     reward = RewardExecutor.__new__(RewardExecutor)
-    reward.algorithm, reward.num_replicas, reward.trainer_ranks = a, 1, [0]
+    reward.prompts_per_step, reward.group_size, reward.num_replicas, reward.trainer_ranks = (
+        a.prompts_per_step, a.group_size, 1, [0])
     forwarded = []
     reward._send = lambda rows, j, outbox: forwarded.append(_wire(rows))
     assembly, link = ChunkAssembly(a.group_size), FakeLink(on_wire[::-1])
@@ -203,6 +206,7 @@ def test_the_whole_batch_step_with_pi_old_copies_rows_per_micro_batch_only(monke
     forward, loss = learner.model.forward, learner.micro_loss
 
     learner.model.forward, learner.micro_loss = rec.uncounted(forward), rec.uncounted(loss)
+    monkeypatch.setattr(torch.Tensor, "backward", rec.uncounted(torch.Tensor.backward))
     received = Rollout.unpack(*_wire(batch))
     rec.role = "trainer"
     train_on(learner, received, torch.zeros(8))
