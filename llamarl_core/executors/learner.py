@@ -107,7 +107,7 @@ class Learner:
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
         # micro-batches of similar lengths (train_step.py); `False`: the old layout, every micro-batch
-        # padded to the step's longest row, for scripts/bench_trainer.py
+        # padded to the step's longest row, for `llamarl bench trainer`
         self.length_sorted = True
         # The output head (and its log-softmax over the vocabulary) runs only from a micro-batch's
         # first completion position: prompt positions are never in the loss. `False` is the old

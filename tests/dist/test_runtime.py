@@ -68,7 +68,7 @@ def test_async_run_trains_syncs_weights_and_bounds_staleness(async_run):
     assert processes_mentioning(str(run_dir)) == []
     # Async means overlap: the generator samples the next chunk while the trainer trains (0 in
     # sync mode: test_resume). The tiny steps here last milliseconds, so only the existence of overlap
-    # is asserted; its size is what `llamarl bench --sync-vs-async` measures.
+    # is asserted; its size is what `llamarl bench sync-vs-async` measures.
     spans = read_timeline(str(run_dir))
     t0, t1 = rl_window(spans)
     assert overlap_s(spans, "generate", "train", t0, t1) > 0
