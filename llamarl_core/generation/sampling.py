@@ -57,30 +57,30 @@ def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, 
     """The sampling distribution, once: logits [..., V] -> (tokens [...], their log-probs [...]).
 
     With `tokens` it scores them (the trainer's π, differentiable); with uniforms `u` [B]
-    (float64, `row_uniforms`) it first draws them by `inverse_cdf` from the same weights (the
-    engine's μ). Temperature 0 without `tokens` is greedy: the argmax, reported at T = 1
-    without truncation. Both sides run the same lines:
-      w = exp(z / T - max), 0 outside top-k then top-p,   log p(t) = (z_t / T - max) - log(sum w).
-    One [..., V] fp32 buffer and one exp pass, in place (log_softmax's own steps, never a
-    [..., V] log-prob tensor). A token outside the kept set (a stale sample whose token left
+    (float64, `row_uniforms`) it first draws them by `inverse_cdf` from the kept tokens' weights
+    exp(z / T - max) (the engine's μ). Temperature 0 without `tokens` is greedy: the argmax,
+    reported at T = 1 without truncation. Both sides then run the same line:
+      log p(t) = z_t / T - logsumexp(z / T over the kept tokens: top-k, then top-p).
+    logsumexp is one fused pass forward and backward (the trainer's cost is log_softmax's, with
+    no [..., V] log-prob tensor). A token outside the kept set (a stale sample whose token left
     the trainer's nucleus) scores log p_T(t) - log(kept mass): finite, with a finite gradient.
-    Neither the kept set nor `max` is differentiated (log p does not depend on `max`)."""
+    The kept set is not differentiated."""
     if tokens is None and temperature == 0:
         tokens, temperature, top_k, top_p = logits.argmax(dim=-1), 1.0, 0, 1.0
     if temperature <= 0:  # RL meets config/schema.py's check first; this guards direct callers
         raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature} "
                          f"(greedy decoding has none)")
-    weights = logits.float() / temperature  # [..., V] a new buffer, even for fp32 logits at T = 1
-    peak = weights.detach().amax(dim=-1, keepdim=True)  # [..., 1]
-    weights = weights.sub_(peak).exp_()  # [..., V]
-    if top_k or top_p < 1.0:
+    z = logits.float() / temperature  # [..., V]
+    truncated = bool(top_k) or top_p < 1.0
+    if truncated or tokens is None:
         with torch.no_grad():
-            cut = _cut(weights.detach(), top_k, top_p)  # [..., V]
-        weights = weights.masked_fill(cut, 0.0) if weights.requires_grad else weights.masked_fill_(cut, 0.0)
-    if tokens is None:
-        tokens = inverse_cdf(weights, u)
-    picked = logits.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1).float() / temperature  # [...]
-    return tokens, picked - peak.squeeze(-1) - weights.sum(dim=-1).log()
+            weights = (z - z.amax(dim=-1, keepdim=True)).exp_()  # [..., V] unnormalised probabilities
+            cut = _cut(weights, top_k, top_p) if truncated else None  # [..., V]
+            if tokens is None:
+                tokens = inverse_cdf(weights.masked_fill_(cut, 0.0) if truncated else weights, u)
+    kept = z.masked_fill(cut, float("-inf")) if truncated else z  # [..., V]
+    picked = z.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # [...]
+    return tokens, picked - torch.logsumexp(kept, dim=-1)
 
 
 _MASK64 = (1 << 64) - 1
