@@ -77,11 +77,6 @@ def run_one(recipe: str, overrides: list[str], log=print) -> str:
     return run_dir
 
 
-def _spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
-
-
 def aggregate_mode(runs: list[dict]) -> dict:
     """Pool the runs of one mode: step times together, fractions and rates as medians."""
     steps = [s for r in runs for s in r["step_s"]]
