@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 
 import torch
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import ended, git_commit, load_average, machine
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation.quant import next_token_kl, quantize_model
 from llamarl_core.models import ByteTokenizer, Llama, get_preset, save_pretrained
@@ -51,19 +50,6 @@ def parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--long-tail-new-tokens", type=int, default=96, help="the length cap")
     parser.add_argument("--long-tail-stops", type=int, default=8, help="planted stop tokens (of 260)")
     return parser
-
-
-def machine_info() -> dict:
-    cpu_model = ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu_model = next((line.split(":", 1)[1].strip() for line in handle
-                              if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
 def timed(fn) -> float:
@@ -167,7 +153,7 @@ def run_long_tail(args) -> dict:
             "ratio": rate["continuous"] / rate["static"],
             "static_padded_tokens_per_s": rate["static_padded"],
             "ratio_vs_padded": rate["continuous"] / rate["static_padded"],
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
+            "load_average": load_average()}
 
 
 def run(args, command: str) -> int:
@@ -180,7 +166,7 @@ def run(args, command: str) -> int:
     import transformers
 
     report = {"command": command, "torch": torch.__version__,
-              "transformers": transformers.__version__, "machine": machine_info(),
+              "transformers": transformers.__version__, "machine": machine(),
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, 256, (args.batch_size, args.prompt_len), generator=gen)
@@ -225,7 +211,7 @@ def run(args, command: str) -> int:
                            f"{q['kl_fp8_emulated']:.2e}")
         console.print(qtable)
     report["commit"] = git_commit()
-    report["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    report["machine"] = ended(report["machine"])
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)
     return 0

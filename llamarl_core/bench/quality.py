@@ -37,7 +37,8 @@ from omegaconf import OmegaConf
 
 from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import accuracy_curve, read_jsonl, read_timeline, rl_window
-from llamarl_core.bench.sync_vs_async import machine, run_one, shared_warmstart
+from llamarl_core.bench.provenance import machine
+from llamarl_core.bench.sync_vs_async import run_one, shared_warmstart
 from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
 from llamarl_core.data.splits import eval_count
 

@@ -40,14 +40,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 
 import torch
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.pipeline import chunk_config
@@ -112,14 +110,6 @@ def by_rows(calls: list[tuple[int, float]]) -> dict:
         if ms:
             out[f"{lo}-{hi}"] = {"steps": len(ms), "median_ms": statistics.median(ms)}
     return out
-
-
-def load() -> dict:
-    try:
-        uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        uptime = None
-    return {"uptime": uptime, "load_average": os.getloadavg(), "nice": os.nice(0)}
 
 
 def run_case(preset: str, args, timer: DecodeTimer) -> dict:
@@ -249,7 +239,7 @@ def note(cases: list[dict]) -> str:
 
 
 def run(args, command: str) -> int:
-    load_at_start = load()
+    at_start = machine(threads=args.threads, nice=os.nice(0))
     torch.set_num_threads(args.threads)
     presets = [p for p in args.presets.split(",") if p]
     timer = DecodeTimer()
@@ -266,8 +256,7 @@ def run(args, command: str) -> int:
     report = {
         "command": command, "commit": git_commit(),
         "note": note(cases),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads,
-                    "load_at_start": load_at_start},
+        "machine": ended(at_start),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "headline_preset": head["preset"],
         "streaming_vs_chunked": head["streaming_vs_chunked"],
@@ -276,7 +265,6 @@ def run(args, command: str) -> int:
         "tokens_per_decode_step_ratio": head["tokens_per_decode_step_ratio"],
         "target": 1.5,
         "cases": cases,
-        "load_at_end": load(),
     }
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)

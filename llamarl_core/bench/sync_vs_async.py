@@ -24,13 +24,11 @@ had; `speedup / ideal_speedup` is the fraction of that the runtime achieved.
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict
 
-import torch
-
+from llamarl_core.bench.provenance import machine
 from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import PHASES, run_stats
 from omegaconf import OmegaConf
@@ -114,16 +112,6 @@ def compare(sync: dict, asyn: dict) -> dict:
                              "async_slowest_phase_s": slowest,
                              "async_slowest_phase": max(asyn["phase_s_per_step"],
                                                         key=asyn["phase_s_per_step"].get)}}
-
-
-def machine() -> dict:
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "processor": platform.processor(), "python": platform.python_version(),
-            "torch_version": torch.__version__, "loadavg_at_start": load}
 
 
 def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = None, steps: int = 8,
