@@ -53,6 +53,17 @@ def mode_overrides(mode: str, async_k: int, steps: int, run_dir: str,
     return [*start, f"algorithm.max_offpolicy_steps={k}", f"run.max_steps={steps}", f"run.dir={run_dir}"]
 
 
+def freeze_recipe(work_dir: str, recipe: str, overrides: list[str]) -> str:
+    """Write the resolved config once (`work_dir/recipe_frozen.yaml`) and return its path: every
+    run loads that copy, so a recipe edited while the bench runs (minutes) cannot give the modes
+    or repeats different settings."""
+    os.makedirs(work_dir, exist_ok=True)
+    frozen = os.path.join(os.path.abspath(work_dir), "recipe_frozen.yaml")
+    with open(frozen, "w") as f:
+        f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
+    return frozen
+
+
 def shared_warmstart(cfg, work_dir: str, log=print) -> dict | None:
     """The warm start every run of a bench starts RL from (None: the recipe has none)."""
     if cfg.warmstart.steps == 0:
@@ -126,12 +137,7 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     base = load_config(recipe, overrides)  # validates the recipe before anything runs
     async_k = max(1, base.algorithm.max_offpolicy_steps)
     work_dir = work_dir or default_work_dir("sync_vs_async")
-    # Every run loads one frozen copy of the resolved config, so a recipe edited while the
-    # bench runs (minutes) cannot give the modes or repeats different settings.
-    os.makedirs(work_dir, exist_ok=True)
-    frozen = os.path.join(os.path.abspath(work_dir), "recipe_frozen.yaml")
-    with open(frozen, "w") as f:
-        f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
+    frozen = freeze_recipe(work_dir, recipe, overrides)
     t0 = time.perf_counter()
     warm = shared_warmstart(base, work_dir, log)
     per_mode: dict = {m: [] for m in MODES}
