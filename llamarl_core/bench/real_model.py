@@ -25,7 +25,6 @@ from pathlib import Path
 from llamarl_core.bench.provenance import git_commit, load_average
 from llamarl_core.bench.run_stats import run_stats
 
-ROLES = ("generator", "trainer", "reward")
 WORK_DIR = False  # `llamarl bench` gives this bench no work dir (see above)
 
 
