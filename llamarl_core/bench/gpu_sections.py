@@ -15,7 +15,6 @@ import time
 import torch
 
 from llamarl_core.bench.provenance import machine
-from llamarl_core.bench.gpu_sizes import SIZES  # noqa: F401 (the sections' sizes, re-exported)
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "==": operator.eq}
 

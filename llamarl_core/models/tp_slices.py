@@ -1,6 +1,6 @@
 """Which slice of each full parameter a generator tensor-parallel rank holds. Pure arithmetic
 (no torch), so the simulator can count the bytes a weight sync moves (sim/ddma_bytes.py) with the
-same rule the transport uses (transport/tp_layout.py re-exports it).
+same rule the transport uses (transport/tp_layout.py takes the slices as tensor views).
 
 Megatron-style split of a Llama block (the layout `tensor_parallel.shard_model_` builds):
 
