@@ -52,10 +52,21 @@ def parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def alternating(names, repeats: int) -> list[tuple]:
+    """(repeat, name): every name once per repeat, in order on even repeats and reversed on odd
+    ones, so the shared machine's noise hits each alike (every engine bench runs in this order)."""
+    names = list(names)
+    return [(r, n) for r in range(repeats) for n in (names if r % 2 == 0 else names[::-1])]
+
+
+def time_alternating(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Wall seconds of each of `fns` per repeat, run in `alternating` order."""
+    times: dict = {name: [] for name in fns}
+    for _, name in alternating(fns, repeats):
+        start = time.perf_counter()
+        fns[name]()
+        times[name].append(time.perf_counter() - start)
+    return times
 
 
 def build(preset: str, tmp: str):
@@ -87,11 +98,7 @@ def run_case(model, tokenizer, hf, prompts: torch.Tensor, args) -> dict:
                                        do_sample=False)
 
     ours(), theirs()  # warm-up
-    times = {"ours": [], "hf": []}
-    for repeat in range(args.repeats):
-        order = [("ours", ours), ("hf", theirs)]
-        for name, fn in (order if repeat % 2 == 0 else order[::-1]):
-            times[name].append(timed(fn))
+    times = time_alternating({"ours": ours, "hf": theirs}, args.repeats)
     hf_tokens = result["hf"][:, prompts.shape[1]:].tolist()
     same = sum(c.token_ids == h for c, h in zip(result["ours"], hf_tokens)) / len(hf_tokens)
     new_tokens = args.batch_size * args.new_tokens
@@ -107,11 +114,8 @@ def run_quant(model, tokenizer, prompts: torch.Tensor, args) -> dict:
     int8 = GenerationEngine(model, tokenizer, max_batch_size=args.batch_size, quantization="int8")
     outs = full.generate(prompts.tolist(), params, seed=0)
     int8.generate(prompts.tolist(), params, seed=0)  # warm-up
-    times = {"none": [], "int8": []}
-    for repeat in range(args.repeats):
-        pair = [("none", full), ("int8", int8)]
-        for name, engine in (pair if repeat % 2 == 0 else pair[::-1]):
-            times[name].append(timed(lambda: engine.generate(prompts.tolist(), params, seed=0)))
+    times = time_alternating({name: (lambda e=engine: e.generate(prompts.tolist(), params, seed=0))
+                              for name, engine in (("none", full), ("int8", int8))}, args.repeats)
     seqs = torch.tensor([p + c.token_ids for p, c in zip(prompts.tolist(), outs)])
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"raw_seconds": times, "median_seconds": med,
@@ -135,14 +139,12 @@ def run_long_tail(args) -> dict:
     for engine in engines.values():
         engine.generate(prompts[:args.batch_size], params, seed=1)  # warm-up
     times, tokens, lengths = {m: [] for m in engines}, {m: [] for m in engines}, []
-    for repeat in range(args.repeats):
-        order = list(engines) if repeat % 2 == 0 else list(engines)[::-1]
-        for mode in order:
-            start = time.perf_counter()
-            out = engines[mode].generate(prompts, params, seed=repeat)
-            times[mode].append(time.perf_counter() - start)
-            tokens[mode].append(sum(len(c.token_ids) for c in out))
-            lengths += [len(c.token_ids) for c in out]
+    for repeat, mode in alternating(engines, args.repeats):
+        start = time.perf_counter()
+        out = engines[mode].generate(prompts, params, seed=repeat)
+        times[mode].append(time.perf_counter() - start)
+        tokens[mode].append(sum(len(c.token_ids) for c in out))
+        lengths += [len(c.token_ids) for c in out]
     rate = {m: statistics.median(n / t for n, t in zip(tokens[m], times[m])) for m in engines}
     mean = sum(lengths) / len(lengths)
     return {"preset": args.long_tail_preset, "prompts": len(prompts), "max_batch_size": args.batch_size,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from llamarl_core.bench.generation import time_alternating
 from llamarl_core.bench.provenance import ended, git_commit, load_average, machine
 from llamarl_core.data.arith import arith_examples
 from llamarl_core.data.templates import PromptFormat, render_prompt
@@ -85,13 +86,7 @@ def versus_hf(model, tokenizer, hf, prompts, args) -> dict:
         assert out.shape[1] == ids.shape[1] + n, out.shape
 
     ours(4), theirs(4)  # warm-up (allocations, thread pools)
-    times = {"ours": [], "hf": []}
-    for repeat in range(args.repeats):
-        order = [("ours", ours), ("hf", theirs)]
-        for name, fn in (order if repeat % 2 == 0 else order[::-1]):
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    times = time_alternating({"ours": ours, "hf": theirs}, args.repeats)
     med = {k: statistics.median(v) for k, v in times.items()}
     tokens = len(prompts) * args.new_tokens
     return {"raw_seconds": times, "median_seconds": med, "tokens_per_s": {k: tokens / v for k, v in med.items()},

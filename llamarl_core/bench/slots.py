@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from llamarl_core.bench.generation import alternating
 from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
@@ -67,10 +68,8 @@ def run(args, command: str) -> int:
     slots = [int(x) for x in args.slots.split(",")]
     cases = {s: make_case(args, s) for s in slots}
     runs: dict = {s: [] for s in slots}
-    for r in range(args.repeats):
-        order = slots if r % 2 == 0 else slots[::-1]
-        for s in order:  # every case streams the same chunks in a repeat
-            runs[s].append(run_once(*cases[s], first=1 + r * args.chunks, n=args.chunks))
+    for r, s in alternating(slots, args.repeats):  # every case streams the same chunks in a repeat
+        runs[s].append(run_once(*cases[s], first=1 + r * args.chunks, n=args.chunks))
     med = {s: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
                "chunk_s": statistics.median(x["chunk_s"] for x in rs)} for s, rs in runs.items()}
     base = slots[0]

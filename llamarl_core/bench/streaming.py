@@ -45,6 +45,7 @@ import time
 
 import torch
 
+from llamarl_core.bench.generation import alternating
 from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
@@ -147,21 +148,20 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
     chunks.generate(0, 0)  # warm-up
     runs: dict = {m: [] for m in modes}
     calls: dict = {m: [] for m in modes}
-    for repeat in range(args.repeats):
-        for mode in (list(modes) if repeat % 2 == 0 else list(modes)[::-1]):
-            tokens0, n0, p0 = chunks.tokens_generated, len(timer.calls), len(timer.prefills)
-            j0 = len(timer.joined)
-            t0, c0 = time.perf_counter(), time.process_time()
-            modes[mode]()
-            seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-            mine = timer.calls[n0:]
-            calls[mode] += mine
-            runs[mode].append({"seconds": seconds, "cpu_s": cpu_s, "tokens": chunks.tokens_generated - tokens0,
-                               "decode_steps": len(mine), "decode_s": sum(s for _, s in mine),
-                               "prefill_calls": len(timer.prefills) - p0,
-                               "prefill_s": sum(s for _, s in timer.prefills[p0:]),
-                               "prefills_joined_to_decode": len(timer.joined) - j0,
-                               "rows_per_decode_step": sum(b for b, _ in mine) / len(mine)})
+    for _, mode in alternating(modes, args.repeats):
+        tokens0, n0, p0 = chunks.tokens_generated, len(timer.calls), len(timer.prefills)
+        j0 = len(timer.joined)
+        t0, c0 = time.perf_counter(), time.process_time()
+        modes[mode]()
+        seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        mine = timer.calls[n0:]
+        calls[mode] += mine
+        runs[mode].append({"seconds": seconds, "cpu_s": cpu_s, "tokens": chunks.tokens_generated - tokens0,
+                           "decode_steps": len(mine), "decode_s": sum(s for _, s in mine),
+                           "prefill_calls": len(timer.prefills) - p0,
+                           "prefill_s": sum(s for _, s in timer.prefills[p0:]),
+                           "prefills_joined_to_decode": len(timer.joined) - j0,
+                           "rows_per_decode_step": sum(b for b, _ in mine) / len(mine)})
     done: list[int] = []  # lengths of one chunked pass, for max/mean
     orig = chunks.engine.stream
 
