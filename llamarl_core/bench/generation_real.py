@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from llamarl_core.bench.generation import time_alternating
+from llamarl_core.bench.generation import ours_vs_hf
 from llamarl_core.bench.provenance import ended, git_commit, load_average, machine
 from llamarl_core.data.arith import arith_examples
 from llamarl_core.data.templates import PromptFormat, render_prompt
@@ -86,11 +86,7 @@ def versus_hf(model, tokenizer, hf, prompts, args) -> dict:
         assert out.shape[1] == ids.shape[1] + n, out.shape
 
     ours(4), theirs(4)  # warm-up (allocations, thread pools)
-    times = time_alternating({"ours": ours, "hf": theirs}, args.repeats)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    tokens = len(prompts) * args.new_tokens
-    return {"raw_seconds": times, "median_seconds": med, "tokens_per_s": {k: tokens / v for k, v in med.items()},
-            "ratio_vs_hf": med["hf"] / med["ours"], "load_average": load_average()}
+    return {**ours_vs_hf(ours, theirs, args.repeats, len(prompts) * args.new_tokens), "load_average": load_average()}
 
 
 def prefill_once_case(model, tokenizer, args) -> dict:
