@@ -38,10 +38,10 @@ def draw_gantt(ax, spans: list[dict], t0: float, t1: float) -> None:
     ax.set_yticks(range(len(rows)), [f"{r} {k}" for r, k in rows])
 
 
-def save(plt, fig, out_png: str) -> str:
+def save(plt, fig, out_png: str, dpi: int = 110) -> str:
     """Write `fig` to `out_png` (its folder made), close it, return the path."""
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
+    fig.savefig(out_png, dpi=dpi)
     plt.close(fig)
     return out_png
 
