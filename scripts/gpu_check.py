@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args._section:
         return run_section(args._section, args.device, args._out)
     from llamarl_core.bench.gpu_sizes import SIZES
-    from llamarl_core.bench.provenance import git_commit
+    from llamarl_core.bench.provenance import git_commit, load_average
 
     t0 = time.time()
     deadline = t0 + args.deadline_s
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                      f" failed checks: {[section['thresholds'][k] for k, ok in section['checks'].items() if not ok]}"),
                   flush=True)
     result["total_seconds"] = round(time.time() - t0, 1)
-    result["loadavg_end"] = list(os.getloadavg())
+    result["loadavg_end"] = load_average()
     failed = [k for k in NAMES if result[k]["verdict"] == "fail"]
     result["verdict"] = "fail" if failed else "pass"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

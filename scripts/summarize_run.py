@@ -12,14 +12,10 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import os
-import platform
 import statistics
 from pathlib import Path
 
-import torch
-
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import git_commit, load_average, machine
 from llamarl_core.bench.run_stats import idle_breakdown, read_timeline, step_busy_shares
 
 
@@ -127,8 +123,7 @@ def summarize(run_dir: Path) -> dict:
         "pipeline_from_timelines": timeline_steps(spans) if spans is not None else None,
         "weight_adoption": weight_adoption(spans) if spans is not None else None,
         "sync_seconds_median": statistics.median(m.get("sync/seconds", 0.0) for m in lines),
-        "machine": {"cpus": __import__("os").cpu_count(), "torch": torch.__version__,
-                    "python": platform.python_version()},
+        "machine": machine(load=False),
         "config_yaml": config,
     }
 
@@ -158,7 +153,7 @@ def main() -> None:
         head["command_wall_s"] = args.command_wall_s
     if args.loadavg_at_start:
         head["loadavg_at_start"] = [float(x) for x in args.loadavg_at_start.split(",")]
-        head["loadavg_at_end"] = list(os.getloadavg())
+        head["loadavg_at_end"] = load_average()
     result = {**head, **result}
     text = json.dumps(result, indent=2)
     if args.out:

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import sys
 import time
 from pathlib import Path
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import git_commit, machine
 from llamarl_core.data import Example, load_examples
 from llamarl_core.rewards import RewardPool
 
@@ -96,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--num-workers", type=int, default=2)
     args = parser.parse_args(argv)
+    at_start = machine()
     parts = verify_gsm8k(args.data_dir) + verify_math500(args.data_dir, args.num_workers)
     if not parts:
         print(f"no data under {args.data_dir}; nothing verified", file=sys.stderr)
@@ -103,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": "python scripts/verify_rewards_real_data.py " + " ".join(argv or sys.argv[1:]),
         "commit": git_commit(),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
+        "machine": at_start,
         "parts": parts,
     }
     for part in parts:

@@ -20,7 +20,6 @@ Each rate is the best of a few timed repeats (noise on a shared machine only slo
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import time
 
@@ -28,14 +27,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from llamarl_core.transport.control import free_port
+
 MATMUL_SECONDS = 0.4  # per shape and condition
 TRAIN_SECONDS = 1.2  # per condition: a 16-row micro-batch's forward and backward takes ~0.1 s
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _decode_kernel(m: int, k: int, n: int):
@@ -158,7 +153,7 @@ def measure_cpu_constants(*, model_args, decode_rows: int, train_rows: int, trai
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="llamarl-cpu-constants-") as d:
         out = os.path.join(d, "constants.pt")
-        mp.start_processes(_worker, args=(_free_port(), shapes, seconds, model_args, int(weight_bytes), out), nprocs=2,
+        mp.start_processes(_worker, args=(free_port("127.0.0.1"), shapes, seconds, model_args, int(weight_bytes), out), nprocs=2,
                            start_method="spawn", join=True)
         r = torch.load(out, weights_only=True)  # a dict of floats it wrote itself
     return {"decode_flops_per_s": r["decode_beside_decode"], "train_flops_per_s": r["train_beside_train"],

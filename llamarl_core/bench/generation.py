@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 
 import torch
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import ended, git_commit, load_average, machine
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation.quant import next_token_kl, quantize_model
 from llamarl_core.models import ByteTokenizer, Llama, get_preset, save_pretrained
@@ -53,23 +52,30 @@ def parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def machine_info() -> dict:
-    cpu_model = ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu_model = next((line.split(":", 1)[1].strip() for line in handle
-                              if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+def alternating(names, repeats: int) -> list[tuple]:
+    """(repeat, name): every name once per repeat, in order on even repeats and reversed on odd
+    ones, so the shared machine's noise hits each alike (every engine bench runs in this order)."""
+    names = list(names)
+    return [(r, n) for r in range(repeats) for n in (names if r % 2 == 0 else names[::-1])]
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def time_alternating(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Wall seconds of each of `fns` per repeat, run in `alternating` order."""
+    times: dict = {name: [] for name in fns}
+    for _, name in alternating(fns, repeats):
+        start = time.perf_counter()
+        fns[name]()
+        times[name].append(time.perf_counter() - start)
+    return times
+
+
+def ours_vs_hf(ours, theirs, repeats: int, tokens: int) -> dict:
+    """Seconds, medians, tokens/s and the speed ratio of our engine (`ours`) against
+    `transformers.generate` (`theirs`), each making `tokens` new tokens per call."""
+    times = time_alternating({"ours": ours, "hf": theirs}, repeats)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"raw_seconds": times, "median_seconds": med, "tokens_per_s": {k: tokens / v for k, v in med.items()},
+            "ratio_vs_hf": med["hf"] / med["ours"]}
 
 
 def build(preset: str, tmp: str):
@@ -101,18 +107,10 @@ def run_case(model, tokenizer, hf, prompts: torch.Tensor, args) -> dict:
                                        do_sample=False)
 
     ours(), theirs()  # warm-up
-    times = {"ours": [], "hf": []}
-    for repeat in range(args.repeats):
-        order = [("ours", ours), ("hf", theirs)]
-        for name, fn in (order if repeat % 2 == 0 else order[::-1]):
-            times[name].append(timed(fn))
+    timing = ours_vs_hf(ours, theirs, args.repeats, args.batch_size * args.new_tokens)
     hf_tokens = result["hf"][:, prompts.shape[1]:].tolist()
     same = sum(c.token_ids == h for c, h in zip(result["ours"], hf_tokens)) / len(hf_tokens)
-    new_tokens = args.batch_size * args.new_tokens
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {"raw_seconds": times, "median_seconds": med,
-            "tokens_per_s": {k: new_tokens / v for k, v in med.items()},
-            "ratio_vs_hf": med["hf"] / med["ours"], "greedy_rows_identical": same}
+    return {**timing, "greedy_rows_identical": same}
 
 
 def run_quant(model, tokenizer, prompts: torch.Tensor, args) -> dict:
@@ -121,11 +119,8 @@ def run_quant(model, tokenizer, prompts: torch.Tensor, args) -> dict:
     int8 = GenerationEngine(model, tokenizer, max_batch_size=args.batch_size, quantization="int8")
     outs = full.generate(prompts.tolist(), params, seed=0)
     int8.generate(prompts.tolist(), params, seed=0)  # warm-up
-    times = {"none": [], "int8": []}
-    for repeat in range(args.repeats):
-        pair = [("none", full), ("int8", int8)]
-        for name, engine in (pair if repeat % 2 == 0 else pair[::-1]):
-            times[name].append(timed(lambda: engine.generate(prompts.tolist(), params, seed=0)))
+    times = time_alternating({name: (lambda e=engine: e.generate(prompts.tolist(), params, seed=0))
+                              for name, engine in (("none", full), ("int8", int8))}, args.repeats)
     seqs = torch.tensor([p + c.token_ids for p, c in zip(prompts.tolist(), outs)])
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"raw_seconds": times, "median_seconds": med,
@@ -149,14 +144,12 @@ def run_long_tail(args) -> dict:
     for engine in engines.values():
         engine.generate(prompts[:args.batch_size], params, seed=1)  # warm-up
     times, tokens, lengths = {m: [] for m in engines}, {m: [] for m in engines}, []
-    for repeat in range(args.repeats):
-        order = list(engines) if repeat % 2 == 0 else list(engines)[::-1]
-        for mode in order:
-            start = time.perf_counter()
-            out = engines[mode].generate(prompts, params, seed=repeat)
-            times[mode].append(time.perf_counter() - start)
-            tokens[mode].append(sum(len(c.token_ids) for c in out))
-            lengths += [len(c.token_ids) for c in out]
+    for repeat, mode in alternating(engines, args.repeats):
+        start = time.perf_counter()
+        out = engines[mode].generate(prompts, params, seed=repeat)
+        times[mode].append(time.perf_counter() - start)
+        tokens[mode].append(sum(len(c.token_ids) for c in out))
+        lengths += [len(c.token_ids) for c in out]
     rate = {m: statistics.median(n / t for n, t in zip(tokens[m], times[m])) for m in engines}
     mean = sum(lengths) / len(lengths)
     return {"preset": args.long_tail_preset, "prompts": len(prompts), "max_batch_size": args.batch_size,
@@ -167,7 +160,7 @@ def run_long_tail(args) -> dict:
             "ratio": rate["continuous"] / rate["static"],
             "static_padded_tokens_per_s": rate["static_padded"],
             "ratio_vs_padded": rate["continuous"] / rate["static_padded"],
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
+            "load_average": load_average()}
 
 
 def run(args, command: str) -> int:
@@ -180,7 +173,7 @@ def run(args, command: str) -> int:
     import transformers
 
     report = {"command": command, "torch": torch.__version__,
-              "transformers": transformers.__version__, "machine": machine_info(),
+              "transformers": transformers.__version__, "machine": machine(),
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, 256, (args.batch_size, args.prompt_len), generator=gen)
@@ -225,7 +218,7 @@ def run(args, command: str) -> int:
                            f"{q['kl_fp8_emulated']:.2e}")
         console.print(qtable)
     report["commit"] = git_commit()
-    report["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    report["machine"] = ended(report["machine"])
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=2)
     return 0

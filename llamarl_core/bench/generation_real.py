@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from llamarl_core.bench.generation import machine_info
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.generation import ours_vs_hf
+from llamarl_core.bench.provenance import ended, git_commit, load_average, machine
 from llamarl_core.data.arith import arith_examples
 from llamarl_core.data.templates import PromptFormat, render_prompt
 from llamarl_core.generation import GenerationEngine, SamplingParams, cpu_gemm
@@ -86,17 +86,7 @@ def versus_hf(model, tokenizer, hf, prompts, args) -> dict:
         assert out.shape[1] == ids.shape[1] + n, out.shape
 
     ours(4), theirs(4)  # warm-up (allocations, thread pools)
-    times = {"ours": [], "hf": []}
-    for repeat in range(args.repeats):
-        order = [("ours", ours), ("hf", theirs)]
-        for name, fn in (order if repeat % 2 == 0 else order[::-1]):
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    tokens = len(prompts) * args.new_tokens
-    return {"raw_seconds": times, "median_seconds": med, "tokens_per_s": {k: tokens / v for k, v in med.items()},
-            "ratio_vs_hf": med["hf"] / med["ours"], "load_average": os.getloadavg()}
+    return {**ours_vs_hf(ours, theirs, args.repeats, len(prompts) * args.new_tokens), "load_average": load_average()}
 
 
 def prefill_once_case(model, tokenizer, args) -> dict:
@@ -131,14 +121,14 @@ def prefill_once_case(model, tokenizer, args) -> dict:
             "meets_target_in_seconds": seconds_drop >= (g - 1) / g,
             "share_drop_bound_at_exact_1_over_g": 1 - (prefill + decode) / (prefill + g * decode),
             "generation_speedup": out["every_copy"]["total_s"] / out["prefill_once"]["total_s"],
-            "load_average": os.getloadavg()}
+            "load_average": load_average()}
 
 
 def run(args, command: str) -> int:
     import transformers
 
     report = {"command": command, "commit": git_commit(), "torch": torch.__version__,
-              "transformers": transformers.__version__, "machine": machine_info(),
+              "transformers": transformers.__version__, "machine": machine(),
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cases": []}
     model, tokenizer = load_pretrained(args.checkpoint, dtype=torch.float32)
     model = model.eval().requires_grad_(False)
@@ -166,6 +156,6 @@ def run(args, command: str) -> int:
           f"generation {po['generation_speedup']:.2f}x faster", flush=True)
     report["cpu_gemm_choices"] = {" x ".join(map(str, k[:3])) + f" bias={k[3]} threads={k[4]}": v
                                   for k, v in sorted(cpu_gemm.choices().items())}  # rows bucket x in x out
-    report["machine"]["load_average_at_end"] = os.getloadavg()
+    report["machine"] = ended(report["machine"])
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     return 0

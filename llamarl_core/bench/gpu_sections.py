@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 import operator
-import os
-import platform
 import tempfile
 import time
 
 import torch
 
-from llamarl_core.bench.gpu_sizes import SIZES  # noqa: F401 (the sections' sizes, re-exported)
+from llamarl_core.bench.provenance import machine
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "==": operator.eq}
 
@@ -64,8 +62,7 @@ def hf_copy(model, tokenizer, device: str, dtype: torch.dtype):
 
 # ---- sections -----------------------------------------------------------------------------
 def env(device: str, size: dict) -> dict:
-    out = {"torch": torch.__version__, "python": platform.python_version(),
-           "cuda_available": torch.cuda.is_available(), "loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count()}
+    out = {**machine(), "cuda_available": torch.cuda.is_available()}
     try:  # the version without the seconds an import takes
         from importlib.metadata import PackageNotFoundError, version
         out["transformers"] = version("transformers")

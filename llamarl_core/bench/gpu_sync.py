@@ -16,7 +16,6 @@ import datetime
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,16 +25,11 @@ from pathlib import Path
 import torch
 
 from llamarl_core.bench.gpu_sections import judge
+from llamarl_core.transport.control import free_port
 
 # gbps / copy_gbps each transport must reach (a floor: far below it, something serialises)
 MIN_OVER_COPY = {"cuda_ipc": 0.2, "nccl": 0.1, "shm": 0.2, "gloo": 0.03}  # CPU: measured 0.69, 0.15 (16 MiB)
 TENSOR_MB = 64  # tensors of up to 64 MiB, like a model's layers
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _copy_gbps(tensors: list[torch.Tensor], device: str, repeats: int) -> float:
@@ -118,7 +112,7 @@ def worker(device, transports, port, size_mb, repeats, rank, out) -> None:
 
 def _pair(device: str, transports: list[str], size: dict, timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        port, outs = _free_port(), [os.path.join(tmp, f"r{r}.json") for r in (0, 1)]
+        port, outs = free_port("127.0.0.1"), [os.path.join(tmp, f"r{r}.json") for r in (0, 1)]
         cmd = [sys.executable, "-m", "llamarl_core.bench.gpu_sync", device, ",".join(transports), str(port),
                str(size["sync_mb"]), str(size["sync_repeats"])]
         procs = [subprocess.Popen(cmd + [str(r), outs[r]]) for r in (0, 1)]

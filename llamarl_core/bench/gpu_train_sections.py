@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from llamarl_core.bench.gpu_sections import SIZES, judge, model_for
+from llamarl_core.bench.gpu_sections import judge, model_for
+from llamarl_core.bench.gpu_sizes import SIZES
 
 GIB = 2**30
 

@@ -28,7 +28,7 @@ import time
 
 import psutil
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import ended, git_commit, machine
 
 FAST = ["warmstart.steps=0", "run.max_steps=4", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
         "data.num_eval_examples=8", "data.num_train_examples=64", "generation.max_new_tokens=8",
@@ -102,7 +102,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
 
 
 def run(args, command: str) -> int:
-    load_at_start = list(os.getloadavg())
+    at_start = machine()
     runs = {False: [], True: []}
     for _ in range(args.runs):
         for zygote in (False, True):
@@ -112,8 +112,7 @@ def run(args, command: str) -> int:
     print(f"exec'd agents: {before['cpu_s_total_mean']} CPU-s, {before['wall_s_mean']} s wall; "
           f"zygote: {after['cpu_s_total_mean']} CPU-s, {after['wall_s_mean']} s wall")
     result = {"command": command, "commit": git_commit(),
-              "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
-                          "loadavg_at_end": list(os.getloadavg())},
+              "machine": ended(at_start),
               "before": {"launcher": "agents and workers exec'd (LLAMARL_ZYGOTE=0)", **before},
               "after": {"launcher": "agents forked from the zygote, workers from each agent's "
                                     "thread-free copy (runtime/worker_fork.py)", **after}}

@@ -38,6 +38,14 @@ def draw_gantt(ax, spans: list[dict], t0: float, t1: float) -> None:
     ax.set_yticks(range(len(rows)), [f"{r} {k}" for r, k in rows])
 
 
+def save(plt, fig, out_png: str, dpi: int = 110) -> str:
+    """Write `fig` to `out_png` (its folder made), close it, return the path."""
+    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
+    fig.savefig(out_png, dpi=dpi)
+    plt.close(fig)
+    return out_png
+
+
 def gantt_legend(fig, plt) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     fig.legend(handles, list(COLORS), loc="lower center", ncol=len(COLORS), frameon=False)
@@ -61,10 +69,7 @@ def plot_timeline(run_dirs: dict, out_png: str, window_s: float | None = None) -
     axes[-1, 0].set_xlabel("seconds since RL start")
     gantt_legend(fig, plt)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
+    return save(plt, fig, out_png)
 
 
 def plot_accuracy(result: dict, out_png: str) -> str:
@@ -86,10 +91,7 @@ def plot_accuracy(result: dict, out_png: str) -> str:
                  f"{result['repeats']} repeats")
     ax.legend()
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
+    return save(plt, fig, out_png)
 
 
 def plot_paths(out_json: str) -> tuple[str, str]:

@@ -33,12 +33,11 @@ import statistics
 import time
 from collections import Counter
 
-from omegaconf import OmegaConf
-
 from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import accuracy_curve, read_jsonl, read_timeline, rl_window
-from llamarl_core.bench.sync_vs_async import machine, run_one, shared_warmstart
-from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
+from llamarl_core.bench.provenance import machine
+from llamarl_core.bench.sync_vs_async import freeze_recipe, run_one, shared_warmstart
+from llamarl_core.config.load import DEFAULT_RECIPE, load_config
 from llamarl_core.data.splits import eval_count
 
 # name, k, correction (contract values) ; correction -> algorithm.name
@@ -119,10 +118,7 @@ def run_quality(recipe: str | None = None, overrides: list[str] | None = None, s
     recipe, overrides = recipe or DEFAULT_RECIPE, [*BENCH_OVERRIDES, *(overrides or [])]
     base = load_config(recipe, overrides)  # validates before anything runs
     work_dir = os.path.abspath(work_dir or default_work_dir("quality"))
-    os.makedirs(work_dir, exist_ok=True)
-    frozen = os.path.join(work_dir, "recipe_frozen.yaml")
-    with open(frozen, "w") as f:
-        f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
+    frozen = freeze_recipe(work_dir, recipe, overrides)
     t0 = time.perf_counter()
     warm = shared_warmstart(base, work_dir, log)
     if warm is None:

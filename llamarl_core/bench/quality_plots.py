@@ -9,16 +9,10 @@ from __future__ import annotations
 import os
 import statistics
 
-from llamarl_core.bench.plots import _pyplot
+from llamarl_core.bench.plots import _pyplot, save
 
 COLORS = {"sync_k0": "black", "async_k1_aipo": "tab:blue", "async_k4_aipo": "tab:green",
           "async_k4_none": "tab:red", "async_k4_ppo_clip": "tab:orange", "streaming": "tab:purple"}
-
-
-def _save(fig, out_png: str) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    return out_png
 
 
 def plot_curves(result: dict, out_png: str) -> str:
@@ -42,9 +36,7 @@ def plot_curves(result: dict, out_png: str) -> str:
     fig.suptitle(f"{result['recipe']}: {len(result['configs'][0]['seeds'])} seeds per configuration, "
                  f"one shared warm start ({result['warmstart_accuracy']:.3f}); mean line, seeds faint")
     fig.tight_layout()
-    out = _save(fig, out_png)
-    plt.close(fig)
-    return out
+    return save(plt, fig, out_png)
 
 
 def plot_staleness(result: dict, out_png: str) -> str:
@@ -62,9 +54,7 @@ def plot_staleness(result: dict, out_png: str) -> str:
         ax.set_xlabel("staleness (versions)")
     axes[0].set_ylabel("RL steps (all seeds)")
     fig.tight_layout()
-    out = _save(fig, out_png)
-    plt.close(fig)
-    return out
+    return save(plt, fig, out_png)
 
 
 def quality_plot_paths(out_json: str) -> tuple[str, str]:

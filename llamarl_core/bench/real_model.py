@@ -22,10 +22,9 @@ import statistics
 import time
 from pathlib import Path
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import git_commit, load_average
 from llamarl_core.bench.run_stats import run_stats
 
-ROLES = ("generator", "trainer", "reward")
 WORK_DIR = False  # `llamarl bench` gives this bench no work dir (see above)
 
 
@@ -111,7 +110,7 @@ def summarize(run_dir: Path, command: str, note: str) -> dict:
         "peak_rss_gib": json.loads(rss_file.read_text())["peak_rss_gib"] if rss_file.is_file() else None,
         "staleness_max": max(m["trainer/staleness_max"] for m in metrics),
         "dropped_chunks": summary.get("dropped_chunks"),
-        "load_average_at_summary": os.getloadavg(),
+        "load_average_at_summary": load_average(),
         "config_yaml": (run_dir / "config.yaml").read_text(),
     }
 

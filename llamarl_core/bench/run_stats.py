@@ -23,7 +23,6 @@ from collections import defaultdict
 from llamarl_core.transport.idle import IDLE_STATES, both_idle_frac, both_idle_s, busy_intervals, union
 from llamarl_core.transport.timeline_read import read_spans
 
-BUSY_STATES = ("generate", "score", "train", "sync", "eval", "checkpoint", "warmstart", "log")
 PHASES = ("generate", "score", "train")
 NOT_A_STEP = ("eval", "checkpoint")
 

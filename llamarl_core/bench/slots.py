@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 
 import torch
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.generation import alternating
+from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.pipeline import chunk_config
@@ -63,15 +63,13 @@ def run_once(stream: ChunkStream, chunks: ChunkGenerator, first: int, n: int) ->
 
 
 def run(args, command: str) -> int:
-    load_at_start = os.getloadavg()
+    at_start = machine(threads=1)
     torch.set_num_threads(1)
     slots = [int(x) for x in args.slots.split(",")]
     cases = {s: make_case(args, s) for s in slots}
     runs: dict = {s: [] for s in slots}
-    for r in range(args.repeats):
-        order = slots if r % 2 == 0 else slots[::-1]
-        for s in order:  # every case streams the same chunks in a repeat
-            runs[s].append(run_once(*cases[s], first=1 + r * args.chunks, n=args.chunks))
+    for r, s in alternating(slots, args.repeats):  # every case streams the same chunks in a repeat
+        runs[s].append(run_once(*cases[s], first=1 + r * args.chunks, n=args.chunks))
     med = {s: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
                "chunk_s": statistics.median(x["chunk_s"] for x in rs)} for s, rs in runs.items()}
     base = slots[0]
@@ -85,8 +83,7 @@ def run(args, command: str) -> int:
               "tokens_per_s_vs_baseline_per_repeat": {
                   str(s): [x["tokens_per_s"] / b["tokens_per_s"] for x, b in zip(runs[s], runs[base])] for s in slots},
               "baseline_slots": base,
-              "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-                          "loadavg_at_start": load_at_start}}
+              "machine": ended(at_start)}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

@@ -40,14 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 
 import torch
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.generation import alternating
+from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.pipeline import chunk_config
@@ -114,14 +113,6 @@ def by_rows(calls: list[tuple[int, float]]) -> dict:
     return out
 
 
-def load() -> dict:
-    try:
-        uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        uptime = None
-    return {"uptime": uptime, "load_average": os.getloadavg(), "nice": os.nice(0)}
-
-
 def run_case(preset: str, args, timer: DecodeTimer) -> dict:
     torch.manual_seed(0)
     model, tok = Llama(get_preset(preset)).eval().requires_grad_(False), ByteTokenizer()
@@ -157,21 +148,20 @@ def run_case(preset: str, args, timer: DecodeTimer) -> dict:
     chunks.generate(0, 0)  # warm-up
     runs: dict = {m: [] for m in modes}
     calls: dict = {m: [] for m in modes}
-    for repeat in range(args.repeats):
-        for mode in (list(modes) if repeat % 2 == 0 else list(modes)[::-1]):
-            tokens0, n0, p0 = chunks.tokens_generated, len(timer.calls), len(timer.prefills)
-            j0 = len(timer.joined)
-            t0, c0 = time.perf_counter(), time.process_time()
-            modes[mode]()
-            seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-            mine = timer.calls[n0:]
-            calls[mode] += mine
-            runs[mode].append({"seconds": seconds, "cpu_s": cpu_s, "tokens": chunks.tokens_generated - tokens0,
-                               "decode_steps": len(mine), "decode_s": sum(s for _, s in mine),
-                               "prefill_calls": len(timer.prefills) - p0,
-                               "prefill_s": sum(s for _, s in timer.prefills[p0:]),
-                               "prefills_joined_to_decode": len(timer.joined) - j0,
-                               "rows_per_decode_step": sum(b for b, _ in mine) / len(mine)})
+    for _, mode in alternating(modes, args.repeats):
+        tokens0, n0, p0 = chunks.tokens_generated, len(timer.calls), len(timer.prefills)
+        j0 = len(timer.joined)
+        t0, c0 = time.perf_counter(), time.process_time()
+        modes[mode]()
+        seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        mine = timer.calls[n0:]
+        calls[mode] += mine
+        runs[mode].append({"seconds": seconds, "cpu_s": cpu_s, "tokens": chunks.tokens_generated - tokens0,
+                           "decode_steps": len(mine), "decode_s": sum(s for _, s in mine),
+                           "prefill_calls": len(timer.prefills) - p0,
+                           "prefill_s": sum(s for _, s in timer.prefills[p0:]),
+                           "prefills_joined_to_decode": len(timer.joined) - j0,
+                           "rows_per_decode_step": sum(b for b, _ in mine) / len(mine)})
     done: list[int] = []  # lengths of one chunked pass, for max/mean
     orig = chunks.engine.stream
 
@@ -249,7 +239,7 @@ def note(cases: list[dict]) -> str:
 
 
 def run(args, command: str) -> int:
-    load_at_start = load()
+    at_start = machine(threads=args.threads, nice=os.nice(0))
     torch.set_num_threads(args.threads)
     presets = [p for p in args.presets.split(",") if p]
     timer = DecodeTimer()
@@ -266,8 +256,7 @@ def run(args, command: str) -> int:
     report = {
         "command": command, "commit": git_commit(),
         "note": note(cases),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads,
-                    "load_at_start": load_at_start},
+        "machine": ended(at_start),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "headline_preset": head["preset"],
         "streaming_vs_chunked": head["streaming_vs_chunked"],
@@ -276,7 +265,6 @@ def run(args, command: str) -> int:
         "tokens_per_decode_step_ratio": head["tokens_per_decode_step_ratio"],
         "target": 1.5,
         "cases": cases,
-        "load_at_end": load(),
     }
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)

@@ -24,13 +24,11 @@ had; `speedup / ideal_speedup` is the fraction of that the runtime achieved.
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict
 
-import torch
-
+from llamarl_core.bench.provenance import machine
 from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import PHASES, run_stats
 from omegaconf import OmegaConf
@@ -55,6 +53,17 @@ def mode_overrides(mode: str, async_k: int, steps: int, run_dir: str,
     return [*start, f"algorithm.max_offpolicy_steps={k}", f"run.max_steps={steps}", f"run.dir={run_dir}"]
 
 
+def freeze_recipe(work_dir: str, recipe: str, overrides: list[str]) -> str:
+    """Write the resolved config once (`work_dir/recipe_frozen.yaml`) and return its path: every
+    run loads that copy, so a recipe edited while the bench runs (minutes) cannot give the modes
+    or repeats different settings."""
+    os.makedirs(work_dir, exist_ok=True)
+    frozen = os.path.join(os.path.abspath(work_dir), "recipe_frozen.yaml")
+    with open(frozen, "w") as f:
+        f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
+    return frozen
+
+
 def shared_warmstart(cfg, work_dir: str, log=print) -> dict | None:
     """The warm start every run of a bench starts RL from (None: the recipe has none)."""
     if cfg.warmstart.steps == 0:
@@ -75,11 +84,6 @@ def run_one(recipe: str, overrides: list[str], log=print) -> str:
                              f"{result.log_tail or ''}\nlogs: {os.path.join(run_dir, 'logs')}")
     log(f"  {plan.mode} run done in {time.perf_counter() - t0:.1f} s: {run_dir}")
     return run_dir
-
-
-def _spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
 
 
 def aggregate_mode(runs: list[dict]) -> dict:
@@ -121,16 +125,6 @@ def compare(sync: dict, asyn: dict) -> dict:
                                                         key=asyn["phase_s_per_step"].get)}}
 
 
-def machine() -> dict:
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "processor": platform.processor(), "python": platform.python_version(),
-            "torch_version": torch.__version__, "loadavg_at_start": load}
-
-
 def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = None, steps: int = 8,
                       repeats: int = 2, target_accuracy: float = 0.5, work_dir: str | None = None,
                       log=print, command: str | None = None, between_runs=None) -> dict:
@@ -143,12 +137,7 @@ def run_sync_vs_async(recipe: str | None = None, overrides: list[str] | None = N
     base = load_config(recipe, overrides)  # validates the recipe before anything runs
     async_k = max(1, base.algorithm.max_offpolicy_steps)
     work_dir = work_dir or default_work_dir("sync_vs_async")
-    # Every run loads one frozen copy of the resolved config, so a recipe edited while the
-    # bench runs (minutes) cannot give the modes or repeats different settings.
-    os.makedirs(work_dir, exist_ok=True)
-    frozen = os.path.join(os.path.abspath(work_dir), "recipe_frozen.yaml")
-    with open(frozen, "w") as f:
-        f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
+    frozen = freeze_recipe(work_dir, recipe, overrides)
     t0 = time.perf_counter()
     warm = shared_warmstart(base, work_dir, log)
     per_mode: dict = {m: [] for m in MODES}

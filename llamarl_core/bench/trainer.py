@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -32,7 +31,7 @@ import time
 import torch
 
 from llamarl_core.algorithms import compute_advantages
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
@@ -75,6 +74,7 @@ def positions(learner: Learner, batch) -> int:
 
 def run(args, command: str) -> int:
     torch.set_num_threads(1)
+    at_start = machine(threads=1)
     base = load_config(args.recipe, args.overrides)
     checkpoint = args.checkpoint
     if checkpoint is None:
@@ -121,8 +121,7 @@ def run(args, command: str) -> int:
               "zero_advantage_rows_frac": float((compute_advantages(
                   batch.rewards, cfg.algorithm.group_size, cfg.algorithm.advantage) == 0).float().mean()),
               "default_variant": f"sorted_skip_micro{default_micro}", "variants": rows,
-              "machine": {"cpu_count": os.cpu_count(), "torch": torch.__version__, "threads": 1,
-                          "python": platform.python_version(), "loadavg": os.getloadavg()}}
+              "machine": ended(at_start)}
     print(f"{'variant':<25}{'step_s':>9}{'tokens/s':>10}{'positions':>11}{'vs padded':>11}")
     for name, r in rows.items():
         print(f"{name:<25}{r['step_s']:>9.3f}{r['tokens_per_s']:>10.0f}{r['positions']:>11}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from llamarl_core.bench.provenance import git_commit
+from llamarl_core.bench.provenance import git_commit, load_average, machine
 from llamarl_core.config.schema import ControllerConfig
 
 BYTES_PER_MIB = 1 << 20
@@ -157,13 +156,6 @@ def _worker(rank: int, port: int, sizes_mb, repeats: int, bucket_mb: float, out_
         dist.destroy_process_group()
 
 
-def _machine() -> dict:
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
-            "python": platform.python_version(), "memory_gib": round(mem_gib, 1),
-            "torch_version": torch.__version__, "device": "cpu", "threads_per_process": 1}
-
-
 def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=None,
                           bucket_mb: float = BUCKET_MB, command: str | None = None) -> dict:
     """Measure memcpy / broadcast / DDMA collective / DDMA shm GB/s for each size; write JSON to
@@ -186,7 +178,7 @@ def run_weight_sync_bench(sizes_mb=(10, 64, 256, 1024), repeats: int = 5, out=No
         "config": {"sizes_mb": list(sizes_mb), "repeats": repeats, "bucket_mb": bucket_mb,
                    "tensor_mb": TENSOR_MIB, "dtype": "float32", "wire_dtype": "float32",
                    "sync": "ddma 1:1"},
-        "machine": _machine(),
+        "machine": machine(device="cpu", threads_per_process=1),
         "wall_seconds": time.perf_counter() - t0,
         "sizes": rows,
     }
@@ -254,7 +246,7 @@ def run(args, command: str) -> int:
     print_layouts(cases)
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.exists() else {}
-    result.update(layouts=cases, layouts_loadavg=list(os.getloadavg()), layouts_command=command,
+    result.update(layouts=cases, layouts_loadavg=load_average(), layouts_command=command,
                   layouts_commit=git_commit())
     out.write_text(json.dumps(result, indent=1) + "\n")
     return 0

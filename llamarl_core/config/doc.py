@@ -197,10 +197,5 @@ def render(root, sources=SOURCES) -> str:
     return "\n".join(out) + "\n"
 
 
-def key_docs(root) -> dict[str, KeyDoc]:
-    """{dotted key: its KeyDoc} for every leaf key under `root`, by the page's own walk."""
-    return {k.key: k for s in sections(root) for k in s.keys}
-
-
 def page_path(repo_root: Path) -> Path:
     return repo_root / "docs" / "CONFIG.md"

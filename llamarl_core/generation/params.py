@@ -33,11 +33,6 @@ class SamplingParams:
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
 
-    @property
-    def logprob_temperature(self) -> float:
-        """Temperature the reported log-probs use: the sampling one, or 1 for greedy."""
-        return self.temperature if self.temperature > 0 else 1.0
-
 
 def stop_ids(tokenizer, params: SamplingParams | None = None) -> tuple[int, ...]:
     """The one stop-id rule (sorted): the tokenizer's stop ids (`eos_ids`: its EOS plus

@@ -1,6 +1,6 @@
 """Which slice of each full parameter a generator tensor-parallel rank holds. Pure arithmetic
 (no torch), so the simulator can count the bytes a weight sync moves (sim/ddma_bytes.py) with the
-same rule the transport uses (transport/tp_layout.py re-exports it).
+same rule the transport uses (transport/tp_layout.py takes the slices as tensor views).
 
 Megatron-style split of a Llama block (the layout `tensor_parallel.shard_model_` builds):
 
@@ -15,7 +15,7 @@ are split by whole KV heads when tp divides n_kv_heads; when tp is a multiple of
 (e.g. 8 KV heads at tp=16) each KV head is replicated on the tp/KV ranks whose query heads
 use it, so rank r holds KV head r // (tp / KV). wo's columns follow wq's rows.
 
-The contract `tp_slices(...) -> {name: TPSlice(dim, start, stop)}` covers every parameter
+The contract `tp_slice(name, ...) -> TPSlice(dim, start, stop)` covers every parameter
 (replicated ones as the full dim-0 range), so the weight sync (which bytes rank r needs,
 `transport/ddma_plan.build_plan`), the generator's own sharding (`tensor_parallel`) and the
 checksums (the sha256 of the slice a rank holds) use one definition: there is no other.
@@ -62,12 +62,6 @@ def check_tp(args: ModelArgs, tp_size: int, key: str = "tp") -> None:
         raise ValueError(f"{key}={tp_size} does not divide the model's ffn_dim={args.ffn_dim}")
 
 
-def local_heads(args: ModelArgs, tp_size: int) -> tuple[int, int]:
-    """(query heads, KV heads) one TP rank holds."""
-    check_tp(args, tp_size)
-    return args.n_heads // tp_size, max(1, args.n_kv_heads // tp_size)
-
-
 def _kind(name: str) -> str:
     module = name.rsplit(".", 1)[0]  # "layers.3.attention.wq"
     if not module.startswith("layers."):
@@ -96,12 +90,6 @@ def tp_slice(name: str, shape: tuple[int, ...], args: ModelArgs, tp_rank: int, t
         raise ValueError(f"generator tp={tp_size} does not divide dim {dim} of '{name}' {tuple(shape)}")
     size = shape[dim] // tp_size
     return TPSlice(dim, tp_rank * size, (tp_rank + 1) * size)
-
-
-def tp_slices(named_shapes: dict[str, tuple[int, ...]], args: ModelArgs, tp_rank: int,
-              tp_size: int) -> dict[str, TPSlice]:
-    """{name: TPSlice} for every parameter of the full model (names as in `named_parameters`)."""
-    return {n: tp_slice(n, tuple(s), args, tp_rank, tp_size) for n, s in named_shapes.items()}
 
 
 def fsdp_rows(dim0: int, world: int, rank: int) -> tuple[int, int]:

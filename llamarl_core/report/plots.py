@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import os
 
-from llamarl_core.bench.plots import _pyplot, draw_gantt, gantt_legend
+from llamarl_core.bench.plots import _pyplot, draw_gantt, gantt_legend, save
 from llamarl_core.bench.run_stats import step_spans
 from llamarl_core.report.run_data import RunData
 
 
 def _save(fig, plt, path: str, rect=(0, 0, 1, 1)) -> str:
     fig.tight_layout(rect=rect)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(plt, fig, path, dpi=100)
 
 
 def plot_accuracy_reward(runs: list[RunData], path: str) -> str:

@@ -139,6 +139,21 @@ def test_every_benchmark_json_records_its_command_and_commit():
     assert missing == [], "add 'command' and 'commit' (see llamarl_core/bench/provenance.py)"
 
 
+def test_the_one_machine_record_fills_the_tables_load_column(monkeypatch):
+    import os
+
+    from llamarl_core.bench import provenance
+
+    loads = iter([(1.4, 1.0, 0.5), (3.5, 2.0, 1.0)])
+    monkeypatch.setattr(os, "getloadavg", lambda: next(loads))
+    doc = {"machine": provenance.ended(provenance.machine(threads=2))}
+    assert doc["machine"]["loadavg_at_start"] == [1.4, 1.0, 0.5]
+    assert doc["machine"]["loadavg_at_end"] == [3.5, 2.0, 1.0]
+    assert doc["machine"]["threads"] == 2 and doc["machine"]["cpu_count"] == os.cpu_count()
+    assert rt.machine_load(doc, ()) == "1.4"   # the start's 1-minute load, as every bench records it
+    assert "loadavg_at_start" not in provenance.machine(load=False)
+
+
 def test_the_known_gaps_quote_the_tables_numbers():
     block = (ROOT / "docs" / "RESULTS.md").read_text().split(rt.BEGIN, 1)[1].split(rt.END, 1)[0]
     gaps = (ROOT / "docs" / "KNOWN_GAPS.md").read_text()

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from llamarl_core.models import Llama, ModelArgs
-from llamarl_core.models.tp_slices import TPSlice, local_heads, tp_slice, tp_slices
+from llamarl_core.models.tp_slices import TPSlice, tp_slice
 from llamarl_core.transport.tp_layout import shard_state
 
 # dim 8 = 4 heads x head_dim 2; 2 KV heads (2 query heads each); ffn 12; vocab 10.
@@ -11,8 +11,12 @@ ARGS = ModelArgs(vocab_size=10, dim=8, n_layers=1, n_heads=4, n_kv_heads=2, ffn_
 SHAPES = {n: tuple(p.shape) for n, p in Llama(ARGS).named_parameters()}
 
 
+def tp_slices(tp_rank: int, tp_size: int) -> dict:
+    return {n: tp_slice(n, s, ARGS, tp_rank, tp_size) for n, s in SHAPES.items()}
+
+
 def test_tp2_splits_heads_and_mlp_columns_and_replicates_the_rest():
-    s = tp_slices(SHAPES, ARGS, tp_rank=1, tp_size=2)
+    s = tp_slices(tp_rank=1, tp_size=2)
     assert s["layers.0.attention.wq.weight"] == TPSlice(0, 4, 8)      # query heads 2, 3
     assert s["layers.0.attention.wk.weight"] == TPSlice(0, 2, 4)      # KV head 1
     assert s["layers.0.attention.wv.weight"] == TPSlice(0, 2, 4)
@@ -33,8 +37,6 @@ def test_tp_beyond_kv_heads_replicates_each_kv_head_on_the_ranks_whose_queries_u
     assert wk == [TPSlice(0, 0, 2), TPSlice(0, 0, 2), TPSlice(0, 2, 4), TPSlice(0, 2, 4)]
     wq = [tp_slice("layers.0.attention.wq.weight", (8, 8), ARGS, r, 4) for r in range(4)]
     assert wq == [TPSlice(0, 2 * r, 2 * r + 2) for r in range(4)]
-    assert local_heads(ARGS, 4) == (1, 1)
-    assert local_heads(ARGS, 2) == (2, 1)
 
 
 def test_sharded_slices_of_every_rank_reassemble_the_full_tensor():
@@ -50,6 +52,6 @@ def test_sharded_slices_of_every_rank_reassemble_the_full_tensor():
 
 def test_sizes_that_do_not_divide_are_refused_naming_the_numbers():
     with pytest.raises(ValueError, match="tp=3 does not divide the model's 4 attention heads"):
-        tp_slices(SHAPES, ARGS, 0, 3)
+        tp_slices(0, 3)
     with pytest.raises(ValueError, match=r"tp_rank=2 is not in \[0, 2\)"):
         tp_slice("layers.0.attention.wq.weight", (8, 8), ARGS, 2, 2)
