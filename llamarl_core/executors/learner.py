@@ -18,12 +18,12 @@ from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_me
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
 from llamarl_core.algorithms.lr_schedule import lr_at, warmstart_lr_at
 from llamarl_core.algorithms.metrics import as_float
+from llamarl_core.algorithms.nonfinite import NonFiniteGuard
+from llamarl_core.algorithms.optimizer import policy_optimizer
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings, WarmStartConfig
-from llamarl_core.executors.nonfinite import NonFiniteGuard
-from llamarl_core.executors.optimizer import policy_optimizer
-from llamarl_core.wire.rollout import Rollout
 from llamarl_core.generation.sampling import chunked_policy_logprobs, sampling_logprobs
+from llamarl_core.wire.rollout import Rollout
 
 MAX_METRICS = ("is_ratio_max", "staleness_max")
 SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
@@ -39,7 +39,7 @@ class LearnerConfig:
     max_steps: int                # run.max_steps: the length of the LR schedule
     stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, train_step.py)
     max_nonfinite_steps: int = TrainerSettings.max_nonfinite_steps  # skipped steps in a row before the run stops
-    adam_betas: Optional[tuple] = None  # trainer.adam_betas (None: executors/optimizer.py's default)
+    adam_betas: Optional[tuple] = None  # trainer.adam_betas (None: algorithms/optimizer.py's default)
     adam_eps: float = TrainerSettings.adam_eps  # trainer.adam_eps
 
 
@@ -89,7 +89,7 @@ class Learner:
         # skips its forward and backward. Data-parallel ranks run the same number of
         # micro-batches (each is a collective), so they keep every row.
         self.skip_zero_advantage = not data_parallel and a.kl_coef == 0 and a.entropy_coef == 0
-        # A non-finite update is skipped (executors/nonfinite.py). Data-parallel ranks decide on
+        # A non-finite update is skipped (algorithms/nonfinite.py). Data-parallel ranks decide on
         # the grad norm alone, which the all-reduce made the same on every rank: a rank's own loss
         # could differ, and ranks that disagree on stepping would hold different weights.
         self.data_parallel = data_parallel

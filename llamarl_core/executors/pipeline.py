@@ -80,9 +80,9 @@ import time
 
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.streaming import stream_groups_active
+from llamarl_core.eval.heldout import HeldoutConfig
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.heldout import HeldoutConfig
 from llamarl_core.executors.learner import LearnerConfig
 from llamarl_core.executors.setup import build_model, encode_prompts, load_split
 from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
@@ -162,7 +162,7 @@ def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
 
 
 def _betas(betas) -> tuple | None:
-    """trainer.adam_betas as a tuple (None: the stage's default, executors/optimizer.py)."""
+    """trainer.adam_betas as a tuple (None: the stage's default, algorithms/optimizer.py)."""
     return None if betas is None else tuple(float(b) for b in betas)
 
 

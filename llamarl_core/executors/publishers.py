@@ -14,11 +14,11 @@ the controller's verdict (`on_broken`) and does the same.
 from __future__ import annotations
 
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.executors.weights import WeightSyncConfig, generator_epoch, make_sender
-from llamarl_core.transport.membership import MembershipChanged
-from llamarl_core.transport import checksums
+from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.transport import checksums
+from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 

@@ -25,8 +25,8 @@ from llamarl_core.config.schema import DataConfig, ModelConfig, RewardResources,
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
-from llamarl_core.executors.learning_signal import last_line
 from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
+from llamarl_core.observe.learning_signal import last_line
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
@@ -126,7 +126,7 @@ class RewardExecutor:
             return
         ctx.control.set_stats("reward", ctx.local_rank, {
             "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals(),
-            "first_error": last_line(self.pool.first_error)})  # for the trainer's words (learning_signal.py)
+            "first_error": last_line(self.pool.first_error)})  # for the trainer's words (observe/learning_signal.py)
 
     def _slices(self, replica: int) -> list[tuple[int, int, int]]:
         """(trainer rank, first row, end row) of each trainer rank's slice of `replica`'s chunks."""

@@ -22,31 +22,32 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from llamarl_core.executors import checkpoints, rejoin
+from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
                                         RunConfig, TrainerResources, WarmStartConfig)
+from llamarl_core.eval.heldout import HeldoutConfig, heldout_eval, write_samples
+from llamarl_core.eval.sharded_eval import LockstepGreedy
+from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.end_reason import EndReason, reached_max_steps, reached_max_time
 from llamarl_core.executors.feeds import merge_positions
-from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
-from llamarl_core.executors.learning_signal import RewardsAllErrored
-from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
-from llamarl_core.executors.progress import StoreProgress, publish_accuracy
+from llamarl_core.executors.resample import DynamicSampling
 from llamarl_core.executors.rl_step import rl_step
-from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
+from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
 from llamarl_core.executors.warmstart import (CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences,
                                               warmstart_steps)
+from llamarl_core.generation.params import stop_ids
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models.export import export_dtype
+from llamarl_core.observe.end_reason import EndReason, reached_max_steps, reached_max_time
+from llamarl_core.observe.learning_signal import RewardsAllErrored
+from llamarl_core.observe.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
+from llamarl_core.observe.progress import StoreProgress, publish_accuracy
+from llamarl_core.observe.rollout_stats import rollout_stats
 from llamarl_core.rewards import get_reward
-from llamarl_core.executors.resample import DynamicSampling
-from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
-from llamarl_core.generation.params import stop_ids
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
 from llamarl_core.transport.sharded_load import load_sharded
@@ -186,7 +187,7 @@ class TrainerExecutor:
         sharded = self._sharded()
         if not self.eval_examples or (self.rank != 0 and not sharded):  # DDP replicas hold the same weights
             return
-        # FSDP2: every rank decodes through its shards (sharded_eval.py), no rank gathers the model.
+        # FSDP2: every rank decodes through its shards (eval/sharded_eval.py), no rank gathers the model.
         engine = (LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
                                  TORCH_DTYPES[self.resources.dtype]) if sharded else None)
         with self.ctx.timeline.span("eval", version=self.version):
@@ -242,7 +243,7 @@ class TrainerExecutor:
         self.checkpoint("final", export_dtype(self.export_dtype, self.model_cfg.checkpoint))
 
     def save_checkpoint(self, step: int) -> None:
-        """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
+        """checkpoints/step_<step>/ (see checkpoint/checkpoints.py); collective over the trainer ranks."""
         # the data position: next_chunk, extra, each rank's position (feeds.merge_positions)
         position = merge_positions(self._gather(self.feed.position()), self.ctx.control)
         state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
@@ -337,7 +338,7 @@ class TrainerExecutor:
                    "dropped_chunks": self._extra_total(),
                    "data_skipped_lines": self.data_skipped,
                    "warnings": self.log.signal.warnings(),  # why the run could not learn, in words
-                   **end.fields()}  # why it ended (end_reason.py)
+                   **end.fields()}  # why it ended (observe/end_reason.py)
         with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 

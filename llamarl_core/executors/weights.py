@@ -4,7 +4,7 @@ Both ends build the same plan from a `WeightSyncConfig` alone: the trainer's par
 shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard; under HSDP the
 shard of its replica, `trainer_shards`), G generator
 ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
-quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
+quantized linears travel as fp8 with per-row scales (generation/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
 (`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
 Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
@@ -21,7 +21,7 @@ import torch
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import ResourcesConfig, TrainerResources
 from llamarl_core.executors.context import RoleRuntime, Stopped
-from llamarl_core.executors.fp8_weights import engine_quantizes
+from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
