@@ -11,7 +11,7 @@ Prints one JSON line: the overrides, held-out greedy accuracy at the start and a
 `--eval-every` steps (default: every quarter of the steps), the training reward mean per
 eval interval, and the generation / training seconds spent up to each eval (so configs
 with different step costs compare at equal compute). The warm start is made once per
-resolved warm-start/data/model setting (the recipe's, by `executors/warmstart.py`) and cached under
+resolved warm-start/data/model setting (the recipe's, by `sft/warmstart.py`) and cached under
 $LLAMARL_PROBE_WARMSTART (default /tmp/llamarl_probe_warmstart).
 """
 import hashlib

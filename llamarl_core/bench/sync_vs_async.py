@@ -7,7 +7,7 @@ per step. Runs alternate sync, async, sync, async... so machine noise (this mach
 hits both modes alike; per-step times are pooled across repeats.
 
 Both modes start RL from one shared warm-start checkpoint (made once, in this process, by
-`executors/warmstart.py`), so their accuracy curves start from the same model: each mode
+`sft/warmstart.py`), so their accuracy curves start from the same model: each mode
 warm-starting on its own would train on different numbers of ranks and start apart.
 
 Reported per mode: RL step time (median, min, max), each role's busy/idle fraction of the RL

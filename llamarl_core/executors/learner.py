@@ -1,4 +1,4 @@
-"""One optimizer step of RL (AIPO and variants) or of the supervised warm start.
+"""One optimizer step of RL (AIPO and variants); the warm start's is sft/warmstart.py's `WarmStart`.
 
 Plain PyTorch on a model that may be wrapped for data parallelism by the runtime (DDP or
 FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
@@ -16,12 +16,12 @@ import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
-from llamarl_core.algorithms.lr_schedule import lr_at, warmstart_lr_at
+from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.algorithms.nonfinite import NonFiniteGuard
 from llamarl_core.algorithms.optimizer import policy_optimizer
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
-from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings, WarmStartConfig
+from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings
 from llamarl_core.generation.sampling import chunked_policy_logprobs, sampling_logprobs
 from llamarl_core.wire.rollout import Rollout
 
@@ -290,36 +290,3 @@ def _combine(updates: list[dict]) -> dict:
     return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
             else sum(u[k] for u in updates if k in u) if k in SUM_METRICS
             else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}
-
-
-class WarmStart:
-    """Supervised steps on (tokens, target_mask) sequences: the mean cross-entropy of the tokens
-    whose mask is 1 (a reference solution after its prompt; a chat's assistant turns)."""
-
-    def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int,
-                 adam_betas: Optional[tuple] = None, adam_eps: float = TrainerSettings.adam_eps):
-        self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
-        self.optimizer = policy_optimizer(model.parameters(), w.lr, 0.0, "warmstart", adam_betas, adam_eps)
-        self.steps, self.base_lr, self.t = w.steps, w.lr, 0
-
-    def step(self, seqs: list[tuple[list[int], list[int]]]) -> float:
-        for group in self.optimizer.param_groups:
-            group["lr"] = warmstart_lr_at(self.t, self.base_lr, self.steps)
-        self.t += 1
-        length = max(len(t) for t, _ in seqs)
-        tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]
-        loss_mask = torch.zeros(len(seqs), length - 1)                             # [B, L-1]
-        for r, (t, m) in enumerate(seqs):
-            tokens[r, :len(t)] = torch.tensor(t)
-            loss_mask[r, :len(t) - 1] = torch.tensor(m[1:], dtype=loss_mask.dtype)  # position j predicts token j+1
-        device = model_device(self.model)
-        tokens, loss_mask = tokens.to(device), loss_mask.to(device)
-        logp, _, _ = self.model(tokens, head=lambda h, output: chunked_policy_logprobs(
-            h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
-        nll = -logp                                                                # [B, L-1]
-        loss = (nll * loss_mask).sum() / loss_mask.sum()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())

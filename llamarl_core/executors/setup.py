@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from llamarl_core.config.schema import DataConfig, GenerationConfig, ModelConfig
-from llamarl_core.data import Example, default_reward, prompt_format, render_target
+from llamarl_core.data import Example, default_reward, prompt_format
 from llamarl_core.data.splits import load_split, split_path  # noqa: F401 (the roles' names for them)
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
 from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
@@ -105,15 +105,6 @@ def encode_prompts(data: DataConfig, generation: GenerationConfig, examples: lis
                          f"{', ' + ex.where if ex.where else ''}); raise generation.max_prompt_tokens "
                          f"or shorten the prompts")
     return PromptSet(examples, ids)
-
-
-def sft_sequences(prompts: PromptSet, tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(tokens, target_mask) per example: prompt + target + EOS, the target and EOS trained."""
-    out = []
-    for ex, p in zip(prompts.examples, prompts.prompt_ids):
-        target = tokenizer.encode(render_target(ex)) + [tokenizer.eos_id]
-        out.append((p + target, [0] * len(p) + [1] * len(target)))
-    return out
 
 
 def chunk_prompt_indices(num_examples: int, chunk: int, prompts_per_step: int, seed: int) -> list[int]:

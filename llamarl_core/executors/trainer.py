@@ -36,8 +36,6 @@ from llamarl_core.executors.resample import DynamicSampling
 from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
 from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
-from llamarl_core.executors.warmstart import (CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences,
-                                              warmstart_steps)
 from llamarl_core.generation.params import stop_ids
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
@@ -48,6 +46,8 @@ from llamarl_core.observe.metrics_log import MetricsLog, TrainedExamplesLog, Tra
 from llamarl_core.observe.progress import StoreProgress, publish_accuracy
 from llamarl_core.observe.rollout_stats import rollout_stats
 from llamarl_core.rewards import get_reward
+from llamarl_core.sft.warmstart import (CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences,
+                                              warmstart_steps)
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
 from llamarl_core.transport.sharded_load import load_sharded
@@ -148,7 +148,7 @@ class TrainerExecutor:
             ctx.control.mark_done()
 
     def warm_start(self) -> None:
-        """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
+        """Supervised warm start, saved as checkpoints/warmstart (sft/warmstart.py)."""
         w = self.warmstart_cfg
         if w.steps == 0:
             return

@@ -33,7 +33,7 @@ import torch
 
 from llamarl_core.config.choices import WEIGHT_SLOTS
 from llamarl_core.config.schema import ControllerConfig, GeneratorResources
-from llamarl_core.generation.quant import FP8_DTYPE, scale_name  # the engine's fp8 format; re-exported
+from llamarl_core.generation.quant import FP8_DTYPE, scale_name  # noqa: F401 (the engine's fp8 format; re-exported)
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.models.tp_slices import fsdp_rows, serving_replica, tp_slice  # fsdp_rows re-exported: the plan's row rule
 

@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"models", "algorithms", "rewards", "wire"},  # pure tensors and text; the rollout wire type
     {"data", "generation", "sim"},                # data → rewards; engine → models; simulator
     {"plan"},                                     # config → launch plan (calls the simulator)
-    {"eval", "transport", "checkpoint"},          # shared evaluation; store, channels, weight sync; checkpoints
+    {"eval", "transport", "checkpoint", "sft"},   # shared evaluation; store, channels, weight sync; checkpoints; warm start
     {"observe"},                                  # metrics.jsonl and its sinks, progress, end reasons
     {"executors"},                                # role loops and the worker context
     {"runtime"},                                  # controller, worker entry, procs, live view
