@@ -35,11 +35,12 @@ from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
 from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
-from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
+from llamarl_core.executors.setup import encode_prompts, load_split
 from llamarl_core.executors.stream import ChunkStream, StreamCut
 from llamarl_core.executors.weights import WeightSyncConfig, make_receiver
 from llamarl_core.generation import fp8_weights
 from llamarl_core.generation.quant_probe import QuantKL
+from llamarl_core.models.build import build_meta_model, materialize_zeros
 from llamarl_core.transport import checksums
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 

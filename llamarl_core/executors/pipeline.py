@@ -84,9 +84,10 @@ from llamarl_core.eval.heldout import HeldoutConfig
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.learner import LearnerConfig
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.setup import encode_prompts, load_split
 from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, trainer_shards
 from llamarl_core.models import save_pretrained
+from llamarl_core.models.build import build_model
 from llamarl_core.sft.warmstart import warmstart_sequences, warmstart_steps
 
 

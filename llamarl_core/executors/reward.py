@@ -25,7 +25,8 @@ from llamarl_core.config.schema import DataConfig, ModelConfig, RewardResources,
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
-from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
+from llamarl_core.executors.setup import load_split, reward_name
+from llamarl_core.models.build import tokenizer_of
 from llamarl_core.observe.learning_signal import last_line
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,

@@ -10,9 +10,10 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner, completion_targets
 from llamarl_core.executors.pipeline import chunk_config, learner_config
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.setup import encode_prompts, load_split
 from llamarl_core.generation.params import SamplingParams
 from llamarl_core.generation.sampling import sample_next, sampling_logprobs
+from llamarl_core.models.build import build_model
 
 
 def test_sampled_tokens_never_leave_the_kept_set_and_report_its_log_prob():

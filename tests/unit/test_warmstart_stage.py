@@ -2,8 +2,8 @@
 import torch
 
 from llamarl_core.config.load import load_config
-from llamarl_core.executors.setup import build_model
 from llamarl_core.executors.pipeline import run_warmstart
+from llamarl_core.models.build import build_model
 
 SMALL = ["warmstart.steps=3", "warmstart.batch_size=4", "data.num_train_examples=32"]
 
