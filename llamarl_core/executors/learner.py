@@ -17,17 +17,13 @@ import torch
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
 from llamarl_core.algorithms.lr_schedule import lr_at
-from llamarl_core.algorithms.metrics import as_float
+from llamarl_core.algorithms.metrics import MAX_METRICS, SUM_METRICS, as_float, combine_updates
 from llamarl_core.algorithms.nonfinite import NonFiniteGuard
 from llamarl_core.algorithms.optimizer import policy_optimizer
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings
-from llamarl_core.generation.sampling import chunked_policy_logprobs, sampling_logprobs
+from llamarl_core.generation.sampling import chunked_policy_logprobs
 from llamarl_core.wire.rollout import Rollout
-
-MAX_METRICS = ("is_ratio_max", "staleness_max")
-SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
-
 
 @dataclass(frozen=True)
 class LearnerConfig:
@@ -136,7 +132,7 @@ class Learner:
     def step_metrics(self, updates: list[dict], batch_metrics: dict, compute_s: float,
                      staleness: torch.Tensor) -> dict:
         """The step's metrics from its updates' and its batch's; sets the histograms."""
-        sums = _combine(updates)
+        sums = combine_updates(updates)
         self.nonfinite.end_step(self.steps_done, self._skipped_updates > 0)  # raises on the limit
         sums["nonfinite_steps"] = float(self.nonfinite.total)
         sums["tokens_total"] = sums.pop("tokens")  # every trained token of every update of the step
@@ -179,7 +175,7 @@ class Learner:
 
     def optimizer_step(self, sums: dict, weight_sum: float, trained_any: bool, record_ratios: bool) -> dict:
         """Clip, step and zero the gradients the micro-batches left; returns the update's metrics
-        from the micro-batch `sums` (add_micro_metrics) and the sum of their weights."""
+        from the micro-batch `sums` (algorithms/metrics.py: add_micro_metrics) and the sum of their weights."""
         a = self.cfg.algorithm
         # Metrics are means over the rows that were trained (all rows unless skipped); with
         # none (every group scored alike) they are importance_metrics' values for no tokens.
@@ -202,10 +198,6 @@ class Learner:
             self._skipped_updates += 1
         self.optimizer.zero_grad(set_to_none=True)
         return sums
-
-    def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log π [m, T] of `targets` under the sampling distribution the generator used."""
-        return sampling_logprobs(logits, self.temperature, self.top_k, self.top_p, tokens=targets)[1]
 
     def first_target(self, prompt_lens: torch.Tensor) -> int:
         """The first target position rows with these prompt lengths count (their first completion
@@ -259,18 +251,6 @@ class Learner:
                          staleness=staleness)
 
 
-def add_micro_metrics(sums: dict, metrics: dict, weight: float) -> None:
-    """Fold one micro-batch's metrics into `sums`: maxima stay maxima, counts add up, the rest
-    are summed with the micro-batch's loss weight (divided by the weights' sum at the end)."""
-    for k, v in metrics.items():
-        if k in MAX_METRICS:
-            sums[k] = max(sums.get(k, -math.inf), v)
-        elif k in SUM_METRICS:
-            sums[k] = sums.get(k, 0.0) + v
-        else:
-            sums[k] = sums.get(k, 0.0) + v * weight
-
-
 def _fusable(model: torch.nn.Module) -> bool:
     """Whether AdamW's fused kernel takes these parameters: fp32/16 tensors on CPU or CUDA (a
     DTensor shard included: torchtitan's default). Anything else keeps the per-tensor loop."""
@@ -281,12 +261,3 @@ def _fusable(model: torch.nn.Module) -> bool:
 def _mean(values: torch.Tensor) -> float:
     """Mean as a float; 0.0 for no values (a step that trained no rows: dynamic sampling)."""
     return as_float(values.float().mean()) if values.numel() else 0.0
-
-
-def _combine(updates: list[dict]) -> dict:
-    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima,
-    counts add up)."""
-    keys = dict.fromkeys(k for u in updates for k in u)
-    return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
-            else sum(u[k] for u in updates if k in u) if k in SUM_METRICS
-            else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}

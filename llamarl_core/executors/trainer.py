@@ -59,13 +59,8 @@ class TrainerExecutor:
                  data: DataConfig, generation: GenerationConfig, warmstart: WarmStartConfig, run: RunConfig,
                  logging: LoggingConfig, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
                  make_feed: Callable, make_publisher: Callable, *, recipe: str, export_dtype: str = "auto"):
-        """The sections it reads, each for itself: `model` + `resources` (resources.trainer) what
-        to build and in which dtype; `algorithm` the batch shape, the KL reference, dynamic
-        sampling; `data` + `generation` the prompts (encoded as the generator encodes them), the
-        held-out examples, the reward, the length cap; `warmstart` the supervised stage; `run`
-        steps, cadences, resume, seed; `logging` metrics files; `recipe` and `export_dtype`
-        (export.dtype) for summary.json and checkpoints/final. `make_feed` / `make_publisher`:
-        how a step's rows come and a version goes, given the built trainer (pipeline.py)."""
+        """Its own config sections (listed in pipeline.py); `make_feed` / `make_publisher`: how a
+        step's rows come and a version goes, given the built trainer."""
         self.ctx, self.heldout_cfg = ctx, heldout_cfg
         self.model_cfg, self.resources, self.algorithm, self.data, self.generation = (model, resources, algorithm,
                                                                                      data, generation)
