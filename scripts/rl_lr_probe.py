@@ -23,12 +23,12 @@ import time
 import torch
 from omegaconf import OmegaConf
 
+from llamarl_core.bench.sync_vs_async import run_warmstart
 from llamarl_core.config.load import load_config
 from llamarl_core.eval.heldout import heldout_summary
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.pipeline import chunk_config, heldout_config, learner_config
-from llamarl_core.executors.pipeline import run_warmstart
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
 from llamarl_core.executors.train_step import train_on
 from llamarl_core.models.build import build_model

@@ -7,7 +7,7 @@ user's own chats, `warmstart.data`), then an HF-format checkpoint RL can start f
 
 Why a stage: RL runs compared from one shared start (sync vs async, the quality bench's
 configurations and seeds) differ only in RL. The trainer role runs `warmstart_steps` on its
-ranks and saves the checkpoint; `executors/pipeline.py: run_warmstart` does the same in one
+ranks and saves the checkpoint; `bench/sync_vs_async.py: run_warmstart` does the same in one
 process (benchmarks), drawing the same batches, so its checkpoint equals a 1-rank trainer's.
 `WarmStart` is one supervised step; `sft_sequences` the task's own (prompt + reference) rows.
 """
