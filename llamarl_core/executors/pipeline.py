@@ -75,13 +75,14 @@ sits, the control store, the links' address, its timeline), which the worker ent
 """
 from __future__ import annotations
 
+from llamarl_core.config.layout import resolve_transport, trainer_shards
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.streaming import stream_groups_active
 from llamarl_core.eval.heldout import HeldoutConfig
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.learner import LearnerConfig
-from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, trainer_shards
+from llamarl_core.executors.weights import WeightSyncConfig
 
 
 def build_role(cfg: LlamaRLConfig, plan, ctx: RoleRuntime):

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import torch
 
-from llamarl_core.config.layout import trainer_sharding
-from llamarl_core.config.schema import ResourcesConfig, TrainerResources
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.generation.fused import fused_param_groups
@@ -50,15 +48,6 @@ def generator_epoch(ctx: RoleRuntime) -> int:
     return role_epoch(ctx.control.store, "generator")
 
 
-def resolve_transport(weight_transport: str, resources: ResourcesConfig, nodes: int) -> str:
-    """controller.weight_transport, with `auto` resolved for the planned layout."""
-    if weight_transport != "auto":
-        return weight_transport
-    if resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
-        return "cuda_ipc"
-    return "shm" if resources.device == "cpu" and nodes == 1 else "collective"
-
-
 def plan(ctx: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
          args) -> DdmaPlan:
     """`args`: the model's ModelArgs; generator TP slices are `models/tp_slices.tp_slice`
@@ -70,14 +59,6 @@ def plan(ctx: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[
                       fp8=engine_quantizes if cfg.fp8 else None,
                       num_slots=cfg.num_slots,
                       groups=fused_param_groups(named_shapes))  # the engine computes from the slot
-
-
-def trainer_shards(trainer: TrainerResources, world: int) -> int:
-    """Ranks one copy of the trainer's weights is split over, as `parallel.wrap_data_parallel`
-    builds it: the FSDP group under fsdp2 (HSDP: T/fsdp replicas of it), else every rank (DDP
-    replicas each send 1/T of the rows, `parallel.local_shards`)."""
-    fsdp, _ = trainer_sharding(trainer, world)
-    return fsdp if trainer.strategy == "fsdp2" and fsdp > 1 else world
 
 
 def transfer_client(ctx: RoleRuntime):
