@@ -79,12 +79,9 @@ class GeneratorExecutor:
 
     def _record_checksums(self, version: int) -> None:
         if self.weight_sync.checksums:
+            r = self.rank
             checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, version, self.params,
-                             **self._slice_fields())
-
-    def _slice_fields(self) -> dict:
-        r = self.rank
-        return {"replica": r.replica, "tp_rank": r.tp_rank, "tp": r.tp} if r.tp > 1 else {}
+                             **({"replica": r.replica, "tp_rank": r.tp_rank, "tp": r.tp} if r.tp > 1 else {}))
 
     def run(self) -> None:
         if not self.rank.is_leader:

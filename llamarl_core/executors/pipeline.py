@@ -151,14 +151,10 @@ def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
 
 
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
+    betas = cfg.trainer.adam_betas  # None: the stage's default (algorithms/optimizer.py)
     return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
                          cfg.run.max_steps, stream_groups_active(cfg), cfg.trainer.max_nonfinite_steps,
-                         _betas(cfg.trainer.adam_betas), cfg.trainer.adam_eps)
-
-
-def _betas(betas) -> tuple | None:
-    """trainer.adam_betas as a tuple (None: the stage's default, algorithms/optimizer.py)."""
-    return None if betas is None else tuple(float(b) for b in betas)
+                         None if betas is None else tuple(float(b) for b in betas), cfg.trainer.adam_eps)
 
 
 def weight_sync_config(cfg: LlamaRLConfig, plan) -> WeightSyncConfig:

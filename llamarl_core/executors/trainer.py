@@ -40,7 +40,7 @@ from llamarl_core.generation.params import stop_ids
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models.export import export_dtype
-from llamarl_core.observe.end_reason import EndReason, reached_max_steps, reached_max_time
+from llamarl_core.observe.end_reason import EndReason, trainer_end
 from llamarl_core.observe.learning_signal import RewardsAllErrored
 from llamarl_core.observe.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.observe.progress import StoreProgress, publish_accuracy
@@ -315,11 +315,7 @@ class TrainerExecutor:
         print(json.dumps(line), flush=True)
 
     def _end_reason(self) -> EndReason:
-        """After the loop: short of run.max_steps only when the time limit ended it."""
-        run = self.run_cfg
-        if self.version < run.max_steps and run.max_time_s:
-            return reached_max_time(run.max_time_s, self.version, run.max_steps)
-        return reached_max_steps(run.max_steps)
+        return trainer_end(self.version, self.run_cfg.max_steps, self.run_cfg.max_time_s)
 
     def _write_summary(self, rl_wall_s: float, end: EndReason) -> None:
         if self.rank != 0:

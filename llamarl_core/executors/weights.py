@@ -8,8 +8,7 @@ quantized linears travel as fp8 with per-row scales (generation/fp8_weights.py).
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
 (`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
 Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
-restart): new generator ranks build a receiver there, the trainer ranks a new sender, and
-the trainer sends its current weights before anything is generated (executors/rejoin.py).
+restart: executors/rejoin.py).
 """
 from __future__ import annotations
 
