@@ -25,6 +25,7 @@ from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, Traine
 from llamarl_core.generation.sampling import chunked_policy_logprobs
 from llamarl_core.wire.rollout import Rollout
 
+
 @dataclass(frozen=True)
 class LearnerConfig:
     """What the learner reads of the run (built by executors/pipeline.py: `learner_config`)."""

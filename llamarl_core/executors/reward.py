@@ -40,12 +40,9 @@ class RewardExecutor:
     def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
                  prompts_per_step: int, group_size: int, forward_groups: bool = False,
                  max_abs: float = RewardSettings.max_abs):
-        """`model`: whose tokenizer decodes completions; `data`: the train examples and their
-        reward; `resources`: resources.reward (verifier workers, timeout); `prompts_per_step`,
-        `group_size`: the step's shape (algorithm.*); `forward_groups`: send each group on as soon
-        as it is scored (the trainer starts micro-batches on groups as they arrive), not each
-        trainer rank's slice of a chunk once the chunk is whole; `max_abs`: reward.max_abs (a
-        larger or non-numeric reward is an error for its sample)."""
+        """Its sections are listed in pipeline.py. `forward_groups`: send each group on as soon as
+        it is scored, not each trainer rank's slice of a chunk once the chunk is whole; `max_abs`:
+        reward.max_abs (a larger or non-numeric reward is an error for its sample)."""
         self.ctx, self.forward_groups = ctx, forward_groups
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
         self.tokenizer = tokenizer_of(model)
