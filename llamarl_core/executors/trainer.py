@@ -46,8 +46,7 @@ from llamarl_core.observe.metrics_log import MetricsLog, TrainedExamplesLog, Tra
 from llamarl_core.observe.progress import StoreProgress, publish_accuracy
 from llamarl_core.observe.rollout_stats import rollout_stats
 from llamarl_core.rewards import get_reward
-from llamarl_core.sft.warmstart import (CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences,
-                                              warmstart_steps)
+from llamarl_core.sft.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences, warmstart_steps
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
 from llamarl_core.transport.sharded_load import load_sharded
