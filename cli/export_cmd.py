@@ -78,7 +78,7 @@ def resolve_dtype(src: Path, word: str | None, is_step: bool):
 
 def check_source(src: Path) -> bool:
     """Whether `src` is a step_<N> (True) or a Hugging Face directory (False); else exit 2."""
-    from llamarl_core.executors.checkpoints import STABLE, is_stable
+    from llamarl_core.checkpoint.checkpoints import STABLE, is_stable
     from llamarl_core.models.step_checkpoint import is_step_checkpoint
 
     if is_step_checkpoint(src):

@@ -67,7 +67,7 @@ def _run_node(plan, cfg, node_rank: int) -> int:
     console = Console()
     if node_rank == 0:
         from llamarl_cli.train_cmd import read_summary, report
-        from llamarl_core.executors.end_reason import end_line
+        from llamarl_core.observe.end_reason import end_line
         from llamarl_core.runtime.live_view import LiveView
         addr = plan.controller
         console.print(f"node 0: controller on {addr.host}:{addr.port}, run {plan.run_id}, "

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from llamarl_cli.common import EXIT_FAILED, EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
-from llamarl_core.executors.end_reason import end_line
+from llamarl_core.observe.end_reason import end_line
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.plan.recipe_values import set_by_recipe
 from llamarl_core.runtime.controller import Controller
@@ -75,9 +75,9 @@ def read_summary(run_dir: str) -> dict:
 
 def report(result, console: Console, resume_with: str | None = None) -> int:
     s = read_summary(result.run_dir)
-    for w in s.get("warnings", ()):  # a run that could not learn says so last (learning_signal.py)
+    for w in s.get("warnings", ()):  # a run that could not learn says so last (observe/learning_signal.py)
         console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
-    if end_line(s):  # why it ended, also without the panel (end_reason.py)
+    if end_line(s):  # why it ended, also without the panel (observe/end_reason.py)
         console.print(end_line(s), soft_wrap=True, highlight=False, markup=False)  # a role's error text: [/a/b.cc:1]
     if result.ok:
         if s:

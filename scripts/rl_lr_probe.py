@@ -11,7 +11,7 @@ Prints one JSON line: the overrides, held-out greedy accuracy at the start and a
 `--eval-every` steps (default: every quarter of the steps), the training reward mean per
 eval interval, and the generation / training seconds spent up to each eval (so configs
 with different step costs compare at equal compute). The warm start is made once per
-resolved warm-start/data/model setting (the recipe's, by `executors/warmstart.py`) and cached under
+resolved warm-start/data/model setting (the recipe's, by `sft/warmstart.py`) and cached under
 $LLAMARL_PROBE_WARMSTART (default /tmp/llamarl_probe_warmstart).
 """
 import hashlib
@@ -23,14 +23,15 @@ import time
 import torch
 from omegaconf import OmegaConf
 
+from llamarl_core.bench.sync_vs_async import run_warmstart
 from llamarl_core.config.load import load_config
+from llamarl_core.eval.heldout import heldout_summary
 from llamarl_core.executors.chunks import ChunkGenerator
-from llamarl_core.executors.heldout import heldout_summary
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, heldout_config, learner_config
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
-from llamarl_core.executors.pipeline import run_warmstart
+from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
+from llamarl_core.executors.train_step import train_on
+from llamarl_core.models.build import build_model
 from llamarl_core.rewards import get_reward
 
 def _warm_start(overrides: list[str]) -> tuple[str, float]:

@@ -17,6 +17,11 @@ import math
 
 import torch
 
+# how a step's metrics fold over micro-batches and updates: maxima stay maxima, counts add up,
+# the rest are weighted means
+MAX_METRICS = ("is_ratio_max", "staleness_max")
+SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
+
 
 def as_float(value: torch.Tensor) -> float:
     """A one-element tensor as the Python float that prints as its own dtype prints it: the
@@ -66,3 +71,24 @@ def importance_metrics(
         metrics["staleness_mean"] = float(s.mean()) if s.numel() else 0.0
         metrics["staleness_max"] = float(s.max()) if s.numel() else 0.0
     return metrics
+
+
+def add_micro_metrics(sums: dict, metrics: dict, weight: float) -> None:
+    """Fold one micro-batch's metrics into `sums`: maxima stay maxima, counts add up, the rest
+    are summed with the micro-batch's loss weight (divided by the weights' sum at the end)."""
+    for k, v in metrics.items():
+        if k in MAX_METRICS:
+            sums[k] = max(sums.get(k, -math.inf), v)
+        elif k in SUM_METRICS:
+            sums[k] = sums.get(k, 0.0) + v
+        else:
+            sums[k] = sums.get(k, 0.0) + v * weight
+
+
+def combine_updates(updates: list[dict]) -> dict:
+    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima,
+    counts add up)."""
+    keys = dict.fromkeys(k for u in updates for k in u)
+    return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
+            else sum(u[k] for u in updates if k in u) if k in SUM_METRICS
+            else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}

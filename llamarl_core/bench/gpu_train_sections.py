@@ -93,8 +93,9 @@ def mismatch(device: str, size: dict) -> dict:
     from llamarl_core.executors.chunks import ChunkGenerator
     from llamarl_core.executors.learner import Learner, completion_targets
     from llamarl_core.executors.pipeline import chunk_config, learner_config
-    from llamarl_core.executors.setup import PromptSet, build_model, encode_prompts, load_split
-    from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
+    from llamarl_core.executors.setup import PromptSet, encode_prompts, load_split
+    from llamarl_core.models.build import build_model
+    from llamarl_core.sft.warmstart import warmstart_sequences, warmstart_steps
     from llamarl_core.transport.parallel import apply_autocast
 
     n = size["mismatch_prompts"]

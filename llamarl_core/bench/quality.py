@@ -1,6 +1,6 @@
 """`llamarl bench quality`: does async AIPO learn as well as sync, per RL sample?
 
-From one shared warm-start checkpoint (`executors/warmstart.py`), with the same number of RL
+From one shared warm-start checkpoint (`sft/warmstart.py`), with the same number of RL
 samples each (steps x prompts_per_step x group_size), six configurations:
 
     sync_k0            k = 0, colocated, always on-policy (ratios are 1)

@@ -50,7 +50,8 @@ def cpu_system(cfg: LlamaRLConfig) -> CpuSystem:
 
 
 def mean_prompt_tokens(cfg: LlamaRLConfig) -> float:
-    from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+    from llamarl_core.executors.setup import encode_prompts, load_split
+    from llamarl_core.models.build import build_model
 
     _, tokenizer = build_model(cfg.model, "float32", seed=cfg.run.seed)
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)

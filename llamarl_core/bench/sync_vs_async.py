@@ -7,7 +7,7 @@ per step. Runs alternate sync, async, sync, async... so machine noise (this mach
 hits both modes alike; per-step times are pooled across repeats.
 
 Both modes start RL from one shared warm-start checkpoint (made once, in this process, by
-`executors/warmstart.py`), so their accuracy curves start from the same model: each mode
+`sft/warmstart.py`), so their accuracy curves start from the same model: each mode
 warm-starting on its own would train on different numbers of ranks and start apart.
 
 Reported per mode: RL step time (median, min, max), each role's busy/idle fraction of the RL
@@ -29,15 +29,19 @@ import time
 from dataclasses import asdict
 
 from llamarl_core.bench.provenance import machine
-from llamarl_core.bench.work_dir import default_work_dir
 from llamarl_core.bench.run_stats import PHASES, run_stats
+from llamarl_core.bench.work_dir import default_work_dir
 from omegaconf import OmegaConf
 
 from llamarl_core.config.load import DEFAULT_RECIPE, compose_config, load_config
-from llamarl_core.executors.pipeline import run_warmstart
+from llamarl_core.executors.pipeline import learner_config
+from llamarl_core.executors.setup import encode_prompts, load_split
+from llamarl_core.models import save_pretrained
+from llamarl_core.models.build import build_model
 from llamarl_core.plan.plan import make_plan
 from llamarl_core.runtime.controller import Controller
 from llamarl_core.runtime.run_dir import resolve_run_dir
+from llamarl_core.sft.warmstart import warmstart_sequences, warmstart_steps
 
 MODES = ("sync", "async")
 
@@ -62,6 +66,21 @@ def freeze_recipe(work_dir: str, recipe: str, overrides: list[str]) -> str:
     with open(frozen, "w") as f:
         f.write(OmegaConf.to_yaml(compose_config(recipe, overrides)))
     return frozen
+def run_warmstart(cfg, out_dir: str, log=print) -> dict:
+    """One process: build the model as the trainer does, warm start it (sft/warmstart.py, the
+    same batches as a 1-rank trainer), save it to `out_dir` (HF format). Returns {"dir",
+    "steps", "loss", "seconds"}."""
+    if cfg.warmstart.steps < 1:
+        raise ValueError(f"warmstart.steps={cfg.warmstart.steps}: nothing to warm start")
+    t0 = time.perf_counter()
+    model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
+    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
+    seqs, _ = warmstart_sequences(cfg.warmstart, cfg.data, cfg.generation, prompts, tokenizer)
+    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m),
+                           adam=learner_config(cfg))
+    save_pretrained(model, tokenizer, out_dir)
+    return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,
+            "seconds": time.perf_counter() - t0}
 
 
 def shared_warmstart(cfg, work_dir: str, log=print) -> dict | None:

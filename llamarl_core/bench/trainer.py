@@ -32,13 +32,14 @@ import torch
 
 from llamarl_core.algorithms import compute_advantages
 from llamarl_core.bench.provenance import ended, git_commit, machine
+from llamarl_core.bench.sync_vs_async import run_warmstart
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import chunk_config, learner_config
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split, reward_name
-from llamarl_core.executors.pipeline import run_warmstart
+from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
+from llamarl_core.executors.train_step import train_on
+from llamarl_core.models.build import build_model
 from llamarl_core.rewards import get_reward
 
 

@@ -466,7 +466,7 @@ class TrainerSettings:
     max_nonfinite_steps: int = 3         # steps in a row whose loss or grad norm is not finite
                                          # (each skipped, trainer/nonfinite_steps) before the run stops
     adam_betas: Optional[List[float]] = None  # AdamW (beta1, beta2) of RL and the warm start; None = RL
-                                         # (0.9, 0.95), warm start (0.9, 0.999) (executors/optimizer.py)
+                                         # (0.9, 0.95), warm start (0.9, 0.999) (algorithms/optimizer.py)
     adam_eps: float = 1e-8               # AdamW epsilon of RL and the warm start (TRL's adam_epsilon)
 
     def __post_init__(self):

@@ -1,8 +1,6 @@
-"""What a rank knows about itself and its peers at run time, besides config: handed to its
-role's components with their own config sections (executors/pipeline.py).
-
-Built by the worker entry (runtime/worker.py) from the plan; no component reads the plan or
-the whole config, only this and the sections the pipeline hands it.
+"""What a rank knows about itself and its peers at run time, besides config: built by the worker
+entry (runtime/worker.py) from the plan, handed to its role's components with their own config
+sections (executors/pipeline.py); no component reads the plan or the whole config.
 """
 from __future__ import annotations
 

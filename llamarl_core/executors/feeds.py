@@ -8,21 +8,16 @@
     OwnChunks  (sync, k = 0):   generate this rank's own chunk with the weights it trains, have
         the reward role score it, train on it. Always on-policy.
 
-Dynamic sampling (executors/resample.py) takes more rows within one step: `collect_more`
-counts one extra chunk of every source replica, then takes it, so chunk n is still trained at
-step n - extra, the step executors/admission.py let it start for; `agree` is how the trainer
-ranks decide together without entering a collective.
+Dynamic sampling (executors/resample.py): `collect_more` counts one extra chunk of every source
+replica, then takes it; `agree` is how the trainer ranks decide together without a collective.
 
 `start()` is called once version 0 is published: no chunk can arrive before that, and a
 receive posted earlier would wait through the warm start and first eval (and time out).
 
-Restarts (executors/rejoin.py): while a feed waits it calls the trainer's `on_wait()`, which
-returns the roles restarted since (after handling what the trainer itself must do, such as
-sending the current weights to new generators); a broken link goes to `on_broken(error)`,
-which waits for the controller's verdict. A restarted reward role means new links here.
-
-A feed sees no run config and no worker context: its own `FeedConfig` and the runtime
-objects of `FeedRuntime`, both built by executors/pipeline.py.
+Restarts (executors/rejoin.py): while a feed waits it calls the trainer's `on_wait()` (the roles
+restarted since, after the trainer sent new generators its weights); a broken link goes to
+`on_broken(error)`, the controller's verdict. A restarted reward role means new links here.
+A feed sees no run config: its `FeedConfig` and `FeedRuntime` (executors/pipeline.py).
 """
 from __future__ import annotations
 
@@ -70,16 +65,6 @@ class FeedRuntime:
     await_verdict: Callable[[BaseException], set[str]]  # after a broken link: restarted roles
 
 
-def counts_extra_of(rank: int, replicas: int, trainers: int, prompts: int, group_size: int) -> set[int]:
-    """Replicas whose extra chunks this trainer rank counts: the first rank each one feeds.
-
-    Every rank a replica feeds takes the same extra chunk (same rounds), so exactly one of them
-    adds it to `extra/<replica>`, which the admission rule reads.
-    """
-    return {i for i in range(replicas)
-            if chunk_slices_for_trainers(i, replicas, trainers, prompts, group_size)[0][0] == rank}
-
-
 def merge_positions(views: list[dict], control: ControlStore) -> dict:
     """Every trainer rank's `position()` → the checkpoint's data fields: where each replica
     resumes (the first chunk some rank has not consumed), its extra chunks, each rank's own
@@ -91,15 +76,11 @@ def merge_positions(views: list[dict], control: ControlStore) -> dict:
             "positions": views, "duplicate_dropped_groups": control.duplicate_groups()}
 
 
-def no_restarts() -> set[str]:
-    return set()
-
-
 class _Waits:
     """What both feeds share: waiting on a receiver while restarts are handled."""
 
     rt: FeedRuntime
-    on_wait: Callable[[], set[str]] = staticmethod(no_restarts)
+    on_wait: Callable[[], set[str]] = staticmethod(lambda: set())  # the trainer sets its own
 
     def on_broken(self, error: BaseException) -> set[str]:
         """A broken link: wait for the controller's verdict (the trainer sets its own)."""
@@ -166,7 +147,10 @@ class RewardFeed(_Waits):
     def __init__(self, cfg: FeedConfig, rt: FeedRuntime, rank: int, world: int):
         self.cfg, self.rt, self.rank, self.world, self.replicas = cfg, rt, rank, world, cfg.replicas
         self.sources = replicas_for_trainer(rank, self.replicas, world, cfg.prompts_per_step)
-        self.counted = counts_extra_of(rank, self.replicas, world, cfg.prompts_per_step, cfg.group_size)
+        # every rank a replica feeds takes the same extra chunks; the first of them counts them
+        # (`extra/<replica>`, which the admission rule reads)
+        self.counted = {i for i in range(self.replicas) if chunk_slices_for_trainers(
+            i, self.replicas, world, cfg.prompts_per_step, cfg.group_size)[0][0] == rank}
         slices = {i: next((lo, hi) for j, lo, hi in chunk_slices_for_trainers(
             i, self.replicas, world, cfg.prompts_per_step, cfg.group_size) if j == rank) for i in self.sources}
         g = cfg.group_size

@@ -9,39 +9,30 @@ the trainer except to stay within `max_offpolicy_steps` (k).
          rank the moment its last sample ends; between decode steps, newly published weights
          are received in place (rows record the versions they ran under)
 
-Admission (executors/admission.py, the one staleness rule): the trainer consumes replica i's
-chunks in order, one per step plus the extra ones dynamic sampling takes, so chunk n is trained
-at step v = n - extra_i. Starting it only when the held version u ≥ v - k keeps every rollout
-within k versions of the policy that trains on it.
-
-Streaming: one engine run over chunks n, n+1, ...: a row that ends frees its slot for the next
-prompt, from the next chunk once this one's have all started, each chunk admitted by the same
-rule before its first row starts. The run ends when the
-gate closes and the last row ends (then: swap or wait, as above). Under TP the leader
-announces the stream and broadcasts each start-or-not decision; followers replay it.
-
-Tensor parallelism (resources.generator.tp > 1): a replica is tp ranks running one sharded
-engine; TP rank 0 runs the loop above and announces each step, the others follow
-(replica.py). The DDMA weight sync delivers each TP rank only its slice (tp_layout.py); TP rank
-0 decides when the replica swaps, and every rank swaps at the same step.
+The decisions are generate_loop.py's, the staleness bound admission.py's, the stream's refill
+stream.py's; this class wires them to DDMA, the store and the reward links. Under TP
+(resources.generator.tp > 1) TP rank 0 runs the loop and announces each step, the others
+replay it (replica.py); the weight sync gives each TP rank only its slice (tp_layout.py).
 """
 from __future__ import annotations
 
 import time
 
 from llamarl_core.config.schema import DataConfig, GeneratorResources, ModelConfig
-from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
-from llamarl_core.executors.stream import ChunkStream, StreamCut
-from llamarl_core.executors.setup import build_meta_model, encode_prompts, load_split, materialize_zeros
-from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
-from llamarl_core.transport import checksums
-from llamarl_core.executors.context import RoleRuntime, Stopped
-from llamarl_core.executors import fp8_weights
-from llamarl_core.executors.weights import WeightSyncConfig, make_receiver
-from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
-from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.executors import rejoin
+from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
+from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
+from llamarl_core.executors.replica import ReplicaRank, ReplicaSteps
+from llamarl_core.executors.setup import encode_prompts, load_split
+from llamarl_core.executors.stream import ChunkStream, StreamCut
+from llamarl_core.executors.weights import WeightSyncConfig, make_receiver
+from llamarl_core.generation import fp8_weights
+from llamarl_core.generation.quant_probe import QuantKL
+from llamarl_core.models.build import build_meta_model, materialize_zeros
+from llamarl_core.transport import checksums
+from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
+
 
 class GeneratorExecutor:
     def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
@@ -88,12 +79,9 @@ class GeneratorExecutor:
 
     def _record_checksums(self, version: int) -> None:
         if self.weight_sync.checksums:
+            r = self.rank
             checksums.record(self.ctx.run_dir, "generator", self.ctx.local_rank, version, self.params,
-                             **self._slice_fields())
-
-    def _slice_fields(self) -> dict:
-        r = self.rank
-        return {"replica": r.replica, "tp_rank": r.tp_rank, "tp": r.tp} if r.tp > 1 else {}
+                             **({"replica": r.replica, "tp_rank": r.tp_rank, "tp": r.tp} if r.tp > 1 else {}))
 
     def run(self) -> None:
         if not self.rank.is_leader:

@@ -11,10 +11,8 @@
     chunk n of replica i is consumed once every slot of this rank's slice of it was taken:
       `on_consumed(i, n + 1)` (data/expect: where a restarted generator starts).
 
-Why in order: chunk n is then trained at exactly step n − extra_i, the step the admission rule
-(executors/admission.py) let it start for, so no group is older than k: nothing here compares
-versions, nothing is dropped or generated again. The buffer is bounded by the same rule: a
-replica runs at most k + 1 chunks ahead of the step.
+Why in order: chunk n is then trained at exactly step n − extra_i, the step executors/admission.py
+let it start for, so nothing here compares versions; a replica runs at most k + 1 chunks ahead.
 
 Exactly once: a group is taken at most once (keys below `next_chunk` are never taken again).
 Copies come only from restarts: a restarted or resumed generator starts at the first chunk not

@@ -1,4 +1,4 @@
-"""One optimizer step of RL (AIPO and variants) or of the supervised warm start.
+"""One optimizer step of RL (AIPO and variants); the warm start's is sft/warmstart.py's `WarmStart`.
 
 Plain PyTorch on a model that may be wrapped for data parallelism by the runtime (DDP or
 FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
@@ -16,17 +16,14 @@ import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
-from llamarl_core.algorithms.lr_schedule import lr_at, warmstart_lr_at
-from llamarl_core.algorithms.metrics import as_float
+from llamarl_core.algorithms.lr_schedule import lr_at
+from llamarl_core.algorithms.metrics import MAX_METRICS, SUM_METRICS, as_float, combine_updates
+from llamarl_core.algorithms.nonfinite import NonFiniteGuard
+from llamarl_core.algorithms.optimizer import policy_optimizer
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
-from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings, WarmStartConfig
-from llamarl_core.executors.nonfinite import NonFiniteGuard
-from llamarl_core.executors.optimizer import policy_optimizer
+from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings
+from llamarl_core.generation.sampling import chunked_policy_logprobs
 from llamarl_core.wire.rollout import Rollout
-from llamarl_core.generation.sampling import chunked_policy_logprobs, sampling_logprobs
-
-MAX_METRICS = ("is_ratio_max", "staleness_max")
-SUM_METRICS = ("tokens",)  # counts: summed over micro-batches and updates (trainer/tokens_total)
 
 
 @dataclass(frozen=True)
@@ -39,7 +36,7 @@ class LearnerConfig:
     max_steps: int                # run.max_steps: the length of the LR schedule
     stream_groups: bool = False   # micro-batches as groups arrive (config/streaming.py, train_step.py)
     max_nonfinite_steps: int = TrainerSettings.max_nonfinite_steps  # skipped steps in a row before the run stops
-    adam_betas: Optional[tuple] = None  # trainer.adam_betas (None: executors/optimizer.py's default)
+    adam_betas: Optional[tuple] = None  # trainer.adam_betas (None: algorithms/optimizer.py's default)
     adam_eps: float = TrainerSettings.adam_eps  # trainer.adam_eps
 
 
@@ -89,7 +86,7 @@ class Learner:
         # skips its forward and backward. Data-parallel ranks run the same number of
         # micro-batches (each is a collective), so they keep every row.
         self.skip_zero_advantage = not data_parallel and a.kl_coef == 0 and a.entropy_coef == 0
-        # A non-finite update is skipped (executors/nonfinite.py). Data-parallel ranks decide on
+        # A non-finite update is skipped (algorithms/nonfinite.py). Data-parallel ranks decide on
         # the grad norm alone, which the all-reduce made the same on every rank: a rank's own loss
         # could differ, and ranks that disagree on stepping would hold different weights.
         self.data_parallel = data_parallel
@@ -136,7 +133,7 @@ class Learner:
     def step_metrics(self, updates: list[dict], batch_metrics: dict, compute_s: float,
                      staleness: torch.Tensor) -> dict:
         """The step's metrics from its updates' and its batch's; sets the histograms."""
-        sums = _combine(updates)
+        sums = combine_updates(updates)
         self.nonfinite.end_step(self.steps_done, self._skipped_updates > 0)  # raises on the limit
         sums["nonfinite_steps"] = float(self.nonfinite.total)
         sums["tokens_total"] = sums.pop("tokens")  # every trained token of every update of the step
@@ -179,7 +176,7 @@ class Learner:
 
     def optimizer_step(self, sums: dict, weight_sum: float, trained_any: bool, record_ratios: bool) -> dict:
         """Clip, step and zero the gradients the micro-batches left; returns the update's metrics
-        from the micro-batch `sums` (add_micro_metrics) and the sum of their weights."""
+        from the micro-batch `sums` (algorithms/metrics.py: add_micro_metrics) and the sum of their weights."""
         a = self.cfg.algorithm
         # Metrics are means over the rows that were trained (all rows unless skipped); with
         # none (every group scored alike) they are importance_metrics' values for no tokens.
@@ -202,10 +199,6 @@ class Learner:
             self._skipped_updates += 1
         self.optimizer.zero_grad(set_to_none=True)
         return sums
-
-    def policy_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log π [m, T] of `targets` under the sampling distribution the generator used."""
-        return sampling_logprobs(logits, self.temperature, self.top_k, self.top_p, tokens=targets)[1]
 
     def first_target(self, prompt_lens: torch.Tensor) -> int:
         """The first target position rows with these prompt lengths count (their first completion
@@ -259,18 +252,6 @@ class Learner:
                          staleness=staleness)
 
 
-def add_micro_metrics(sums: dict, metrics: dict, weight: float) -> None:
-    """Fold one micro-batch's metrics into `sums`: maxima stay maxima, counts add up, the rest
-    are summed with the micro-batch's loss weight (divided by the weights' sum at the end)."""
-    for k, v in metrics.items():
-        if k in MAX_METRICS:
-            sums[k] = max(sums.get(k, -math.inf), v)
-        elif k in SUM_METRICS:
-            sums[k] = sums.get(k, 0.0) + v
-        else:
-            sums[k] = sums.get(k, 0.0) + v * weight
-
-
 def _fusable(model: torch.nn.Module) -> bool:
     """Whether AdamW's fused kernel takes these parameters: fp32/16 tensors on CPU or CUDA (a
     DTensor shard included: torchtitan's default). Anything else keeps the per-tensor loop."""
@@ -281,45 +262,3 @@ def _fusable(model: torch.nn.Module) -> bool:
 def _mean(values: torch.Tensor) -> float:
     """Mean as a float; 0.0 for no values (a step that trained no rows: dynamic sampling)."""
     return as_float(values.float().mean()) if values.numel() else 0.0
-
-
-def _combine(updates: list[dict]) -> dict:
-    """One step's metrics from its updates' (each update weighs the same; maxima stay maxima,
-    counts add up)."""
-    keys = dict.fromkeys(k for u in updates for k in u)
-    return {k: max(u[k] for u in updates if k in u) if k in MAX_METRICS
-            else sum(u[k] for u in updates if k in u) if k in SUM_METRICS
-            else sum(u[k] for u in updates if k in u) / sum(1 for u in updates if k in u) for k in keys}
-
-
-class WarmStart:
-    """Supervised steps on (tokens, target_mask) sequences: the mean cross-entropy of the tokens
-    whose mask is 1 (a reference solution after its prompt; a chat's assistant turns)."""
-
-    def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int,
-                 adam_betas: Optional[tuple] = None, adam_eps: float = TrainerSettings.adam_eps):
-        self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
-        self.optimizer = policy_optimizer(model.parameters(), w.lr, 0.0, "warmstart", adam_betas, adam_eps)
-        self.steps, self.base_lr, self.t = w.steps, w.lr, 0
-
-    def step(self, seqs: list[tuple[list[int], list[int]]]) -> float:
-        for group in self.optimizer.param_groups:
-            group["lr"] = warmstart_lr_at(self.t, self.base_lr, self.steps)
-        self.t += 1
-        length = max(len(t) for t, _ in seqs)
-        tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]
-        loss_mask = torch.zeros(len(seqs), length - 1)                             # [B, L-1]
-        for r, (t, m) in enumerate(seqs):
-            tokens[r, :len(t)] = torch.tensor(t)
-            loss_mask[r, :len(t) - 1] = torch.tensor(m[1:], dtype=loss_mask.dtype)  # position j predicts token j+1
-        device = model_device(self.model)
-        tokens, loss_mask = tokens.to(device), loss_mask.to(device)
-        logp, _, _ = self.model(tokens, head=lambda h, output: chunked_policy_logprobs(
-            h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
-        nll = -logp                                                                # [B, L-1]
-        loss = (nll * loss_mask).sum() / loss_mask.sum()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())

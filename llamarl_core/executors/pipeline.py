@@ -75,19 +75,14 @@ sits, the control store, the links' address, its timeline), which the worker ent
 """
 from __future__ import annotations
 
-import os
-import time
-
+from llamarl_core.config.layout import resolve_transport, trainer_shards
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.streaming import stream_groups_active
+from llamarl_core.eval.heldout import HeldoutConfig
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.heldout import HeldoutConfig
 from llamarl_core.executors.learner import LearnerConfig
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
-from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
-from llamarl_core.executors.weights import WeightSyncConfig, resolve_transport, trainer_shards
-from llamarl_core.models import save_pretrained
+from llamarl_core.executors.weights import WeightSyncConfig
 
 
 def build_role(cfg: LlamaRLConfig, plan, ctx: RoleRuntime):
@@ -156,14 +151,10 @@ def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
 
 
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:
+    betas = cfg.trainer.adam_betas  # None: the stage's default (algorithms/optimizer.py)
     return LearnerConfig(cfg.algorithm, cfg.generation, cfg.resources.trainer.micro_batch_size,
                          cfg.run.max_steps, stream_groups_active(cfg), cfg.trainer.max_nonfinite_steps,
-                         _betas(cfg.trainer.adam_betas), cfg.trainer.adam_eps)
-
-
-def _betas(betas) -> tuple | None:
-    """trainer.adam_betas as a tuple (None: the stage's default, executors/optimizer.py)."""
-    return None if betas is None else tuple(float(b) for b in betas)
+                         None if betas is None else tuple(float(b) for b in betas), cfg.trainer.adam_eps)
 
 
 def weight_sync_config(cfg: LlamaRLConfig, plan) -> WeightSyncConfig:
@@ -176,19 +167,3 @@ def weight_sync_config(cfg: LlamaRLConfig, plan) -> WeightSyncConfig:
                             fp8=r.generator.quantization == "fp8", bucket_mb=cfg.controller.weight_bucket_mb,
                             num_slots=r.generator.weight_slots, trainer_shards=trainer_shards(r.trainer, world),
                             checksums=cfg.run.weight_checksums)
-
-
-def run_warmstart(cfg: LlamaRLConfig, out_dir: str, log=print) -> dict:
-    """One process: build the model as the trainer does, warm start it, save it to `out_dir`
-    (HF format). Returns {"dir", "steps", "loss", "seconds"}."""
-    if cfg.warmstart.steps < 1:
-        raise ValueError(f"warmstart.steps={cfg.warmstart.steps}: nothing to warm start")
-    t0 = time.perf_counter()
-    model, tokenizer = build_model(cfg.model, dtype=cfg.resources.trainer.dtype, seed=cfg.run.seed)
-    prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tokenizer)
-    seqs, _ = warmstart_sequences(cfg.warmstart, cfg.data, cfg.generation, prompts, tokenizer)
-    loss = warmstart_steps(model, cfg.warmstart, cfg.run.seed, seqs, tokenizer.pad_id, log=lambda m: log(m),
-                           adam=learner_config(cfg))
-    save_pretrained(model, tokenizer, out_dir)
-    return {"dir": os.path.abspath(out_dir), "steps": cfg.warmstart.steps, "loss": loss,
-            "seconds": time.perf_counter() - t0}

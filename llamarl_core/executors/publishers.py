@@ -6,19 +6,17 @@
         refreshes what it derived from the weights, and rank 0 announces the version.
 Both return the metrics of the publish (empty when nothing moved).
 
-`rejoin(version)`: the generator role was restarted; WeightSync builds a sender for the new
-ranks (membership epoch) and sends them `version`, the trainer's current weights, so they
-generate nothing before holding them. A publish that finds its generators gone waits for
-the controller's verdict (`on_broken`) and does the same.
+`rejoin(version)`: new generator ranks (a restart) get a sender of their epoch and `version`
+before they generate; a publish that finds its generators gone waits for the verdict (`on_broken`).
 """
 from __future__ import annotations
 
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.fp8_weights import engine_quantizes
 from llamarl_core.executors.weights import WeightSyncConfig, generator_epoch, make_sender
-from llamarl_core.transport.membership import MembershipChanged
-from llamarl_core.transport import checksums
+from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.transport import checksums
+from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.parallel import full_state, local_shards, unwrap
 
 

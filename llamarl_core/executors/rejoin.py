@@ -5,11 +5,9 @@
          rebuild what touches it) or ends the run (Stopped); no verdict within
          controller.step_timeout_s → the original error ends this rank
 
-Data position: each trainer rank writes `data/expect/<replica>/<rank>` (the next chunk of
-that replica it will consume) whenever it consumes one; a (re)started generator replica
-starts at the smallest of these (or the resumed position), so the chunks its dead
-predecessor held are generated again. A chunk the trainer already consumed that arrives
-again is skipped by the trainer (executors/feeds.py), so none is trained twice.
+Data position: a (re)started generator replica starts at the smallest `data/expect/<replica>/<rank>`
+(each trainer rank's next chunk of it, or the resumed position): what its predecessor held is
+generated again, and what arrives twice is skipped by the trainer (executors/intake.py).
 """
 from __future__ import annotations
 

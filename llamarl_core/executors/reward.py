@@ -25,8 +25,9 @@ from llamarl_core.config.schema import DataConfig, ModelConfig, RewardResources,
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
-from llamarl_core.executors.learning_signal import last_line
-from llamarl_core.executors.setup import load_split, reward_name, tokenizer_of
+from llamarl_core.executors.setup import load_split, reward_name
+from llamarl_core.models.build import tokenizer_of
+from llamarl_core.observe.learning_signal import last_line
 from llamarl_core.rewards import RewardPool
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
@@ -39,12 +40,9 @@ class RewardExecutor:
     def __init__(self, ctx: RoleRuntime, model: ModelConfig, data: DataConfig, resources: RewardResources,
                  prompts_per_step: int, group_size: int, forward_groups: bool = False,
                  max_abs: float = RewardSettings.max_abs):
-        """`model`: whose tokenizer decodes completions; `data`: the train examples and their
-        reward; `resources`: resources.reward (verifier workers, timeout); `prompts_per_step`,
-        `group_size`: the step's shape (algorithm.*); `forward_groups`: send each group on as soon
-        as it is scored (the trainer starts micro-batches on groups as they arrive), not each
-        trainer rank's slice of a chunk once the chunk is whole; `max_abs`: reward.max_abs (a
-        larger or non-numeric reward is an error for its sample)."""
+        """Its sections are listed in pipeline.py. `forward_groups`: send each group on as soon as
+        it is scored, not each trainer rank's slice of a chunk once the chunk is whole; `max_abs`:
+        reward.max_abs (a larger or non-numeric reward is an error for its sample)."""
         self.ctx, self.forward_groups = ctx, forward_groups
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
         self.tokenizer = tokenizer_of(model)
@@ -126,7 +124,7 @@ class RewardExecutor:
             return
         ctx.control.set_stats("reward", ctx.local_rank, {
             "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals(),
-            "first_error": last_line(self.pool.first_error)})  # for the trainer's words (learning_signal.py)
+            "first_error": last_line(self.pool.first_error)})  # for the trainer's words (observe/learning_signal.py)
 
     def _slices(self, replica: int) -> list[tuple[int, int, int]]:
         """(trainer rank, first row, end row) of each trainer rank's slice of `replica`'s chunks."""

@@ -1,4 +1,5 @@
-"""Build what every role needs from the config: model, tokenizer, examples, prompts.
+"""Build what every role needs from the config: examples, prompts, the reward's name (the
+model and tokenizer: models/build.py).
 
 All roles call these with the same config and seed, so they agree on the initial weights,
 the example list and which prompts make up chunk n — without sending any of it.
@@ -10,56 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from llamarl_core.config.schema import DataConfig, GenerationConfig, ModelConfig
-from llamarl_core.data import Example, default_reward, prompt_format, render_target
+from llamarl_core.config.schema import DataConfig, GenerationConfig
+from llamarl_core.data import Example, default_reward, prompt_format
 from llamarl_core.data.splits import load_split, split_path  # noqa: F401 (the roles' names for them)
 from llamarl_core.eval import encode_prompt  # the one place a prompt becomes token ids
-from llamarl_core.models import ByteTokenizer, Llama, build_empty, get_preset, load_pretrained, load_tokenizer
-from llamarl_core.models.dtypes import TORCH_DTYPES
-from llamarl_core.models.meta import meta_device
-
-
-def build_model(model_cfg: ModelConfig, dtype: str, device: str = "cpu", *, seed: int):
-    """(model, tokenizer): the checkpoint if given, else a seeded random init of the preset.
-
-    `dtype` is the role's own (`resources.generator.dtype` or `resources.trainer.dtype`);
-    `device` the rank's (a checkpoint is materialised there directly). The preset init runs
-    on the CPU, so every device starts from the same seeded weights (`seed`: run.seed)."""
-    torch_dtype = TORCH_DTYPES[dtype]
-    if model_cfg.checkpoint:
-        return load_pretrained(model_cfg.checkpoint, dtype=torch_dtype, device=device)
-    torch.manual_seed(seed)
-    model = Llama(get_preset(model_cfg.preset)).to(device=device, dtype=torch_dtype)
-    return model, ByteTokenizer()
-
-
-def tokenizer_of(model_cfg: ModelConfig):
-    """The model's tokenizer: its checkpoint's, or the byte tokenizer of a preset."""
-    return load_tokenizer(model_cfg.checkpoint) if model_cfg.checkpoint else ByteTokenizer()
-
-
-def build_meta_model(model_cfg: ModelConfig, dtype: str):
-    """(model on the meta device, tokenizer): shapes only, for a role whose weights all arrive
-    over the weight sync (the generators receive version 0 before they generate)."""
-    if model_cfg.checkpoint:
-        model, _ = build_empty(model_cfg.checkpoint, device="meta")
-        tokenizer = load_tokenizer(model_cfg.checkpoint, required=False)
-    else:
-        with meta_device():  # no init on meta: it would import torch._dynamo (models/meta.py)
-            model, tokenizer = Llama(get_preset(model_cfg.preset)), ByteTokenizer()
-    return model.to(dtype=TORCH_DTYPES[dtype]), tokenizer
-
-
-def materialize_zeros(model: torch.nn.Module, device: str) -> torch.nn.Module:
-    """Allocate a meta model's (possibly TP-sliced) parameters on `device`, zero-filled."""
-    tied = model.output.weight is model.tok_embeddings.weight
-    model.to_empty(device=device)
-    if tied:  # to_empty gives the two names separate storage; one weight again
-        model.output.weight = model.tok_embeddings.weight
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-    return model
 
 
 def reward_name(data: DataConfig) -> str:
@@ -105,15 +60,6 @@ def encode_prompts(data: DataConfig, generation: GenerationConfig, examples: lis
                          f"{', ' + ex.where if ex.where else ''}); raise generation.max_prompt_tokens "
                          f"or shorten the prompts")
     return PromptSet(examples, ids)
-
-
-def sft_sequences(prompts: PromptSet, tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(tokens, target_mask) per example: prompt + target + EOS, the target and EOS trained."""
-    out = []
-    for ex, p in zip(prompts.examples, prompts.prompt_ids):
-        target = tokenizer.encode(render_target(ex)) + [tokenizer.eos_id]
-        out.append((p + target, [0] * len(p) + [1] * len(target)))
-    return out
 
 
 def chunk_prompt_indices(num_examples: int, chunk: int, prompts_per_step: int, seed: int) -> list[int]:

@@ -5,15 +5,11 @@
                                                     (if `may_start(n+1)`), ...
     a prompt group whose last row ended ──▶ on_group (to the reward role, as in chunk mode)
 
-The chunk stays the unit of accounting: chunk n is still replica i's share of step n's
-prompts (`chunk_prompt_indices`), the trainer consumes a replica's chunks in order (intake.py:
-groups of a chunk that completes before its predecessor wait), and each chunk is admitted
-before its first row starts (`may_start(n)`, which asks executors/admission.py), so every
-token of chunk n is within k versions of the step that trains it — the bound is on the oldest
-token, which is a row's first. What changes is only that the
-tail of chunk n no longer leaves slots idle: chunk n+1 fills them, under whatever version is
-held when each row starts (weights still swap in place between decode steps; each token
-records its version: `Finished.token_versions`).
+The chunk stays the unit of accounting (replica i's share of step n's prompts, consumed in
+order by the trainer, admitted before its first row starts: `may_start(n)`, executors/admission.py;
+the bound is on a row's first, oldest token). Only the tail of chunk n no longer leaves slots
+idle: chunk n+1 fills them, under whatever version is held when each row starts (weights still
+swap in place between decode steps; each token records its version: `Finished.token_versions`).
 
 Restarts and resume work as in chunk mode: the generator (re)starts at the first chunk not
 consumed (rejoin.start_chunk) and chunks consumed before are skipped by the trainer.

@@ -20,10 +20,8 @@ the same update up to float rounding (tests/unit/test_train_step.py).
 
 Why early: at k = 1 a step's last groups are its long tail, generated while the trainer, holding
 all the others, waits. Started on the others, their forward and backward run under that wait,
-and the step ends about a micro-batch after the last group arrives. Only for one trainer rank
-and one update per batch (config/streaming.py: `stream_groups_active`): pi_old and the mini-batch
-cuts need the whole batch first, and with more ranks each micro-batch is a collective a rank
-could enter while its peer waits for rows (executors/feeds.py: `wait_for_peers`).
+and the step ends about a micro-batch after the last group arrives. When it applies:
+config/streaming.py, `stream_groups_active`.
 
 Copies of the rows from arrival to the loss (tests/unit/test_rollout_hops.py counts them): none
 on `add`; per micro-batch one stack of the token rows and one of the log-mu rows (slices of the
@@ -37,7 +35,8 @@ import time
 
 import torch
 
-from llamarl_core.executors.learner import Learner, add_micro_metrics, loss_mask, maybe_no_sync, model_device
+from llamarl_core.algorithms.metrics import add_micro_metrics
+from llamarl_core.executors.learner import Learner, loss_mask, maybe_no_sync, model_device
 from llamarl_core.wire.rollout import Rollout
 
 

@@ -22,31 +22,31 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from llamarl_core.executors import checkpoints, rejoin
+from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
                                         RunConfig, TrainerResources, WarmStartConfig)
+from llamarl_core.eval.heldout import HeldoutConfig, heldout_eval, write_samples
+from llamarl_core.eval.sharded_eval import LockstepGreedy
+from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.end_reason import EndReason, reached_max_steps, reached_max_time
 from llamarl_core.executors.feeds import merge_positions
-from llamarl_core.executors.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.executors.learner import Learner, LearnerConfig
-from llamarl_core.executors.learning_signal import RewardsAllErrored
-from llamarl_core.executors.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
 from llamarl_core.executors.ports import RolloutFeed, WeightPublisher
-from llamarl_core.executors.progress import StoreProgress, publish_accuracy
+from llamarl_core.executors.resample import DynamicSampling
 from llamarl_core.executors.rl_step import rl_step
-from llamarl_core.executors.rollout_stats import rollout_stats
-from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
-from llamarl_core.executors.warmstart import (CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences,
-                                              warmstart_steps)
+from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
+from llamarl_core.generation.params import stop_ids
 from llamarl_core.models import save_model_files, save_pretrained, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models.export import export_dtype
+from llamarl_core.observe.end_reason import EndReason, trainer_end
+from llamarl_core.observe.learning_signal import RewardsAllErrored
+from llamarl_core.observe.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
+from llamarl_core.observe.progress import StoreProgress, publish_accuracy
+from llamarl_core.observe.rollout_stats import rollout_stats
 from llamarl_core.rewards import get_reward
-from llamarl_core.executors.resample import DynamicSampling
-from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
-from llamarl_core.generation.params import stop_ids
+from llamarl_core.sft.warmstart import CHECKPOINT_NAME as WARMSTART_CHECKPOINT, warmstart_sequences, warmstart_steps
 from llamarl_core.transport.membership import role_epoch
 from llamarl_core.transport.parallel import copy_weights, iter_full_tensors, unwrap
 from llamarl_core.transport.sharded_load import load_sharded
@@ -58,13 +58,8 @@ class TrainerExecutor:
                  data: DataConfig, generation: GenerationConfig, warmstart: WarmStartConfig, run: RunConfig,
                  logging: LoggingConfig, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
                  make_feed: Callable, make_publisher: Callable, *, recipe: str, export_dtype: str = "auto"):
-        """The sections it reads, each for itself: `model` + `resources` (resources.trainer) what
-        to build and in which dtype; `algorithm` the batch shape, the KL reference, dynamic
-        sampling; `data` + `generation` the prompts (encoded as the generator encodes them), the
-        held-out examples, the reward, the length cap; `warmstart` the supervised stage; `run`
-        steps, cadences, resume, seed; `logging` metrics files; `recipe` and `export_dtype`
-        (export.dtype) for summary.json and checkpoints/final. `make_feed` / `make_publisher`:
-        how a step's rows come and a version goes, given the built trainer (pipeline.py)."""
+        """Its own config sections (listed in pipeline.py); `make_feed` / `make_publisher`: how a
+        step's rows come and a version goes, given the built trainer."""
         self.ctx, self.heldout_cfg = ctx, heldout_cfg
         self.model_cfg, self.resources, self.algorithm, self.data, self.generation = (model, resources, algorithm,
                                                                                      data, generation)
@@ -147,7 +142,7 @@ class TrainerExecutor:
             ctx.control.mark_done()
 
     def warm_start(self) -> None:
-        """Supervised warm start, saved as checkpoints/warmstart (executors/warmstart.py)."""
+        """Supervised warm start, saved as checkpoints/warmstart (sft/warmstart.py)."""
         w = self.warmstart_cfg
         if w.steps == 0:
             return
@@ -186,7 +181,7 @@ class TrainerExecutor:
         sharded = self._sharded()
         if not self.eval_examples or (self.rank != 0 and not sharded):  # DDP replicas hold the same weights
             return
-        # FSDP2: every rank decodes through its shards (sharded_eval.py), no rank gathers the model.
+        # FSDP2: every rank decodes through its shards (eval/sharded_eval.py), no rank gathers the model.
         engine = (LockstepGreedy(self.model, self.tokenizer, self.group, self.ctx.device,
                                  TORCH_DTYPES[self.resources.dtype]) if sharded else None)
         with self.ctx.timeline.span("eval", version=self.version):
@@ -242,7 +237,7 @@ class TrainerExecutor:
         self.checkpoint("final", export_dtype(self.export_dtype, self.model_cfg.checkpoint))
 
     def save_checkpoint(self, step: int) -> None:
-        """checkpoints/step_<step>/ (see checkpoints.py); collective over the trainer ranks."""
+        """checkpoints/step_<step>/ (see checkpoint/checkpoints.py); collective over the trainer ranks."""
         # the data position: next_chunk, extra, each rank's position (feeds.merge_positions)
         position = merge_positions(self._gather(self.feed.position()), self.ctx.control)
         state = {"step": step, "policy_version": self.version, "lr_steps": self.learner.steps_done,
@@ -319,11 +314,7 @@ class TrainerExecutor:
         print(json.dumps(line), flush=True)
 
     def _end_reason(self) -> EndReason:
-        """After the loop: short of run.max_steps only when the time limit ended it."""
-        run = self.run_cfg
-        if self.version < run.max_steps and run.max_time_s:
-            return reached_max_time(run.max_time_s, self.version, run.max_steps)
-        return reached_max_steps(run.max_steps)
+        return trainer_end(self.version, self.run_cfg.max_steps, self.run_cfg.max_time_s)
 
     def _write_summary(self, rl_wall_s: float, end: EndReason) -> None:
         if self.rank != 0:
@@ -337,7 +328,7 @@ class TrainerExecutor:
                    "dropped_chunks": self._extra_total(),
                    "data_skipped_lines": self.data_skipped,
                    "warnings": self.log.signal.warnings(),  # why the run could not learn, in words
-                   **end.fields()}  # why it ended (end_reason.py)
+                   **end.fields()}  # why it ended (observe/end_reason.py)
         with open(os.path.join(self.ctx.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
 

@@ -18,9 +18,9 @@ import torch
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import ModelConfig, TrainerResources
 from llamarl_core.executors.context import RoleRuntime
-from llamarl_core.executors.setup import build_model
-from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models import build_empty, load_tokenizer
+from llamarl_core.models.build import build_model
+from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.parallel import copy_weights, shard_like, unwrap, wrap_data_parallel
 from llamarl_core.transport.sharded_load import load_sharded, materialize
 

@@ -4,12 +4,11 @@ Both ends build the same plan from a `WeightSyncConfig` alone: the trainer's par
 shapes, T trainer ranks (each sending the rows of its FSDP dim-0 shard; under HSDP the
 shard of its replica, `trainer_shards`), G generator
 ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8 generator's
-quantized linears travel as fp8 with per-row scales (executors/fp8_weights.py). `auto` picks
+quantized linears travel as fp8 with per-row scales (generation/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
 (`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
 Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
-restart): new generator ranks build a receiver there, the trainer ranks a new sender, and
-the trainer sends its current weights before anything is generated (executors/rejoin.py).
+restart: executors/rejoin.py).
 """
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from llamarl_core.config.layout import trainer_sharding
-from llamarl_core.config.schema import ResourcesConfig, TrainerResources
 from llamarl_core.executors.context import RoleRuntime, Stopped
-from llamarl_core.executors.fp8_weights import engine_quantizes
+from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
@@ -50,15 +47,6 @@ def generator_epoch(ctx: RoleRuntime) -> int:
     return role_epoch(ctx.control.store, "generator")
 
 
-def resolve_transport(weight_transport: str, resources: ResourcesConfig, nodes: int) -> str:
-    """controller.weight_transport, with `auto` resolved for the planned layout."""
-    if weight_transport != "auto":
-        return weight_transport
-    if resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
-        return "cuda_ipc"
-    return "shm" if resources.device == "cpu" and nodes == 1 else "collective"
-
-
 def plan(ctx: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
          args) -> DdmaPlan:
     """`args`: the model's ModelArgs; generator TP slices are `models/tp_slices.tp_slice`
@@ -70,14 +58,6 @@ def plan(ctx: RoleRuntime, cfg: WeightSyncConfig, named_shapes: dict[str, tuple[
                       fp8=engine_quantizes if cfg.fp8 else None,
                       num_slots=cfg.num_slots,
                       groups=fused_param_groups(named_shapes))  # the engine computes from the slot
-
-
-def trainer_shards(trainer: TrainerResources, world: int) -> int:
-    """Ranks one copy of the trainer's weights is split over, as `parallel.wrap_data_parallel`
-    builds it: the FSDP group under fsdp2 (HSDP: T/fsdp replicas of it), else every rank (DDP
-    replicas each send 1/T of the rows, `parallel.local_shards`)."""
-    fsdp, _ = trainer_sharding(trainer, world)
-    return fsdp if trainer.strategy == "fsdp2" and fsdp > 1 else world
 
 
 def transfer_client(ctx: RoleRuntime):

@@ -127,7 +127,7 @@ class GenerationEngine:
 
 def completions(finished: list[Finished], params: SamplingParams, tokenizer) -> list[Completion]:
     """The engine's `Finished` rows as `Completion`s: token lists, and the text cut at the
-    first stop string (also for the sharded eval, executors/sharded_eval.py)."""
+    first stop string (also for the sharded eval, eval/sharded_eval.py)."""
     out = []
     for done in finished:
         ids = done.token_ids.tolist()

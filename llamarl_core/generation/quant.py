@@ -21,7 +21,14 @@ from torch import nn
 
 from .weights import attached
 
+FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
+SCALE_SUFFIX = "#scale"
+
+
+def scale_name(name: str) -> str:
+    """The key of an fp8 tensor's per-row scales next to it (the DDMA receiver's ``params``)."""
+    return name + SCALE_SUFFIX
 
 
 class QuantizedLinear:

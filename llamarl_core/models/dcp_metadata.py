@@ -8,7 +8,7 @@ protocol-4 frames DCP writes): DCP's metadata records, `torch.Size`, dtypes and 
 paths, `OrderedDict`. Any other global is refused before it is looked up.
 
 Two callers, one allow-list:
-  * the trainer's resume (`executors/safe_dcp.py`) needs DCP's real classes, which DCP's
+  * the trainer's resume (`checkpoint/safe_dcp.py`) needs DCP's real classes, which DCP's
     planner checks with `isinstance`: `read_metadata(path)`;
   * reading the weights out of a step directory (`step_checkpoint.py`) needs only the
     fields, and model code never imports torch.distributed: `read_metadata(path,

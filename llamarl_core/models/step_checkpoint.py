@@ -1,6 +1,6 @@
 """Read the model out of a run's resumable checkpoint, `checkpoints/step_<N>/`, one tensor at a time.
 
-The trainer writes that directory with torch.distributed.checkpoint (executors/checkpoints.py):
+The trainer writes that directory with torch.distributed.checkpoint (checkpoint/checkpoints.py):
 `trainer/.metadata` (a pickle: per flattened key, e.g. `model.layers.0.attention.wq.weight`,
 its global shape and the chunks each trainer rank saved) and one `__<rank>_0.distcp` file per
 rank holding each chunk as a `torch.save` record at a byte offset. Beside it the trainer puts
@@ -29,7 +29,7 @@ from .dcp_metadata import load_failure, read_metadata
 
 TRAINER_DIR = "trainer"
 METADATA_FILE = ".metadata"
-MODEL_PREFIX = "model."  # executors/checkpoints.py saves {"model": ..., "optim": ...}
+MODEL_PREFIX = "model."  # checkpoint/checkpoints.py saves {"model": ..., "optim": ...}
 
 
 def is_step_checkpoint(path) -> bool:

@@ -62,7 +62,7 @@ def generator_weight_bytes(m: ModelArgs, *, tp: int, dtype: str, quantization: s
     b = DTYPE_BYTES[dtype]
     n_embed, n_norm = embedding_params(m), norm_params(m)
     n_block = m.num_params() - n_embed - n_norm
-    b_block = 1 if quantization == "fp8" else b  # fp8 arrives quantized (executors/fp8_weights.py)
+    b_block = 1 if quantization == "fp8" else b  # fp8 arrives quantized (generation/fp8_weights.py)
     return n_block * b_block / tp + (n_norm + n_embed) * b
 
 

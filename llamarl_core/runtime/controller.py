@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.executors import end_reason
-from llamarl_core.executors.end_reason import EndReason
+from llamarl_core.observe import end_reason
+from llamarl_core.observe.end_reason import EndReason
 from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.rewards import proc_tree
 from llamarl_core.runtime import kernel, prelaunch, procs, restarts, resume, run_lock, zygote
-from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 from llamarl_core.runtime.run_dir import write_run_files
+from llamarl_core.transport.control import ControlPlane, bind_store, serve_run
 
 POLL_S = 0.25
 DONE_GRACE_S = 30.0

@@ -23,11 +23,12 @@ from __future__ import annotations
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.data import DataFormatError, NoVerifier, prompt_format, resolve_template
-from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path, tokenizer_of
-from llamarl_core.executors.warmstart import chat_warmstart, max_sequence_tokens
-from llamarl_core.rewards.custom import check_importable, is_custom
 from llamarl_core.data.splits import holds_both_splits, split_rule
 from llamarl_core.data.template_check import check_template
+from llamarl_core.executors.setup import encode_prompts, load_split, reward_name, split_path
+from llamarl_core.models.build import tokenizer_of
+from llamarl_core.rewards.custom import check_importable, is_custom
+from llamarl_core.sft.warmstart import chat_warmstart, max_sequence_tokens
 
 SPLITS = (("train", "train"), ("test", "held-out"))
 
@@ -104,7 +105,7 @@ def _skipped(name: str, report, path) -> str:
 
 
 def run_tokenizer(cfg: LlamaRLConfig):
-    """The tokenizer the roles load (`setup.tokenizer_of`), a bad checkpoint as one line."""
+    """The tokenizer the roles load (`models/build.py: tokenizer_of`), a bad checkpoint as one line."""
     try:
         return tokenizer_of(cfg.model)
     except (ValueError, FileNotFoundError) as e:

@@ -7,7 +7,7 @@ max steps with a bar and ETA, reward, held-out accuracy where RL started beside 
 role's busy share as a bar, progress bars for the warm start and a held-out eval while they
 run (the eval's rows as the engine finishes them), the ranks' states, the metrics line's
 `warnings` (a run that cannot learn) and, once it is over, why the run ended
-(executors/end_reason.py). Not a terminal (CI, a log file): one plain line per step.
+(observe/end_reason.py). Not a terminal (CI, a log file): one plain line per step.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from llamarl_core.executors.progress import ACCURACY_KEY
+from llamarl_core.observe.progress import ACCURACY_KEY
 
 BAR_WIDTH = 24
 PANEL_WIDTH = 80
@@ -96,7 +96,7 @@ def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: in
     if restarts:
         grid.add_row("restarts", "  ".join(f"{r} {n}" for r, n in sorted(restarts.items())))
     grid.add_row("ranks", _rank_states(statuses))
-    for w in m.get("warnings", ()):  # the run cannot learn (executors/learning_signal.py)
+    for w in m.get("warnings", ()):  # the run cannot learn (observe/learning_signal.py)
         grid.add_row("[yellow]warning[/]", Text(w, style="yellow", overflow="fold"))
     if ended:
         grid.add_row("ended", Text(ended.removeprefix("run ended: "), overflow="fold"))

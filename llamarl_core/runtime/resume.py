@@ -21,10 +21,10 @@ LOGS = ("metrics.jsonl", "trained_examples.jsonl", "trained_samples.jsonl")
 
 
 def _checkpoints():
-    """executors/checkpoints.py, imported when a resume needs it: it imports
+    """checkpoint/checkpoints.py, imported when a resume needs it: it imports
     torch.distributed.checkpoint (and DTensor, sympy), seconds of CPU that the controller of
     a fresh run would spend for nothing."""
-    from llamarl_core.executors import checkpoints
+    from llamarl_core.checkpoint import checkpoints
 
     return checkpoints
 

@@ -33,13 +33,12 @@ import torch
 
 from llamarl_core.config.choices import WEIGHT_SLOTS
 from llamarl_core.config.schema import ControllerConfig, GeneratorResources
+from llamarl_core.generation.quant import FP8_DTYPE, scale_name  # noqa: F401 (the engine's fp8 format; re-exported)
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.models.tp_slices import fsdp_rows, serving_replica, tp_slice  # fsdp_rows re-exported: the plan's row rule
 
 ALIGN_BYTES = 64
-FP8_DTYPE = torch.float8_e4m3fn
 SCALE_BYTES = 4  # one float32 scale per row of an fp8 tensor
-SCALE_SUFFIX = "#scale"
 NamedShapes = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
@@ -247,11 +246,6 @@ def tensor_view(slot: torch.Tensor, t: GeneratorTensor, dtype: torch.dtype) -> t
 def scale_view(slot: torch.Tensor, t: GeneratorTensor) -> torch.Tensor:
     """The float32 per-row scales of fp8 tensor ``t`` inside the slot (no copy)."""
     return slot[t.scale_offset_bytes:t.scale_offset_bytes + t.shape[0] * SCALE_BYTES].view(torch.float32)
-
-
-def scale_name(name: str) -> str:
-    """The key of a tensor's per-row scales in the receiver's ``params``."""
-    return name + SCALE_SUFFIX
 
 
 def fp8_rows(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -288,7 +288,8 @@ def _generator_memory(rank, store):
     from llamarl_core.config.load import load_config
     from llamarl_core.executors.chunks import ChunkGenerator
     from llamarl_core.executors.pipeline import chunk_config
-    from llamarl_core.executors.setup import PromptSet, build_meta_model, materialize_zeros
+    from llamarl_core.executors.setup import PromptSet
+    from llamarl_core.models.build import build_meta_model, materialize_zeros
     from llamarl_core.generation.fused import fused_param_groups
     from llamarl_core.plan.memory import GIB, generator_memory
     from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender

@@ -24,7 +24,7 @@ import pytest
 from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.config.choices import LR_SCHEDULES, OVERLONG_MODES
 from llamarl_core.config.schema import AlgorithmConfig
-from llamarl_core.executors.tensorboard_log import scalar_items
+from llamarl_core.observe.tensorboard_log import scalar_items
 from test_runtime import metrics, processes_mentioning, train
 
 COMMON = ["run.max_steps=2", "data.num_eval_examples=4", "data.name=gsm8k", "data.instruction=''",

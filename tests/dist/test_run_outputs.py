@@ -12,7 +12,7 @@ pytest.importorskip("tensorboard")  # optional third-party package
 pytest.importorskip("matplotlib")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from llamarl_core.executors.tensorboard_log import tensorboard_tag  # noqa: E402
+from llamarl_core.observe.tensorboard_log import tensorboard_tag  # noqa: E402
 
 
 @pytest.fixture

@@ -115,13 +115,13 @@ def _body(rank, world_size, store, ckpt_dir, stop, families):
     _train(mixed, _batch()[rank * per:(rank + 1) * per], steps=1)
     out["mixed_dtypes"] = sorted({str(p.dtype) for p in mixed.parameters()})
     # 4. Greedy decoding through the sharded (2 x 2) loaded model, every rank in lockstep.
-    from llamarl_core.executors.sharded_eval import LockstepGreedy
+    from llamarl_core.eval.sharded_eval import LockstepGreedy
     engine = LockstepGreedy(meta, ByteTokenizer(), group, "cpu", torch.float32)
     out["greedy"] = [[(c.token_ids, c.text, c.finish_reason) for c in engine.generate(PROMPTS, _greedy(12, s))]
                      for s in ("", stop)]
     _train(meta, _batch()[rank * per:(rank + 1) * per], steps=1)  # training goes on after an eval
     # 5. Other families: sharded load, then a step checkpoint as the trainer writes it.
-    from llamarl_core.executors import checkpoints
+    from llamarl_core.checkpoint import checkpoints
     from llamarl_core.models import load_tokenizer, save_model_files
     for family, (hf_dir, step_dir) in families.items():
         model, _ = build_empty(hf_dir, device="meta")

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from launch_guard import refused
+from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.load import load_config
-from llamarl_core.executors import checkpoints
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs, save_pretrained
 from llamarl_core.runtime import procs, run_lock
 from llamarl_core.runtime.run_dir import resolve_run_dir

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from llamarl_core.config.load import load_config
 from llamarl_core.data.splits import load_split
-from llamarl_core.executors.setup import encode_prompts, sft_sequences
+from llamarl_core.executors.setup import encode_prompts
 from llamarl_core.models import ByteTokenizer
 from llamarl_core.rewards.numeric import gsm8k_reward
+from llamarl_core.sft.warmstart import sft_sequences
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_task"
 

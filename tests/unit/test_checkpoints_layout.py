@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.executors import checkpoints
 from llamarl_core.runtime import resume
 
 

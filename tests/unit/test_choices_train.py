@@ -7,9 +7,9 @@ from llamarl_core.config.choices import ADVANTAGE_MODES, AGGREGATIONS, LOSS_KIND
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.train_step import train_on
 from llamarl_core.executors.pipeline import learner_config
-from llamarl_core.executors.setup import build_model
+from llamarl_core.executors.train_step import train_on
+from llamarl_core.models.build import build_model
 from llamarl_core.wire.rollout import Rollout
 
 SMALL = ["algorithm.group_size=2", "algorithm.prompts_per_step=2", "algorithm.lr_warmup_steps=1",

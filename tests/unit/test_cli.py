@@ -65,7 +65,7 @@ def test_console_script_runs_as_a_process():
 
 def test_the_controller_of_a_fresh_run_does_not_import_torch_distributed_checkpoint():
     """DCP (with DTensor and sympy) is ~2 s of CPU per `llamarl train`; only a resume needs it
-    (runtime/resume.py imports executors/checkpoints.py when it does)."""
+    (runtime/resume.py imports checkpoint/checkpoints.py when it does)."""
     code = ("import sys, llamarl_cli.train_cmd, llamarl_core.runtime.controller; "
             "print('torch.distributed.checkpoint' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

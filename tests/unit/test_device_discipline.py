@@ -7,13 +7,14 @@ from fake_cuda import FakeCuda
 
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
-from llamarl_core.executors.learner import Learner, WarmStart
-from llamarl_core.executors.train_step import train_on
+from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.pipeline import chunk_config, learner_config
 from llamarl_core.executors.setup import PromptSet
+from llamarl_core.executors.train_step import train_on
 from llamarl_core.generation import GenerationEngine, SamplingParams, scheduler
 from llamarl_core.generation.sampling import sample_next, sampling_logprobs
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+from llamarl_core.sft.warmstart import WarmStart
 from llamarl_core.wire.rollout import Rollout
 
 ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,

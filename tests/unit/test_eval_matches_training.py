@@ -81,7 +81,7 @@ def test_llamarl_eval_reproduces_the_accuracy_the_training_loop_computed(capsys,
 
 
 def test_the_trainers_heldout_summary_matches_llamarl_eval(capsys, tmp_path, trained):
-    from llamarl_core.executors import heldout  # the training runtime's eval
+    from llamarl_core.eval import heldout  # the training runtime's eval
     from llamarl_core.executors.pipeline import heldout_config
     model, tok, examples, checkpoint = trained
     cfg = load_config("cpu_tiny", OVERRIDES)

@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 
 from hf_tiny import save_tiny, tiny_model, tiny_tokenizer
 from llamarl_cli.main import main
+from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.load import load_config
 from llamarl_core.config.schema import ModelConfig, TrainerResources
-from llamarl_core.executors import checkpoints
 from llamarl_core.models import load_pretrained, save_model_files
 from llamarl_core.models.checkpoint_check import read_header
 from llamarl_core.models.export import export_checkpoint, export_dtype

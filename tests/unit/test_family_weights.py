@@ -89,9 +89,9 @@ def test_the_ddma_plan_delivers_every_bias_and_norm_byte_into_each_generator_sli
 
 
 def _step_checkpoint(tmp_path, args):
-    """What a trainer writes at step 3 (executors/checkpoints.py + trainer.save_checkpoint),
+    """What a trainer writes at step 3 (checkpoint/checkpoints.py + trainer.save_checkpoint),
     from one process: DCP model + optimizer shards, RNG, state.json, STABLE, config.json."""
-    from llamarl_core.executors import checkpoints
+    from llamarl_core.checkpoint import checkpoints
 
     model = _model(args)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

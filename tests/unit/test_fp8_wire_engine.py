@@ -3,8 +3,8 @@ computes exactly what an engine quantizing the trainer's weights itself computes
 the fp8 GEMM by dequantizing)."""
 import torch
 
-from llamarl_core.executors.fp8_weights import bind, engine_quantizes, release_full_precision, wire_params
 from llamarl_core.generation import GenerationEngine, SamplingParams
+from llamarl_core.generation.fp8_weights import bind, engine_quantizes, release_full_precision, wire_params
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.models.llama import Llama
 from llamarl_core.models.tokenizer import ByteTokenizer

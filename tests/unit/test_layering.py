@@ -17,7 +17,8 @@ LAYERS: list[set[str]] = [
     {"models", "algorithms", "rewards", "wire"},  # pure tensors and text; the rollout wire type
     {"data", "generation", "sim"},                # data → rewards; engine → models; simulator
     {"plan"},                                     # config → launch plan (calls the simulator)
-    {"eval", "transport"},                        # shared evaluation; store, channels, weight sync
+    {"eval", "transport", "checkpoint", "sft"},   # shared evaluation; store, channels, weight sync; checkpoints; warm start
+    {"observe"},                                  # metrics.jsonl and its sinks, progress, end reasons
     {"executors"},                                # role loops and the worker context
     {"runtime"},                                  # controller, worker entry, procs, live view
     {"bench"},                                    # benchmarks over runs
@@ -70,7 +71,7 @@ def test_an_upward_import_is_reported_with_file_and_line(tmp_path):
     (tmp_path / "models" / "__init__.py").write_text("")
     (tmp_path / "models" / "bad.py").write_text("import os\n\ndef f():\n    from llamarl_core.runtime import worker\n")
     assert layering_violations(tmp_path) == [
-        "llamarl_core/models/bad.py:4: models (layer 1) imports runtime (layer 6)"]
+        "llamarl_core/models/bad.py:4: models (layer 1) imports runtime (layer 7)"]
 
 
 def test_cli_is_not_imported_by_the_core():

@@ -10,8 +10,8 @@ import torch
 from torch.nn import init
 
 from llamarl_core.config.schema import ModelConfig
-from llamarl_core.executors.setup import build_meta_model
 from llamarl_core.models import Llama, get_preset
+from llamarl_core.models.build import build_meta_model
 from llamarl_core.models.meta import meta_device
 
 
@@ -38,7 +38,7 @@ def test_init_is_restored_when_the_build_fails():
 def test_building_the_generators_meta_model_does_not_import_torch_dynamo():
     code = ("import sys, torch\n"
             "from llamarl_core.config.schema import ModelConfig\n"
-            "from llamarl_core.executors.setup import build_meta_model\n"
+            "from llamarl_core.models.build import build_meta_model\n"
             "build_meta_model(ModelConfig(), dtype='float32')\n"
             "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -6,8 +6,8 @@ import torch
 
 from llamarl_core.algorithms.metrics import as_float
 from llamarl_core.config.schema import LoggingConfig
-from llamarl_core.executors.metrics_log import MetricsLog
-from llamarl_core.executors.rollout_stats import rollout_stats
+from llamarl_core.observe.metrics_log import MetricsLog
+from llamarl_core.observe.rollout_stats import rollout_stats
 from llamarl_core.wire.rollout import Rollout
 
 

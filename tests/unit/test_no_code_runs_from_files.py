@@ -17,7 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-from llamarl_core.executors import checkpoints
+from llamarl_core.checkpoint import checkpoints
 from llamarl_core.models import Llama, ModelArgs
 from llamarl_core.transport import cuda_ipc
 

@@ -10,9 +10,10 @@ from llamarl_cli.main import main
 from llamarl_core.config.load import load_config
 from llamarl_core.config.schema import WarmStartConfig
 from llamarl_core.data import Example, prompt_format, render_prompt
-from llamarl_core.executors.learner import Learner, WarmStart
+from llamarl_core.executors.learner import Learner
 from llamarl_core.executors.pipeline import learner_config
 from llamarl_core.executors.setup import encode_prompts
+from llamarl_core.sft.warmstart import WarmStart
 from launch_guard import Launched, no_launch  # noqa: F401  (no_launch: a fixture)
 from tok_tiny import CHATML
 
@@ -79,7 +80,7 @@ def test_an_rl_adamw_step_with_non_default_betas_and_eps_equals_the_update_by_ha
 
 
 def test_the_warm_start_optimizer_takes_the_same_betas_and_eps_through_the_warm_start_stage(monkeypatch):
-    import llamarl_core.executors.warmstart as stage
+    import llamarl_core.sft.warmstart as stage
     from llamarl_core.data.splits import load_split
     from llamarl_core.models import ByteTokenizer
 

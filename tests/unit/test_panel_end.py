@@ -14,11 +14,11 @@ from rich.console import Console
 from llamarl_cli.train_cmd import read_summary, report
 from llamarl_core.data import Example
 from llamarl_core.eval import evaluate
-from llamarl_core.executors import end_reason
-from llamarl_core.executors.progress import ACCURACY_KEY, StoreProgress, accuracy_progress, publish_accuracy
 from llamarl_core.executors.trainer import TrainerExecutor
 from llamarl_core.generation import GenerationEngine
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
+from llamarl_core.observe import end_reason
+from llamarl_core.observe.progress import ACCURACY_KEY, StoreProgress, accuracy_progress, publish_accuracy
 from llamarl_core.rewards import get_reward
 from llamarl_core.runtime.controller import Controller, Interrupted, _raise_interrupt
 from llamarl_core.runtime.live_view import LiveView, render
@@ -64,7 +64,7 @@ def test_the_eval_bar_counts_each_row_as_the_engine_finishes_it_within_one_batch
 
 def test_store_progress_writes_the_first_and_last_rows_and_throttles_between(monkeypatch):
     store, now = Store(), [100.0]
-    monkeypatch.setattr("llamarl_core.executors.progress.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("llamarl_core.observe.progress.time.monotonic", lambda: now[0])
     bar = StoreProgress(store, "eval")
     bar(0, 200)  # the start is always written: the bar appears at 0/200
     bar(1, 200)  # 0 s after the last write: skipped

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from llamarl_core.executors.quant_probe import QuantKL
 from llamarl_core.generation.quant import FP8_MAX, QuantizedLinear, _fp8_scaled_mm, token_kl
+from llamarl_core.generation.quant_probe import QuantKL
 from llamarl_core.models import Llama, ModelArgs
 from llamarl_core.wire.rollout import Rollout
 

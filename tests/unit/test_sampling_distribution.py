@@ -10,9 +10,10 @@ from llamarl_core.config.load import load_config
 from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.learner import Learner, completion_targets
 from llamarl_core.executors.pipeline import chunk_config, learner_config
-from llamarl_core.executors.setup import build_model, encode_prompts, load_split
+from llamarl_core.executors.setup import encode_prompts, load_split
 from llamarl_core.generation.params import SamplingParams
 from llamarl_core.generation.sampling import sample_next, sampling_logprobs
+from llamarl_core.models.build import build_model
 
 
 def test_sampled_tokens_never_leave_the_kept_set_and_report_its_log_prob():
@@ -46,7 +47,8 @@ def test_on_policy_ratios_are_one_with_temperature_top_k_and_top_p():
     batch = ChunkGenerator(chunk_config(cfg), model, tok, prompts, replica=0, num_replicas=1).generate(0, 0)
     tokens, behavior, mask = completion_targets(batch)
     with torch.no_grad():
-        pi = Learner(model, learner_config(cfg)).policy_logprobs(model(tokens)[:, :-1], tokens[:, 1:])
+        learner = Learner(model, learner_config(cfg))  # log π as the loss gets it (micro_loss)
+        pi = model(tokens, head=learner._head(tokens[:, 1:]))[0]
         untruncated = torch.log_softmax(model(tokens)[:, :-1] / 0.7, -1).gather(
             -1, tokens[:, 1:, None]).squeeze(-1)
     counted = mask.bool()

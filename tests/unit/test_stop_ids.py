@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from llamarl_core.algorithms.overlong import truncated_rows
-from llamarl_core.executors.sharded_eval import LockstepGreedy
+from llamarl_core.eval.sharded_eval import LockstepGreedy
 from llamarl_core.generation import GenerationEngine, SamplingParams, stop_ids
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 from test_generation_engine import _force_token

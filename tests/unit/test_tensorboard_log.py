@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("tensorboard")  # optional third-party package, not ours
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from llamarl_core.executors.tensorboard_log import TensorBoardLog, scalar_items, tensorboard_tag  # noqa: E402
+from llamarl_core.observe.tensorboard_log import TensorBoardLog, scalar_items, tensorboard_tag  # noqa: E402
 
 
 def test_tags_keep_role_prefixes_and_file_top_level_keys_under_a_group():

@@ -12,8 +12,8 @@ from llamarl_cli.main import main
 from llamarl_cli.train_cmd import report
 from llamarl_core.config.choices import ADVANTAGE_MODES
 from llamarl_core.config.schema import LoggingConfig
-from llamarl_core.executors.learning_signal import CONSTANT_REWARD_STEPS, LearningSignal, last_line
-from llamarl_core.executors.metrics_log import MetricsLog
+from llamarl_core.observe.learning_signal import CONSTANT_REWARD_STEPS, LearningSignal, last_line
+from llamarl_core.observe.metrics_log import MetricsLog
 from llamarl_core.runtime import procs
 from llamarl_core.runtime.live_view import PANEL_WIDTH, plain_line, render
 

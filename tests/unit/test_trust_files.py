@@ -83,7 +83,7 @@ def test_a_worker_rebuilding_the_config_from_plan_json_resolves_the_secret_itsel
 def _save_step(run_dir, step):
     import torch
 
-    from llamarl_core.executors import checkpoints
+    from llamarl_core.checkpoint import checkpoints
     from llamarl_core.models import Llama, ModelArgs
     tiny = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=128)
     model = Llama(tiny)

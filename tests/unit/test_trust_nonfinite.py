@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from llamarl_core.algorithms import compute_advantages
+from llamarl_core.algorithms.nonfinite import NonFiniteSteps
 from llamarl_core.config.load import load_config
 from llamarl_core.executors.learner import Learner
-from llamarl_core.executors.train_step import TrainStep, train_on
-from llamarl_core.executors.nonfinite import NonFiniteSteps
 from llamarl_core.executors.pipeline import learner_config
-from llamarl_core.executors.tensorboard_log import TensorBoardLog
+from llamarl_core.executors.train_step import TrainStep, train_on
 from llamarl_core.executors.trainer import TrainerExecutor
 from llamarl_core.models import Llama, ModelArgs
+from llamarl_core.observe.tensorboard_log import TensorBoardLog
 from llamarl_core.wire.rollout import Rollout
 
 ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,

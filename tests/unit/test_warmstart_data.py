@@ -18,10 +18,9 @@ from llamarl_core.config.load import load_config
 from llamarl_core.config.schema import WarmStartConfig
 from llamarl_core.data import Example, PromptFormat, render_prompt
 from llamarl_core.data.chat_sft import assistant_tokens, chat_sequences, load_conversations
-from llamarl_core.executors.learner import WarmStart
-from llamarl_core.executors.warmstart import warmstart_sequences, warmstart_steps
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs, load_tokenizer
 from llamarl_core.models.tokenizer import HFTokenizer
+from llamarl_core.sft.warmstart import WarmStart, warmstart_sequences, warmstart_steps
 
 from launch_guard import Launched, no_launch, train_refused  # noqa: F401  (no_launch: a fixture)
 

@@ -8,7 +8,7 @@ import torch
 
 from llamarl_core.algorithms.lr_schedule import warmstart_lr_at
 from llamarl_core.config.schema import WarmStartConfig
-from llamarl_core.executors.learner import WarmStart
+from llamarl_core.sft.warmstart import WarmStart
 
 
 def old_warmstart_lr(t: int, steps: int, base_lr: float) -> float:

@@ -1,9 +1,9 @@
 """The warm start as a stage: `run_warmstart` saves an HF checkpoint that RL loads as-is."""
 import torch
 
+from llamarl_core.bench.sync_vs_async import run_warmstart
 from llamarl_core.config.load import load_config
-from llamarl_core.executors.setup import build_model
-from llamarl_core.executors.pipeline import run_warmstart
+from llamarl_core.models.build import build_model
 
 SMALL = ["warmstart.steps=3", "warmstart.batch_size=4", "data.num_train_examples=32"]
 

@@ -12,7 +12,7 @@ re-quantizes: its weights equal quantize(trainer weights) exactly, at half the b
 
 The generator's full-precision copies of those linears are released (`release_full_precision`:
 the memory plan counts one byte per quantized weight, and 405B's bf16 block weights would not
-fit a TP-8 GPU), so the full-precision side of `generator/quant_kl` (executors/quant_probe.py)
+fit a TP-8 GPU), so the full-precision side of `generator/quant_kl` (generation/quant_probe.py)
 no longer exists there: the probe is off on the fp8 wire.
 """
 from __future__ import annotations
@@ -20,10 +20,8 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.generation.fused import Proj, _groups, _HookedQuantized, _stacked, _stacked_bias
-from llamarl_core.generation.quant import QuantizedLinear, _scaled_mm_ok
+from llamarl_core.generation.quant import FP8_DTYPE, QuantizedLinear, _scaled_mm_ok, scale_name
 from llamarl_core.models.tp_slices import is_block_linear
-from llamarl_core.transport.ddma_plan import FP8_DTYPE, scale_name
-
 
 
 def engine_quantizes(name: str) -> bool:

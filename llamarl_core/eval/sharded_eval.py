@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 
 from llamarl_core.config.schema import GeneratorResources
+from llamarl_core.generation.engine import completions
 from llamarl_core.generation.forward import SlotCache
 from llamarl_core.generation.fused import BLOCK_PROJECTIONS, Proj, _stacked_bias
-from llamarl_core.generation.engine import completions
 from llamarl_core.generation.params import Completion, SamplingParams
 from llamarl_core.generation.scheduler import Batch
 

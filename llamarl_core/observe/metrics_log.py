@@ -17,9 +17,9 @@ import time
 import torch
 
 from llamarl_core.config.schema import LoggingConfig
-from llamarl_core.executors.learning_signal import LearningSignal
-from llamarl_core.executors.tensorboard_log import TensorBoardLog
-from llamarl_core.executors.wandb_log import WandbLog
+from llamarl_core.observe.learning_signal import LearningSignal
+from llamarl_core.observe.tensorboard_log import TensorBoardLog
+from llamarl_core.observe.wandb_log import WandbLog
 from llamarl_core.transport.control import ControlPlane
 from llamarl_core.transport.idle import TimelineTail, both_idle_frac
 

@@ -7,18 +7,23 @@ user's own chats, `warmstart.data`), then an HF-format checkpoint RL can start f
 
 Why a stage: RL runs compared from one shared start (sync vs async, the quality bench's
 configurations and seeds) differ only in RL. The trainer role runs `warmstart_steps` on its
-ranks and saves the checkpoint; `pipeline.run_warmstart` does the same in one process
-(benchmarks), drawing the same batches, so its checkpoint equals a 1-rank trainer's.
+ranks and saves the checkpoint; `bench/sync_vs_async.py: run_warmstart` does the same in one
+process (benchmarks), drawing the same batches, so its checkpoint equals a 1-rank trainer's.
+`WarmStart` is one supervised step; `sft_sequences` the task's own (prompt + reference) rows.
 """
 from __future__ import annotations
 
 import random
+from typing import Optional
 
-from llamarl_core.config.schema import DataConfig, GenerationConfig, WarmStartConfig
-from llamarl_core.data import LoadReport, prompt_format
+import torch
+
+from llamarl_core.algorithms.lr_schedule import warmstart_lr_at
+from llamarl_core.algorithms.optimizer import policy_optimizer
+from llamarl_core.config.schema import DataConfig, GenerationConfig, TrainerSettings, WarmStartConfig
+from llamarl_core.data import LoadReport, prompt_format, render_target
 from llamarl_core.data.chat_sft import chat_sequences, load_conversations
-from llamarl_core.executors.learner import WarmStart
-from llamarl_core.executors.setup import sft_sequences
+from llamarl_core.generation.sampling import chunked_policy_logprobs
 
 CHECKPOINT_NAME = "warmstart"  # <run_dir>/checkpoints/warmstart
 
@@ -81,3 +86,45 @@ def warmstart_steps(model, w: WarmStartConfig, seed: int, seqs, pad_id: int, ran
         if rank == 0 and (i % 20 == 0 or i == w.steps - 1):
             log(f"warmstart step {i + 1}/{w.steps} loss {loss:.4f}")
     return loss
+
+
+def sft_sequences(prompts, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(tokens, target_mask) per example: prompt + target + EOS, the target and EOS trained."""
+    out = []
+    for ex, p in zip(prompts.examples, prompts.prompt_ids):
+        target = tokenizer.encode(render_target(ex)) + [tokenizer.eos_id]
+        out.append((p + target, [0] * len(p) + [1] * len(target)))
+    return out
+
+
+class WarmStart:
+    """Supervised steps on (tokens, target_mask) sequences: the mean cross-entropy of the tokens
+    whose mask is 1 (a reference solution after its prompt; a chat's assistant turns)."""
+
+    def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int,
+                 adam_betas: Optional[tuple] = None, adam_eps: float = TrainerSettings.adam_eps):
+        self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
+        self.optimizer = policy_optimizer(model.parameters(), w.lr, 0.0, "warmstart", adam_betas, adam_eps)
+        self.steps, self.base_lr, self.t = w.steps, w.lr, 0
+
+    def step(self, seqs: list[tuple[list[int], list[int]]]) -> float:
+        for group in self.optimizer.param_groups:
+            group["lr"] = warmstart_lr_at(self.t, self.base_lr, self.steps)
+        self.t += 1
+        length = max(len(t) for t, _ in seqs)
+        tokens = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)   # [B, L]
+        loss_mask = torch.zeros(len(seqs), length - 1)                             # [B, L-1]
+        for r, (t, m) in enumerate(seqs):
+            tokens[r, :len(t)] = torch.tensor(t)
+            loss_mask[r, :len(t) - 1] = torch.tensor(m[1:], dtype=loss_mask.dtype)  # position j predicts token j+1
+        device = next(self.model.parameters()).device
+        tokens, loss_mask = tokens.to(device), loss_mask.to(device)
+        logp, _, _ = self.model(tokens, head=lambda h, output: chunked_policy_logprobs(
+            h[:, :-1], output, tokens[:, 1:], 1.0))                                # [B, L-1]
+        nll = -logp                                                                # [B, L-1]
+        loss = (nll * loss_mask).sum() / loss_mask.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())

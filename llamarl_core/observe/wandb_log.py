@@ -18,7 +18,7 @@ import os
 import torch
 
 from llamarl_core.config.schema import LoggingConfig
-from llamarl_core.executors.tensorboard_log import scalar_items
+from llamarl_core.observe.tensorboard_log import scalar_items
 
 
 class WandbLog:

@@ -38,8 +38,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from llamarl_core.executors import safe_dcp
-from llamarl_core.executors.safe_dcp import UnsafeCheckpoint
+from llamarl_core.checkpoint import safe_dcp
+from llamarl_core.checkpoint.safe_dcp import UnsafeCheckpoint
 
 STABLE = "STABLE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")

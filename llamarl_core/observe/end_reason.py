@@ -40,6 +40,13 @@ def reached_max_time(max_time_s: float, steps: int, max_steps: int) -> EndReason
     return EndReason("max_time_s", f"run.max_time_s={max_time_s:g} reached after {steps} of {max_steps} steps")
 
 
+def trainer_end(steps: int, max_steps: int, max_time_s: float) -> EndReason:
+    """After the trainer's loop: short of run.max_steps only when the time limit ended it."""
+    if steps < max_steps and max_time_s:
+        return reached_max_time(max_time_s, steps, max_steps)
+    return reached_max_steps(max_steps)
+
+
 def stopped_by_signal(signum: int) -> EndReason:
     try:
         name = signal.Signals(signum).name

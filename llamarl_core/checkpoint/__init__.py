@@ -1,0 +1,1 @@
+"""Resumable `step_<N>` checkpoints of the trainer (DCP over its group), read without a pickle."""
