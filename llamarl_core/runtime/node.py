@@ -26,7 +26,7 @@ from llamarl_core.plan.commands import node_commands
 from llamarl_core.plan.nodes import node_host, ranks_on_node
 from llamarl_core.plan.plan import LaunchPlan
 from llamarl_core.runtime import procs
-from llamarl_core.runtime.controller import DONE_GRACE_S, POLL_S, Controller, RunResult, _raise_interrupt
+from llamarl_core.runtime.controller import DONE_GRACE_S, POLL_S, STORE_ERRORS, Controller, RunResult, _raise_interrupt
 from llamarl_core.transport import shm
 from llamarl_core.transport.control import ControlPlane, bind_store, connect_run
 
