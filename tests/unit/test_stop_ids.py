@@ -17,6 +17,8 @@ from llamarl_core.executors.sharded_eval import LockstepGreedy
 from llamarl_core.generation import GenerationEngine, SamplingParams, stop_ids
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
+from tiny_models import force_token
+
 ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=64)
 Q = ord("q")
 
@@ -38,18 +40,9 @@ def test_the_rule_is_the_tokenizers_stop_ids_unless_ignored_plus_the_requested_o
 
 
 def _forced(token_id):
-    """A model whose every next token is `token_id` (zeroed blocks; the head picks one row)."""
+    """A model whose every next token is `token_id` (tests/tiny_models.force_token)."""
     torch.manual_seed(0)
-    model = Llama(ARGS).eval()
-    with torch.no_grad():
-        model.tok_embeddings.weight.fill_(1.0)
-        for layer in model.layers:
-            layer.attention.wo.weight.zero_()
-            layer.feed_forward.w2.weight.zero_()
-        model.norm.weight.fill_(1.0)
-        model.output.weight.zero_()
-        model.output.weight[token_id] = 100.0
-    return model
+    return force_token(Llama(ARGS).eval(), token_id)
 
 
 @pytest.fixture
