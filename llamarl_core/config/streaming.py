@@ -1,16 +1,14 @@
-"""The two run-mode decisions every path asks: whether the run is synchronous (`is_sync`:
-algorithm.max_offpolicy_steps, k, at 0) and whether the trainer starts a step's micro-batches
-on its groups as they arrive (`resources.trainer.stream_groups`). Generator replicas (async,
-k >= 1) always stream prompts across steps (executors/stream.py); sync mode (k = 0) keeps its
-colocated chunked step, the paper's baseline. `llamarl plan` shows both per role.
+"""The run-mode decisions every path asks: sync or async (`is_sync`), and whether the trainer
+starts a step's micro-batches on its groups as they arrive (`resources.trainer.stream_groups`).
+Generator replicas (async, k >= 1) always stream prompts across steps (executors/stream.py); sync
+mode (k = 0) keeps its colocated chunked step, the paper's baseline. `llamarl plan` shows both.
 """
 from __future__ import annotations
 
 
 def is_sync(algorithm) -> bool:
-    """The one sync/async decision (STYLE.md 18): k = 0 is the synchronous baseline, one colocated
-    actor role generating and training in turn; k >= 1 is async, generator and trainer on their
-    own devices. `algorithm`: the config section, or anything carrying its k (sim's SimInputs)."""
+    """k = 0: the synchronous baseline, one colocated actor role generating and training in turn;
+    k >= 1: async. `algorithm`: the config section, or anything with its k (sim's SimInputs)."""
     return algorithm.max_offpolicy_steps == 0
 
 
