@@ -1,4 +1,5 @@
-"""Shared test fixtures: the repo root, the optional real data beside it, one torch thread."""
+"""Shared test fixtures: the repo root, the optional real data beside it, one torch thread, a
+test module's custom reward file."""
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,12 @@ def one_torch_thread():
     yield
     torch.set_num_threads(threads)
 
+
+
+@pytest.fixture
+def reward_file(request, tmp_path) -> Path:
+    """The test module's `REWARD_FILE` source written to tmp_path/my_reward.py: a custom reward
+    (`data.reward=<path>:<function>`) for RewardPool and the import check to load."""
+    path = tmp_path / "my_reward.py"
+    path.write_text(request.module.REWARD_FILE)
+    return path

@@ -24,6 +24,7 @@ from llamarl_core.bench.cpu_constants import measure_cpu_constants
 from llamarl_core.bench.run_stats import read_jsonl
 from llamarl_core.config.choices import DTYPE_BYTES
 from llamarl_core.config.schema import LlamaRLConfig
+from llamarl_core.config.streaming import is_sync
 from llamarl_core.models.args import get_preset
 from llamarl_core.sim.cpu import CpuFitted, CpuMeasured, CpuSystem, CpuWorkload, simulate_cpu
 from llamarl_core.sim.sensitivity import sensitivity
@@ -46,7 +47,7 @@ def cpu_system(cfg: LlamaRLConfig) -> CpuSystem:
                      sync_ranks=r.generator.num_devices + r.trainer.num_devices,
                      param_bytes=DTYPE_BYTES[r.trainer.dtype],
                      weight_transport="shm" if transport == "auto" else transport,
-                     streaming=cfg.algorithm.max_offpolicy_steps >= 1)
+                     streaming=not is_sync(cfg.algorithm))
 
 
 def mean_prompt_tokens(cfg: LlamaRLConfig) -> float:

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
                                         RunConfig, TrainerResources, WarmStartConfig)
+from llamarl_core.config.streaming import is_sync
 from llamarl_core.eval.heldout import HeldoutConfig, heldout_eval, write_samples
 from llamarl_core.eval.sharded_eval import LockstepGreedy
 from llamarl_core.executors import rejoin
@@ -320,7 +321,7 @@ class TrainerExecutor:
         if self.rank != 0:
             return
         versions = sorted(self.accuracy)
-        summary = {"recipe": self.recipe, "mode": "sync" if self.ctx.role == "actor" else "async",  # actor: k = 0
+        summary = {"recipe": self.recipe, "mode": "sync" if is_sync(self.algorithm) else "async",
                    "steps": self.version, "rl_wall_s": round(rl_wall_s, 2),
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,

@@ -15,7 +15,7 @@ from typing import Optional
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.schema import LlamaRLConfig
-from llamarl_core.config.streaming import stream_groups_active
+from llamarl_core.config.streaming import is_sync, stream_groups_active
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
@@ -143,7 +143,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
         check_tokenizer(cfg.model)
     spec = _device_spec(cfg)
     res, alg, gen = cfg.resources, cfg.algorithm, cfg.generation
-    is_sync = alg.max_offpolicy_steps == 0
+    sync = is_sync(alg)
     validate_parallelism(cfg, model)
     validate_lengths(cfg, model, model_name)
     g, t = res.generator, res.trainer
@@ -151,7 +151,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
     gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,
                                    batch=g.max_batch_size, prompt_tokens=gen.max_prompt_tokens,
-                                   seq_tokens=seq_tokens, slots=1 if is_sync else g.weight_slots)
+                                   seq_tokens=seq_tokens, slots=1 if sync else g.weight_slots)
 
     def trainer_mem(fsdp: int):
         return mem.trainer_memory(model, fsdp=fsdp, tp=t.tp, pp=t.pp, dtype=t.dtype,
@@ -163,7 +163,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     _check_cpu_processes(cfg, spec, compute_devices)
     threads = _plan_threads(cfg, spec, compute_devices)
     roles: list[RolePlan] = []
-    if is_sync:
+    if sync:
         # The synchronous baseline runs both phases on all compute devices, in turn.
         fsdp, dp = trainer_sharding(t, compute_devices)
         par = {"tp": t.tp, "dp": dp, "fsdp": fsdp, "pp": t.pp, "generator_tp": g.tp}
@@ -188,13 +188,12 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     for r in roles:
         r.capacity_gib = capacity if r.uses_accelerator else spec.memory_gib
     _check_fit(roles, spec, cfg.resources.share_devices)
-    data_parallel = roles[0].parallelism["dp"] * roles[0].parallelism["fsdp"] if is_sync else \
-        roles[1].parallelism["dp"] * roles[1].parallelism["fsdp"]
-    validate_batch(cfg, data_parallel, gen_par["dp"] if not is_sync else roles[0].parallelism["dp"])
+    trains, generates = (roles[0] if sync else roles[1]).parallelism, roles[0].parallelism  # actor | trainer, generator
+    validate_batch(cfg, trains["dp"] * trains["fsdp"], generates["dp"])
     data_warnings = (validate_data(cfg, require_path=require_data) + validate_logging(cfg, require=require_data)
                      + address_warnings(cfg))
 
-    plan = LaunchPlan(cfg.recipe, "sync" if is_sync else "async", res.device,
+    plan = LaunchPlan(cfg.recipe, "sync" if sync else "async", res.device,
                       accelerators(cfg, compute_devices) if spec.is_gpu else compute_devices,
                       compute_devices + res.reward.num_devices, nodes, model_name,
                       model.num_params(), roles, warnings=data_warnings)
@@ -238,7 +237,7 @@ def _plan_threads(cfg: LlamaRLConfig, spec: DeviceSpec, compute_devices: int) ->
     explicit = {x.threads for x in (g, t) if x.threads}
     if explicit:
         threads = max(explicit)
-        if cfg.algorithm.max_offpolicy_steps > 0 and threads * compute_devices > cores:
+        if not is_sync(cfg.algorithm) and threads * compute_devices > cores:
             raise ConfigError(f"CPU threads: {g.num_devices} generator + {t.num_devices} trainer ranks x "
                               f"{threads} threads = {threads * compute_devices} > {cores} cores "
                               f"(resources.generator.threads / resources.trainer.threads)")

@@ -7,6 +7,7 @@ import os
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import GenerationConfig, LlamaRLConfig
+from llamarl_core.config.streaming import is_sync
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.models.tp_slices import check_tp
 
@@ -46,7 +47,7 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     if t.strategy == "ddp" and fsdp > 1:
         raise ConfigError(f"resources.trainer.fsdp={fsdp} needs resources.trainer.strategy=fsdp2 "
                           f"(ddp replicates the whole model)")
-    if cfg.algorithm.max_offpolicy_steps == 0:
+    if is_sync(cfg.algorithm):
         total = g.num_devices + t.num_devices
         _check_split("sync actor (generator + trainer devices)", total,
                      {"fsdp": trainer_sharding(t, total)[0], "tp": t.tp, "pp": t.pp}, 0)
@@ -72,7 +73,7 @@ def _check_shared(cfg: LlamaRLConfig) -> None:
     if r.device == "cpu":
         raise ConfigError("resources.share_devices=true shares a GPU; on resources.device=cpu "
                           "processes already share the host")
-    if cfg.algorithm.max_offpolicy_steps == 0:
+    if is_sync(cfg.algorithm):
         raise ConfigError("resources.share_devices=true is for async runs; the sync actor "
                           "(algorithm.max_offpolicy_steps=0) already colocates both phases")
     if (r.generator.num_devices, r.trainer.num_devices) != (1, 1):
@@ -103,7 +104,7 @@ def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     if g.pp != 1:
         raise ConfigError(f"resources.generator.pp={g.pp}: not built by the runtime (only 1 is); "
                           f"split a replica with resources.generator.tp")
-    if g.tp > 1 and cfg.algorithm.max_offpolicy_steps == 0:
+    if g.tp > 1 and is_sync(cfg.algorithm):
         raise ConfigError(f"resources.generator.tp={g.tp}: the sync actor "
                           f"(algorithm.max_offpolicy_steps=0) generates unsharded; use 1")
     if cfg.generation.cuda_graphs:

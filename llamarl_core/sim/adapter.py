@@ -36,6 +36,7 @@ from llamarl_core.config.choices import DTYPE_BYTES, QUANT_BYTES
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.config.hardware import DeviceSpec
 from llamarl_core.config.layout import trainer_sharding
+from llamarl_core.config.streaming import is_sync
 
 
 
@@ -58,7 +59,7 @@ def sim_inputs_from_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpe
         new_tokens=max(1, round(gen.max_new_tokens / constants.max_to_mean_new_tokens)),
         max_offpolicy_steps=cfg.algorithm.max_offpolicy_steps, batching=gen.batching,
         wire_bytes_per_param=float(DTYPE_BYTES[g.dtype]), wire_fp8=g.quantization == "fp8",
-        max_batch_size=g.max_batch_size, streaming=cfg.algorithm.max_offpolicy_steps >= 1)
+        max_batch_size=g.max_batch_size, streaming=not is_sync(cfg.algorithm))
 
 
 def simulate_config(cfg: LlamaRLConfig, model: ModelArgs, spec: DeviceSpec,

@@ -24,6 +24,7 @@ from llamarl_core.sim.constants import DEFAULT_CONSTANTS, GIB, SimConstants
 from llamarl_core.sim.ddma_bytes import link_bytes
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.config.hardware import DeviceSpec
+from llamarl_core.config.streaming import is_sync
 
 
 @dataclass
@@ -161,7 +162,7 @@ def ddma_seconds(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
 def async_batching(inp: SimInputs) -> str:
     """The decode-step rule of the async generators: streaming when built so (k >= 1 and a
     continuous engine), else the engine's chunk rule."""
-    if inp.streaming and inp.max_offpolicy_steps >= 1 and inp.batching == "continuous":
+    if inp.streaming and not is_sync(inp) and inp.batching == "continuous":
         return "streaming"
     return inp.batching
 
@@ -190,7 +191,7 @@ def simulate_async(inp: SimInputs, c: SimConstants = DEFAULT_CONSTANTS) -> dict:
     # next batch; the generator receives into a staging slot and swaps between decode steps,
     # so only the trainer's side of a step carries the sync (executors/trainer.py,
     # executors/generator.py). Knob at 0: no overlap (the plan runs it as sync).
-    if inp.max_offpolicy_steps == 0:
+    if is_sync(inp):
         busy_s = gen["seconds"] + train["seconds"] + sync_s
     else:
         busy_s = max(gen["seconds"], train["seconds"] + sync_s)

@@ -5,26 +5,19 @@ import contextlib
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from llamarl_core.config.load import load_config
 from llamarl_core.executors.admission import Admission
-from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.feeds import FeedConfig, FeedRuntime, OwnChunks
 from llamarl_core.executors.generate_loop import GenerateLoop
 from llamarl_core.executors.generator import GeneratorExecutor
 from llamarl_core.executors.pipeline import chunk_config
 from llamarl_core.executors.setup import PromptSet
 from llamarl_core.executors.stream import ChunkStream
-from llamarl_core.generation import SamplingParams
-from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
 from fake_ports import FakeControl
+from tiny_models import TOK, prompts, tiny_chunks
 
-ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,
-                 max_seq_len=64, rope_theta=10000.0)
-TOK = ByteTokenizer()
-PROMPTS = [TOK.encode(f"q{i}=", add_bos=True) for i in range(8)]
+PROMPTS = prompts(8)
 
 
 def test_a_chunk_may_start_while_it_is_trained_within_k_versions_of_the_held_one():
@@ -59,15 +52,7 @@ def asks(monkeypatch):
 
 
 def _chunks():
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2",
-                                   "generation.max_new_tokens=8", "generation.max_prompt_tokens=8",
-                                   "resources.generator.max_batch_size=2"])
-    torch.manual_seed(0)
-    chunks = ChunkGenerator(chunk_config(cfg), Llama(ARGS).eval().requires_grad_(False), TOK,
-                            PromptSet(examples=[None] * len(PROMPTS), prompt_ids=PROMPTS), replica=0,
-                            num_replicas=1)
-    chunks.params = SamplingParams(max_new_tokens=8, temperature=1.0)
-    return cfg, chunks
+    return tiny_chunks(PROMPTS, max_new_tokens=8, max_batch_size=2, seed=0)
 
 
 def test_the_generator_loop_asks_the_rule_and_obeys_it(asks):

@@ -9,20 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from llamarl_core.config.load import load_config
-from llamarl_core.executors.chunks import ChunkGenerator
 from llamarl_core.executors.feeds import FeedConfig, FeedRuntime, RewardFeed
 from llamarl_core.executors.admission import Admission
-from llamarl_core.executors.pipeline import chunk_config
-from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
+from llamarl_core.executors.setup import chunk_prompt_indices
 from llamarl_core.executors.stream import ChunkStream
-from llamarl_core.generation import SamplingParams
-from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
-ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,
-                 max_seq_len=64, rope_theta=10000.0)
-TOK = ByteTokenizer()
-PROMPTS = [TOK.encode(f"q{i}=", add_bos=True) for i in range(12)]
+from tiny_models import prompts, tiny_chunks
+
+PROMPTS = prompts(12)
 STOPS = tuple(range(0, 256, 6))  # a long tail under the cap
 K, STEPS = 1, 6                  # 6 chunks of 2 prompts: the 12 prompts once
 
@@ -55,16 +49,9 @@ class Inbox:
 def test_a_streamed_run_trains_every_token_within_k_versions_and_every_prompt_once(pieces):
     """`pieces`: the feed hands each group on as it takes it (resources.trainer.stream_groups,
     executors/train_step.py); the pieces are the step's rows, in order."""
-    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2",
-                                   "generation.max_new_tokens=16", "generation.max_prompt_tokens=8",
-                                   "resources.generator.max_batch_size=4"])
     # model seed 1: in its arrival order only the planted group is late (with seed 0's lengths
     # chunk 4's group 0, sampled under version 3, also ends after step 5 has opened: dropped too)
-    torch.manual_seed(1)
-    chunks = ChunkGenerator(chunk_config(cfg), Llama(ARGS).eval().requires_grad_(False), TOK,
-                            PromptSet(examples=[None] * len(PROMPTS), prompt_ids=PROMPTS), replica=0,
-                            num_replicas=1)
-    chunks.params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_token_ids=STOPS)
+    cfg, chunks = tiny_chunks(PROMPTS, max_new_tokens=16, max_batch_size=4, seed=1, stop_token_ids=STOPS)
     stream = ChunkStream(chunks)
     token_versions = {}
     # the version held: one behind the newest chunk opened (chunk n opens under n - 1, as the

@@ -5,6 +5,8 @@ import torch
 from llamarl_core.generation import Completion, GenerationEngine, SamplingParams
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
+from tiny_models import force_token
+
 ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48,
                  max_seq_len=64, rope_theta=10000.0)
 TOK = ByteTokenizer()
@@ -15,25 +17,9 @@ def _model(seed=0):
     return Llama(ARGS).eval()
 
 
-def _force_token(model, token_id):
-    """Make every next-token distribution put all its mass on token_id.
-
-    Zeroed wo/w2 make every block add nothing, so the final hidden state is the embedding
-    (all ones), RMS-normalised to all ones; logit[token_id] = 100 * dim = 3200, others 0.
-    """
-    with torch.no_grad():
-        model.tok_embeddings.weight.fill_(1.0)
-        for layer in model.layers:
-            layer.attention.wo.weight.zero_()
-            layer.feed_forward.w2.weight.zero_()
-        model.norm.weight.fill_(1.0)
-        model.output.weight.zero_()
-        model.output.weight[token_id] = 100.0
-
-
 def test_eos_is_included_with_its_logprob_and_reason_stop():
     model = _model()
-    _force_token(model, TOK.eos_id)
+    force_token(model, TOK.eos_id)
     [done] = GenerationEngine(model, TOK).generate([[1, 2, 3]], SamplingParams(max_new_tokens=8), seed=0)
     assert done.token_ids == [TOK.eos_id] and done.finish_reason == "stop"
     assert done.logprobs[0] == pytest.approx(0.0, abs=1e-4) and done.text == ""
@@ -41,7 +27,7 @@ def test_eos_is_included_with_its_logprob_and_reason_stop():
 
 def test_rows_without_stop_run_to_max_new_tokens_with_reason_length():
     model = _model()
-    _force_token(model, ord("a"))
+    force_token(model, ord("a"))
     out = GenerationEngine(model, TOK).generate([[1], [5, 6, 7, 8]], SamplingParams(max_new_tokens=5))
     assert [c.token_ids for c in out] == [[97] * 5, [97] * 5]
     assert [c.finish_reason for c in out] == ["length", "length"] and out[0].text == "aaaaa"
@@ -49,18 +35,18 @@ def test_rows_without_stop_run_to_max_new_tokens_with_reason_length():
 
 def test_stop_token_ids_stop_and_ignore_eos_runs_on():
     model = _model()
-    _force_token(model, TOK.eos_id)
+    force_token(model, TOK.eos_id)
     engine = GenerationEngine(model, TOK)
     [ran_on] = engine.generate([[1]], SamplingParams(max_new_tokens=3, ignore_eos=True))
     assert ran_on.token_ids == [TOK.eos_id] * 3 and ran_on.finish_reason == "length"
-    _force_token(model, ord("z"))
+    force_token(model, ord("z"))
     [stopped] = engine.generate([[1]], SamplingParams(max_new_tokens=3, stop_token_ids=(ord("z"),)))
     assert stopped.token_ids == [ord("z")] and stopped.finish_reason == "stop"
 
 
 def test_stop_string_truncates_text_but_keeps_tokens_through_the_completing_one():
     model = _model()
-    _force_token(model, ord("a"))
+    force_token(model, ord("a"))
     params = SamplingParams(max_new_tokens=10, stop_strings=("aaa",))
     [out] = GenerationEngine(model, TOK).generate([[1]], params)
     # "a","a","a": the third token completes "aaa"; text before the stop string is "".

@@ -106,27 +106,18 @@ def test_llamarl_plan_exits_2_naming_the_field_before_anything_starts(tmp_path, 
     assert f"model.checkpoint={path}" in err and "sliding_window=64" in err
 
 
-# Published sizes (config.json of the public checkpoints) and their parameter counts.
-PUBLISHED = {
-    "Qwen2.5-7B": ({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
-                    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-                    "vocab_size": 152064, "tie_word_embeddings": False}, 7.62e9),
-    "Qwen2.5-0.5B": ({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
-                      "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-                      "vocab_size": 151936, "tie_word_embeddings": True}, 0.494e9),
-    "Qwen3-8B": ({"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
-                  "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-                  "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False}, 8.19e9),
-    "Qwen3-0.6B": ({"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
-                    "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
-                    "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True}, 0.596e9),
-    "Mistral-7B-v0.3": ({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
-                         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                         "vocab_size": 32768, "sliding_window": None}, 7.25e9),
-    "SmolLM2-135M": ({"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
-                      "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-                      "vocab_size": 49152, "tie_word_embeddings": True}, 0.1348e9),
-}
+# Published sizes (config.json of the public checkpoints) and their parameter counts: the sizes
+# every family has, in SIZES order, then the keys only some have.
+SIZES = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+         "num_key_value_heads", "vocab_size")
+PUBLISHED = {name: (dict(zip(SIZES, sizes)) | more, params) for name, sizes, more, params in [
+    ("Qwen2.5-7B", ("qwen2", 3584, 18944, 28, 28, 4, 152064), {"tie_word_embeddings": False}, 7.62e9),
+    ("Qwen2.5-0.5B", ("qwen2", 896, 4864, 24, 14, 2, 151936), {"tie_word_embeddings": True}, 0.494e9),
+    ("Qwen3-8B", ("qwen3", 4096, 12288, 36, 32, 8, 151936), {"head_dim": 128, "tie_word_embeddings": False}, 8.19e9),
+    ("Qwen3-0.6B", ("qwen3", 1024, 3072, 28, 16, 8, 151936), {"head_dim": 128, "tie_word_embeddings": True}, 0.596e9),
+    ("Mistral-7B-v0.3", ("mistral", 4096, 14336, 32, 32, 8, 32768), {"sliding_window": None}, 7.25e9),
+    ("SmolLM2-135M", ("llama", 576, 1536, 30, 9, 3, 49152), {"tie_word_embeddings": True}, 0.1348e9),
+]}
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED))

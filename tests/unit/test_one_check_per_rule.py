@@ -1,13 +1,15 @@
 """Issue #46: each rule written once. The plan (exit 2, names the key) and the runtime guards
 call the same function, so they cannot drift apart."""
-import json
+import ast
+from pathlib import Path
 
 import pytest
 import torch
 
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
-from llamarl_core.config.schema import GenerationConfig
+from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig
+from llamarl_core.config.streaming import is_sync
 from llamarl_core.executors import chunks
 from llamarl_core.generation import sampling
 from llamarl_core.models.args import get_preset
@@ -27,17 +29,6 @@ def test_plan_and_sharding_refuse_a_tp_size_with_the_same_words():
         check_tp(get_preset("llama3-70b"), 3, "resources.generator.tp")
     assert str(planned.value) == str(sharded.value) == \
         "resources.generator.tp=3 does not divide the model's 64 attention heads"
-
-
-def test_plan_refuses_a_tp_size_that_does_not_divide_ffn_dim_before_the_sharding_would(tmp_path):
-    # 12 heads, 4 KV heads: tp=2 divides both, but not intermediate_size 511 (odd). The plan
-    # used to pass this and the generator's shard_model_ raised at launch.
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 192, "num_attention_heads": 12,
-        "num_key_value_heads": 4, "num_hidden_layers": 2, "intermediate_size": 511,
-        "vocab_size": 260}))
-    with pytest.raises(ConfigError, match="resources.generator.tp=2 does not divide the model's ffn_dim=511"):
-        plan_for("8b_gsm8k", f"model.checkpoint={tmp_path}", "resources.generator.tp=2")
 
 
 def test_chunk_generation_checks_lengths_with_the_plans_rule():
@@ -66,3 +57,47 @@ def test_eval_config_and_generate_predictions_refuse_greedy_repeats_with_one_rul
         generate_predictions(None, None, [], n_samples=4, temperature=0.0)
     with pytest.raises(ValueError, match=r"^temperature=nan must be a finite number >= 0$"):
         generate_predictions(None, None, [], n_samples=1, temperature=float("nan"))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# k compared with 0 or 1 in a way that tells sync from async (`k < 0` is a range check, not one)
+MODE_TESTS = {(ast.Eq, 0), (ast.NotEq, 0), (ast.Gt, 0), (ast.LtE, 0), (ast.GtE, 1), (ast.Lt, 1)}
+FLIP = {ast.Gt: ast.Lt, ast.Lt: ast.Gt, ast.GtE: ast.LtE, ast.LtE: ast.GtE}  # 0 < k is k > 0
+
+
+def _is_k(node) -> bool:
+    return getattr(node, "attr", getattr(node, "id", None)) == "max_offpolicy_steps"
+
+
+def sync_decisions(path: Path) -> list[int]:
+    """Lines that tell sync from async by k itself: k compared with 0 or 1, or `not k`."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and _is_k(node.operand):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            k, value, op = node.left, node.comparators[0], type(node.ops[0])
+            if isinstance(k, ast.Constant):
+                k, value, op = value, k, FLIP.get(op, op)
+            if _is_k(k) and isinstance(value, ast.Constant) and (op, value.value) in MODE_TESTS:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_scan_finds_each_way_of_writing_the_sync_decision(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "a = cfg.algorithm.max_offpolicy_steps == 0\n"
+        "b = inp.max_offpolicy_steps >= 1\n"
+        "c = 0 < alg.max_offpolicy_steps\n"
+        "d = not max_offpolicy_steps\n"
+        "e = inp.max_offpolicy_steps < 0\n"     # a range check
+        "f = max(1, alg.max_offpolicy_steps)\n")
+    assert sync_decisions(tmp_path / "m.py") == [1, 2, 3, 4]
+
+
+def test_one_function_decides_sync_and_no_other_module_compares_k_with_0_or_1():
+    # k = 0: the synchronous colocated actor; any k >= 1: async generator and trainer
+    assert [is_sync(AlgorithmConfig(max_offpolicy_steps=k)) for k in (0, 1, 4)] == [True, False, False]
+    sources = [p for d in ("llamarl_core", "cli", "scripts") for p in sorted((ROOT / d).rglob("*.py"))]
+    hits = [f"{p.relative_to(ROOT)}:{line}" for p in sources for line in sync_decisions(p)]
+    assert [h.split(":")[0] for h in hits] == ["llamarl_core/config/streaming.py"], hits

@@ -1,4 +1,6 @@
 """The launch plan: layout, hand-checked memory, and errors with the numbers in them."""
+import json
+
 import pytest
 
 from llamarl_core.config.errors import ConfigError
@@ -117,14 +119,18 @@ def test_a_missing_data_file_is_an_error(tmp_path):
         make_plan(load_config("8b_gsm8k"), require_data=True)  # train needs the file
 
 
-def test_tp_that_splits_kv_heads_unevenly_is_rejected(tmp_path):
-    # A checkpoint with 12 attention heads and 3 KV heads: tp=2 divides 12 but not 3.
-    import json
+@pytest.mark.parametrize("sizes, words", [
+    # 12 heads, 3 KV heads: tp=2 divides 12 but not 3
+    ({"num_key_value_heads": 3}, "tp=2 does not divide the model's 3 KV heads"),
+    # 12 heads, 4 KV heads: tp=2 divides both, but not intermediate_size 511 (odd); the plan used
+    # to pass this and the generator's shard_model_ raised at launch
+    ({"intermediate_size": 511}, "resources.generator.tp=2 does not divide the model's ffn_dim=511"),
+], ids=["kv-heads", "ffn-dim"])
+def test_tp_that_splits_a_checkpoints_kv_heads_or_ffn_unevenly_is_rejected(tmp_path, sizes, words):
     (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 192, "num_attention_heads": 12,
-        "num_key_value_heads": 3, "num_hidden_layers": 2, "intermediate_size": 512,
-        "vocab_size": 260}))
-    with pytest.raises(ConfigError, match="tp=2 does not divide the model's 3 KV heads"):
+        "model_type": "llama", "hidden_size": 192, "num_attention_heads": 12, "num_key_value_heads": 4,
+        "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 260} | sizes))
+    with pytest.raises(ConfigError, match=words):
         plan_for("8b_gsm8k", f"model.checkpoint={tmp_path}", "resources.generator.tp=2")
 
 

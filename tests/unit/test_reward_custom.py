@@ -32,13 +32,6 @@ not_a_function = 3
 """
 
 
-@pytest.fixture
-def reward_file(tmp_path):
-    path = tmp_path / "my_reward.py"
-    path.write_text(REWARD_FILE)
-    return path
-
-
 def test_a_file_reward_scores_in_workers_with_errors_and_timeouts_scoring_zero(reward_file):
     examples = [{"id": "a", "reference": "1"}, {"id": "b", "reference": "10", "mode": "raise"},
                 {"id": "c", "reference": "0", "mode": "sleep"}, {"id": "d", "reference": "2", "mode": "nan"},

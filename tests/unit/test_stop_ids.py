@@ -16,7 +16,8 @@ from llamarl_core.algorithms.overlong import truncated_rows
 from llamarl_core.eval.sharded_eval import LockstepGreedy
 from llamarl_core.generation import GenerationEngine, SamplingParams, stop_ids
 from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
-from test_generation_engine import _force_token
+
+from tiny_models import force_token
 
 ARGS = ModelArgs(vocab_size=260, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=64)
 Q = ord("q")
@@ -39,11 +40,9 @@ def test_the_rule_is_the_tokenizers_stop_ids_unless_ignored_plus_the_requested_o
 
 
 def _forced(token_id):
-    """A model whose every next token is `token_id` (zeroed blocks; the head picks one row)."""
+    """A model whose every next token is `token_id` (tests/tiny_models.force_token)."""
     torch.manual_seed(0)
-    model = Llama(ARGS).eval()
-    _force_token(model, token_id)  # the engine test's construction, worked out there
-    return model
+    return force_token(Llama(ARGS).eval(), token_id)
 
 
 @pytest.fixture

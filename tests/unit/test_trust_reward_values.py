@@ -49,13 +49,6 @@ lists.batch = True
 """
 
 
-@pytest.fixture
-def reward_file(tmp_path):
-    path = tmp_path / "values_reward.py"
-    path.write_text(REWARD_FILE)
-    return path
-
-
 def test_the_pool_scores_bad_values_zero_and_counts_each_as_an_error(reward_file):
     completions = ["ok", "str", "huge", "np", "neg_inf", "nan", "bool"]
     # one worker: the items answer in order, so the first error logged is sample 1's
