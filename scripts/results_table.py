@@ -188,6 +188,20 @@ ROWS: list[Row] = [
                   "default_run_cpu_one_core_busy.json"),
     _pipeline_row("Default job with `algorithm.max_offpolicy_steps=2` (k = 2): the busier role's busy share of "
                   "each RL step after the first; both idle; held-out gain", "default_run_k2_cpu.json"),
+    Row("Issue 46's one rollout path vs 14dd8a5, same machine and hour, old and new alternating: the default job's "
+        "held-out gain and median step; async minus sync per RL sample (2 seeds); streaming vs chunked tokens/s "
+        "(2 repeats)", "issue46_vs_14dd8a5_cpu.json",
+        {"go": "default_job.old.accuracy_gain_points", "gn": "default_job.new.accuracy_gain_points",
+         "so": "default_job.old.step_s_median", "sn": "default_job.new.step_s_median",
+         "qo": "quality_per_rl_sample.old.async_minus_sync_points", "qn": "quality_per_rl_sample.new.async_minus_sync_points",
+         "co": "streaming_vs_chunked_generator.old.streaming_vs_chunked",
+         "cn": "streaming_vs_chunked_generator.new.streaming_vs_chunked"},
+        lambda v: (f"gain {v['gn']:+.1f} vs {v['go']:+.1f} points, median step {v['sn']:.2f} vs {v['so']:.2f} s; "
+                   f"async − sync {v['qn']:+.1f} vs {v['qo']:+.1f} points; streaming {v['cn']:.2f}× vs {v['co']:.2f}× "
+                   "(new vs old)"),
+        "none worse beyond noise; the default job ≥ +25 points",
+        lambda v: v["gn"] >= 25 and v["gn"] >= v["go"] - 5 and v["qn"] >= -3 and v["cn"] >= v["co"] - 0.1,
+        load_keys=()),
     Row("Default job, same machine and hour: current main vs commit 69903e8 (whose run on a faster day was "
         "the previous default_run_cpu.json: 0.500 → 0.815 in 150 steps, 116 s)", "default_run_vs_69903e8_cpu.json",
         {"g": "accuracy_gain_points", "n": "rl_steps", "s": "step_s_median"},
