@@ -291,10 +291,10 @@ ROWS: list[Row] = [
         headline="A real model vs its start",
         brief=lambda v: (f"SmolLM2-135M-Instruct, held-out accuracy {v['b']:.3f} → {v['a']:.3f} "
                          f"({100 * (v['a'] - v['b']):+.1f} points) in {v['w'] / 60:.1f} min")),
-    Row("A real pretrained model, every run of the recipe so far (runs 1-4 at b63a330 .. 23e98e4, 6 at 362a87e; "
+    Row("A real pretrained model, every run of the recipe so far (runs 1-4 at b63a330 .. 23e98e4, 6 at 362a87e, 7 at d09266f; "
         "run 5 at lr 1e-5; the command column is the headline run's)",
         "real_model_cpu.json", {"g": "gain_points_all_runs"},
-        lambda v: "held-out gain " + " / ".join(f"{g:+.1f}" for g in v["g"]) + " points (runs 1-6)",
+        lambda v: "held-out gain " + " / ".join(f"{g:+.1f}" for g in v["g"]) + f" points (runs 1-{len(v['g'])})",
         "≥ +15 points in ≤ 30 min", lambda v: min(v["g"]) >= 15, headline="A real model vs its start",
         brief=lambda v: "every run so far: " + " / ".join(f"{g:+.1f}" for g in v["g"]) + " points"),
     Row("Generation engine vs `transformers.generate` on the real model (batch 64, sampling; 64 distinct "
