@@ -57,11 +57,12 @@ class GroupIntake:
         new = duplicates = 0
         for t in range(rollout.num_rows // g):
             key = (n, base + t)
-            if self._trained(i, key) or key in self.buffer[i]:
+            taken = self._trained(i, key)
+            if taken or key in self.buffer[i]:
                 duplicates += 1
             else:
                 new += 1
-            if not self._trained(i, key):  # the newer copy replaces the older one, in its place
+            if not taken:  # the newer copy replaces the older one, in its place
                 self.buffer[i][key] = rollout.rows(t * g, (t + 1) * g)
         if duplicates:
             self.duplicate_groups += duplicates
