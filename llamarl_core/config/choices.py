@@ -39,3 +39,4 @@ BUILTIN_REWARDS = ("arith", "gsm8k", "math", "math_symbolic")
 EVAL_POLICIES = ("model", "reference")                   # eval.policy
 SPLITS = ("train", "test")                               # eval.split, and every loader's split
 WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots
+TOOL_PARSERS = ("hermes", "llama3")                      # env.tool_parser (envs/parsers.py)

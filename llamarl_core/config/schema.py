@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-from llamarl_core.config.choices import (ADVANTAGE_MODES, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
+from llamarl_core.config.choices import (ADVANTAGE_MODES, TOOL_PARSERS, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
@@ -488,6 +488,37 @@ class ExportConfig:
 
 
 @dataclass
+class EnvConfig:
+    """Multi-turn episodes (docs/ENVIRONMENTS.md): an environment per episode, tools as functions.
+    Neither `entry` nor `tools` set: one turn per episode, scored by `data.reward`."""
+
+    entry: Optional[str] = None          # path/to/file.py:Class or package.module:Class: one per episode,
+                                         # reset(example) -> messages, step(text) -> (messages, reward, done)
+    tools: Optional[str] = None          # path/to/file.py:calc,search (or module:calc,search): Python
+                                         # functions the model calls; without `entry`, the built-in tool env
+    tool_parser: str = "hermes"          # hermes (<tool_call>{json}</tool_call>: Qwen, SmolLM) | llama3
+    max_turns: int = 4                   # assistant turns per episode; then it ends, truncated
+    max_episode_tokens: int = 512        # tokens after the opening prompt (model + environment)
+    step_timeout_s: float = 30.0         # one reset/step of an environment (tools included); then
+                                         # its worker is killed and its episodes fail (counted)
+    workers: int = 2                     # environment worker processes per generator rank
+    max_message_chars: int = 4000        # an environment's or tool's message is cut to this
+
+    def __post_init__(self):
+        _check_choice("env.tool_parser", self.tool_parser, TOOL_PARSERS)
+        _check_positive("env.max_turns", self.max_turns)
+        _check_positive("env.max_episode_tokens", self.max_episode_tokens)
+        _check_number("env.step_timeout_s", self.step_timeout_s, above=0)
+        _check_positive("env.workers", self.workers)
+        _check_positive("env.max_message_chars", self.max_message_chars)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether episodes run an environment (else one turn, no environment process)."""
+        return bool(self.entry or self.tools)
+
+
+@dataclass
 class LlamaRLConfig:
     recipe: str = "cpu_tiny"             # the recipe's name, filled in by the CLI
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -503,3 +534,4 @@ class LlamaRLConfig:
     reward: RewardSettings = field(default_factory=RewardSettings)
     trainer: TrainerSettings = field(default_factory=TrainerSettings)
     export: ExportConfig = field(default_factory=ExportConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
