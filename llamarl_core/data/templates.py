@@ -72,11 +72,18 @@ def render_prompt(example: Example, template: Union[PromptFormat, str] = "plain"
     if kind == "plain":
         text = _plain_prompt(question, example.source)
         return f"{fmt.system_prompt}\n\n{text}" if fmt.system_prompt else text
-    if example.messages:  # data.messages_key: the row's own chat, the instruction on its last user turn
-        messages = _row_chat(example.messages, fmt)
-    else:
-        messages = _with_system_prompt([{"role": "user", "content": question}], fmt.system_prompt)
-    return _apply_chat_template(tokenizer, messages, True, fmt.chat_template_kwargs)
+    return _apply_chat_template(tokenizer, prompt_messages(example, fmt), True, fmt.chat_template_kwargs)
+
+
+def prompt_messages(example: Example, fmt: PromptFormat) -> list[dict]:
+    """The chat a prompt is rendered from (the `chat` template; an episode's opening, the
+    `messages` its environment's `reset` receives): the row's own chat with the instruction on
+    its last user turn (data.messages_key), else the question and instruction as the user turn;
+    `data.system_prompt` first unless the chat has a system turn."""
+    if example.messages:
+        return _row_chat(example.messages, fmt)
+    question = example.prompt + (f"\n{fmt.instruction}" if fmt.instruction else "")
+    return _with_system_prompt([{"role": "user", "content": question}], fmt.system_prompt)
 
 
 def _plain_prompt(question: str, source: str) -> str:

@@ -8,13 +8,14 @@ over (`on_group`) as soon as its last sample ends.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
-from llamarl_core.config.schema import GenerationConfig
-from llamarl_core.wire.rollout import FLOAT_FIELDS, INT_FIELDS, Rollout, columns
+from llamarl_core.config.schema import EnvConfig, GenerationConfig
+from llamarl_core.data.templates import PromptFormat, prompt_messages
+from llamarl_core.wire.rollout import EPISODE_FIELDS, FLOAT_FIELDS, INT_FIELDS, Rollout, columns
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
 from llamarl_core.plan.validate import check_lengths_fit
@@ -30,6 +31,8 @@ class ChunkConfig:
     prompts_per_step: int         # algorithm.prompts_per_step (all replicas together)
     group_size: int               # algorithm.group_size: samples per prompt
     seed: int                     # run.seed: which prompts make chunk n, and the sampling seeds
+    env: EnvConfig = field(default_factory=EnvConfig)  # multi-turn episodes (envs/), when enabled
+    prompt_format: PromptFormat = field(default_factory=PromptFormat)  # an episode's opening messages
 
 
 class ChunkGenerator:
@@ -41,13 +44,38 @@ class ChunkGenerator:
         # the plan's rule (it refuses this first); here for callers that build chunks without a plan
         check_lengths_fit(gen, model.args.max_seq_len, "the generator's model", "model.args.max_seq_len")
         self.engine = GenerationEngine(model, tokenizer, max_batch_size=cfg.max_batch_size,
-                                       max_seq_len=gen.max_prompt_tokens + gen.max_new_tokens + 1,
+                                       max_seq_len=row_length(cfg) + 1,
                                        quantization=quantization, batching=gen.batching,
                                        token_sync=token_sync)
         self.params = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
                                      top_p=gen.top_p, top_k=gen.top_k,
                                      stop_strings=tuple(gen.stop_strings))
         self.tokens_generated = 0
+        self._episodes = None  # (EnvPool, ChatDelta) once the first episode starts (env.enabled)
+
+    def episode_runner(self, row_example: Callable[[int], int]):
+        """An EpisodeRunner of this run's environment over the rows a stream starts (None without one):
+        `row_example(i)` is the example index of the i-th row started."""
+        env = self.cfg.env
+        if not env.enabled:
+            return None
+        from llamarl_core.envs.runner import EpisodeRunner, open_episodes  # env runs only
+        if self._episodes is None:  # its workers start once, on first use, and live until close()
+            self._episodes = open_episodes(env, self.tokenizer, self.cfg.prompt_format.chat_template_kwargs)
+        pool, delta = self._episodes
+        fmt, examples = self.cfg.prompt_format, self.prompts.examples
+
+        def example_of(i: int) -> dict:
+            ex = examples[row_example(i)]
+            return {**ex.as_dict(), "messages": prompt_messages(ex, fmt)}
+        return EpisodeRunner(pool, delta, self.tokenizer, env, self.cfg.generation.max_prompt_tokens,
+                             self.params.max_new_tokens, example_of, Finished, device=self.engine.device)
+
+    def close(self) -> None:
+        """Stop the environment workers (if any)."""
+        if self._episodes is not None:
+            self._episodes[0].close()
+            self._episodes = None
 
     def stats(self, since: float) -> dict:
         """Tokens generated so far and their rate since `since` (unix seconds)."""
@@ -66,9 +94,16 @@ class ChunkGenerator:
         prompt_ids = [self.prompts.prompt_ids[i] for i in example_ids]
         seed = (a.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
         groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
-        self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
-                           between_steps=between_steps, policy_version=policy_version,
-                           prompt_tokens=groups.tokens)
+        runner = self.episode_runner(lambda i: example_ids[i])
+        if runner is None:
+            self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
+                               between_steps=between_steps, policy_version=policy_version,
+                               prompt_tokens=groups.tokens)
+            return groups.whole()
+        rows = iter(prompt_ids)  # episodes: the same rows, each started as a slot frees up
+        refill, on_finish = runner.hooks(lambda free: [p for _, p in zip(range(free), rows)], groups.add)
+        self.engine.stream([], self.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
+                           policy_version=policy_version, refill=refill)
         return groups.whole()
 
 
@@ -77,7 +112,7 @@ class _Groups:
 
     def __init__(self, owner: ChunkGenerator, chunk: int, example_ids: list[int],
                  prompt_ids: list[list[int]], policy_version: int, on_group):
-        gen, n = owner.cfg.generation, len(example_ids)
+        n = len(example_ids)
         self.owner, self.chunk, self.on_group = owner, chunk, on_group
         self.size = owner.cfg.group_size
         self.prompt_ids = prompt_ids
@@ -90,25 +125,41 @@ class _Groups:
         device = owner.engine.device
         table, lengths = owner.prompts.table(owner.tokenizer.pad_id)
         rows = torch.tensor(example_ids, dtype=torch.long)
-        self.length = gen.max_prompt_tokens + gen.max_new_tokens
+        self.length = row_length(owner.cfg)
+        self.example_ids = example_ids
         ints = torch.full((n, self.length + len(INT_FIELDS) - 1), owner.tokenizer.pad_id, dtype=torch.long)
         ints[:, :table.shape[1]] = table[rows]
         for name, value in (("prompt_lens", lengths[rows]), ("completion_lens", 0), ("example_ids", rows),
-                            ("policy_versions", policy_version)):
+                            ("policy_versions", policy_version), ("turns", 1)):
             columns(ints, self.length, INT_FIELDS)[name][:] = value
         self.ints = ints.to(device)
-        self.floats = torch.zeros(n, self.length - 1 + len(FLOAT_FIELDS) - 1, device=device)
+        self.floats = torch.zeros(n, Rollout.packed_widths(torch.tensor([n, self.length, self.length - 1]))[1],
+                                  device=device)
         self.row = columns(self.ints, self.length, INT_FIELDS)  # the int fields' views, by name
+        self.float_row = columns(self.floats, self.length - 1, FLOAT_FIELDS)
+        self.float_row["rewards"][:] = float("nan")  # unscored: the reward role scores it (executors/reward.py)
         self.tokens = self.row["tokens"]
         self.versions = [policy_version] * n
         self.left = [self.size] * (n // self.size)  # samples still running per group
 
     def add(self, done: Finished) -> None:
         r, c, p = done.index, done.token_ids.numel(), len(self.prompt_ids[done.index])
+        if done.prompt_ids is not None:  # an episode opened by its environment (envs/runner.py)
+            p = done.prompt_ids.numel()
+            self.tokens[r, :p] = done.prompt_ids
+            self.tokens[r, p:] = self.owner.tokenizer.pad_id
+            self.row["prompt_lens"][r] = p
         self.tokens[r, p:p + c] = done.token_ids
-        # log mu where the loss reads it: column t is token t+1's (next-token targets), so the
-        # trainer slices these rows and never moves them again (executors/train_step.py)
-        self.floats[r, p - 1:p - 1 + c] = done.logprobs
+        # log mu and the loss mask where the loss reads them: column t is token t+1's (next-token
+        # targets), so the trainer slices these rows and never moves them again (train_step.py)
+        f = self.float_row
+        f["behavior_logprobs"][r, p - 1:p - 1 + c] = done.logprobs
+        f["loss_mask"][r, p - 1:p - 1 + c] = 1.0 if done.model_mask is None else done.model_mask
+        if done.reward is not None:
+            f["rewards"][r] = done.reward
+        for name, value in (done.episode or {}).items():
+            if name in EPISODE_FIELDS:
+                self.row[name][r] = value
         self.versions[r] = done.policy_versions[0]
         self.row["completion_lens"][r], self.row["policy_versions"][r] = c, self.versions[r]
         self.owner.tokens_generated += c
@@ -125,3 +176,10 @@ class _Groups:
 
     def whole(self) -> Rollout:
         return self._rows(0, len(self.versions))
+
+
+def row_length(cfg: ChunkConfig) -> int:
+    """Tokens a rollout row holds: the longest prompt and the longest completion (an episode's
+    completion: every turn and the environment's messages between them, env.max_episode_tokens)."""
+    gen = cfg.generation
+    return gen.max_prompt_tokens + (cfg.env.max_episode_tokens if cfg.env.enabled else gen.max_new_tokens)

@@ -268,6 +268,9 @@ class OwnChunks(_Waits):
         self.next_chunk: dict[int, int] = {}  # this rank's next chunk (= step without resampling)
         self.admission = Admission(rt.control, rank, cfg.max_offpolicy_steps)
 
+    def close(self) -> None:
+        self.chunks.close()
+
     def position(self) -> dict:
         return {"next_chunk": dict(self.next_chunk), "trained_ahead": {}}
 

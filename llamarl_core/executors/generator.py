@@ -215,4 +215,5 @@ class GeneratorExecutor:
             **self.ctx.timeline.totals()})
 
     def close(self) -> None:
+        self.chunks.close()
         self.receiver.close()

@@ -42,17 +42,10 @@ class LearnerConfig:
 
 def completion_targets(batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens [N, L'], behavior log μ [N, L'-1], mask [N, L'-1]) aligned to next-token targets:
-    views of the rollout's rows (log μ is stored at its targets, wire/rollout.py) and the mask."""
+    views of the rollout's rows (log μ and the mask are stored at their targets, wire/rollout.py)."""
     length = int((batch.prompt_lens + batch.completion_lens).max()) if batch.num_rows else 1
-    mask = loss_mask(batch.prompt_lens, batch.completion_lens, length)         # [N, L'-1]
-    return batch.tokens[:, :length], batch.behavior_logprobs[:, :length - 1], mask
-
-
-def loss_mask(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, width: int) -> torch.Tensor:
-    """[n, width-1]: the target positions of each row's completion tokens (position t predicts
-    token t+1, so row r's p_r .. p_r + c_r - 1 are targets p_r - 1 .. p_r + c_r - 2)."""
-    k = torch.arange(width - 1)[None, :] - (prompt_lens[:, None] - 1)         # [n, w-1]
-    return (k >= 0) & (k < completion_lens[:, None])
+    return (batch.tokens[:, :length], batch.behavior_logprobs[:, :length - 1],
+            batch.loss_mask[:, :length - 1] > 0)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -63,12 +63,12 @@ itself, e.g. `resources.reward`) plus the rank's `RoleRuntime` (executors/contex
 sits, the control store, the links' address, its timeline), which the worker entry builds.
 
   component            its sections (each also gets the RoleRuntime)
-  GeneratorExecutor    ChunkConfig, model, data, resources.generator, WeightSyncConfig,
-                       algorithm.max_offpolicy_steps
+  GeneratorExecutor    ChunkConfig (with env and the prompt format: its episodes), model, data,
+                       resources.generator, WeightSyncConfig, algorithm.max_offpolicy_steps
   RewardExecutor       model (the tokenizer), data, resources.reward, prompts_per_step, group_size,
                        whether to forward each group as scored (config/streaming.py), reward.max_abs
   TrainerExecutor      model, resources.trainer, algorithm, data, generation, warmstart, run, logging,
-                       recipe, export.dtype, LearnerConfig, HeldoutConfig; its feed and publisher:
+                       recipe, export.dtype, env.enabled, LearnerConfig, HeldoutConfig; its feed and publisher:
   WeightSync / InPlace WeightSyncConfig, resources.trainer.strategy / none
   RewardFeed/OwnChunks FeedConfig (algorithm's batch shape and k, replicas, generator quantization)
                        and a FeedRuntime (the RoleRuntime's store, links and restart verdicts)
@@ -78,6 +78,7 @@ from __future__ import annotations
 from llamarl_core.config.layout import resolve_transport, trainer_shards
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.streaming import stream_groups_active
+from llamarl_core.data import prompt_format
 from llamarl_core.eval.heldout import HeldoutConfig
 from llamarl_core.executors.chunks import ChunkConfig
 from llamarl_core.executors.context import RoleRuntime
@@ -119,14 +120,15 @@ def build_role(cfg: LlamaRLConfig, plan, ctx: RoleRuntime):
                 return InPlace(ctx, t.rank, t.feed)
         return TrainerExecutor(ctx, cfg.model, cfg.resources.trainer, cfg.algorithm, cfg.data, cfg.generation,
                                cfg.warmstart, cfg.run, cfg.logging, learner_config(cfg), heldout_config(cfg),
-                               make_feed, make_publisher, recipe=cfg.recipe, export_dtype=cfg.export.dtype)
+                               make_feed, make_publisher, recipe=cfg.recipe, export_dtype=cfg.export.dtype,
+                               episodes=cfg.env.enabled)
     raise SystemExit(f"llamarl worker: unknown role {role!r}")
 
 
 # ---- each component's own sections, from the whole config -------------------------------
 def chunk_config(cfg: LlamaRLConfig) -> ChunkConfig:
     return ChunkConfig(cfg.generation, cfg.resources.generator.max_batch_size, cfg.algorithm.prompts_per_step,
-                       cfg.algorithm.group_size, cfg.run.seed)
+                       cfg.algorithm.group_size, cfg.run.seed, cfg.env, prompt_format(cfg.data))
 
 
 def feed_config(cfg: LlamaRLConfig, ctx: RoleRuntime):

@@ -3,7 +3,8 @@
     loop:
       receive a prompt group (or a whole chunk) from any generator replica (the header names it;
       woken by its arrival, a step's groups queued ahead: transport/channels.py)
-      decode completions → verifier pool (worker processes, wall-clock timeout per answer)
+      decode each unscored row's last assistant turn → verifier pool (worker processes, wall-clock
+      timeout per answer); rows an environment scored keep their reward
       once a chunk's groups are all scored: split rows by trainer data-parallel rank → send
       (tag = replica), in order, off-thread; or, when the trainer starts micro-batches on groups
       as they arrive (resources.trainer.stream_groups), each group as soon as it is scored
@@ -17,6 +18,7 @@ The reward role holds no model; verifiers that hang or crash are killed and scor
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import torch
@@ -147,14 +149,20 @@ class RewardExecutor:
                                                chunk_groups=part.chunk_groups), j, outbox)
 
     def score(self, rollout) -> list[float]:
+        """Every row's reward: a row the generator scored already (its environment returned
+        rewards, envs/protocol.py) keeps it; the others (NaN) get `data.reward` of the last
+        assistant turn's text, as the model wrote it."""
+        rewards = rollout.rewards.tolist()
+        todo = [r for r in range(rollout.num_rows) if math.isnan(rewards[r])]
         texts, refs = [], []
-        for r in range(rollout.num_rows):
-            p, c = int(rollout.prompt_lens[r]), int(rollout.completion_lens[r])
-            texts.append(self.tokenizer.decode(rollout.tokens[r, p:p + c].tolist()))
+        for r in todo:
+            start, end = rollout.last_turn(r)
+            texts.append(self.tokenizer.decode(rollout.tokens[r, start:end].tolist()))
             refs.append(self.references[int(rollout.example_ids[r])])
-        scores = self.pool.score(texts, refs)
+        for r, score in zip(todo, self.pool.score(texts, refs) if todo else []):
+            rewards[r] = score
         self._report_first_failures()
-        return scores
+        return rewards
 
     def _report_first_failures(self) -> None:
         """The first error (a custom reward's traceback) and the first timeout go to this

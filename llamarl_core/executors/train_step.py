@@ -24,8 +24,8 @@ and the step ends about a micro-batch after the last group arrives. When it appl
 config/streaming.py, `stream_groups_active`.
 
 Copies of the rows from arrival to the loss (tests/unit/test_rollout_hops.py counts them): none
-on `add`; per micro-batch one stack of the token rows and one of the log-mu rows (slices of the
-rows as they arrived, already in the loss's layout), then the move to the model's device (none
+on `add`; per micro-batch one stack of the token rows, one of the log-mu rows and one of the
+loss-mask rows (slices of the rows as they arrived, already in the loss's layout), then the move to the model's device (none
 on CPU); with pi_old, its pass's own stacks and one select of its rows per micro-batch of each
 update.
 """
@@ -36,7 +36,7 @@ import time
 import torch
 
 from llamarl_core.algorithms.metrics import add_micro_metrics
-from llamarl_core.executors.learner import Learner, loss_mask, maybe_no_sync, model_device
+from llamarl_core.executors.learner import Learner, maybe_no_sync, model_device
 from llamarl_core.wire.rollout import Rollout
 
 
@@ -52,6 +52,7 @@ class TrainStep:
         self.rows: list[tuple[Rollout, int]] = []  # every row of the step, as (its rollout, its index)
         # per row of the step, [N] each
         self.prompt_lens, self.completion_lens = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        self.model_tokens = torch.zeros(0)  # [N] tokens of each row the model wrote (its loss targets)
         self.advantages, self.staleness = torch.zeros(0), torch.zeros(0)
         self.filtered = torch.zeros(0, dtype=torch.bool)
         self.waiting: list[int] = []  # trained rows (indices into `rows`) not yet in a micro-batch
@@ -73,7 +74,7 @@ class TrainStep:
         first = len(self.rows)
         self.rows += [(groups, r) for r in range(groups.num_rows)]
         for name, value in (("prompt_lens", groups.prompt_lens), ("completion_lens", groups.completion_lens),
-                            ("advantages", advantages), ("staleness", staleness), ("filtered", filtered)):
+                            ("model_tokens", groups.loss_mask.sum(dim=1)), ("advantages", advantages), ("staleness", staleness), ("filtered", filtered)):
             setattr(self, name, torch.cat([getattr(self, name), value]))          # [N] per-row numbers
         if self.early:
             self.waiting += (trained.nonzero().squeeze(1) + first).tolist()
@@ -96,7 +97,7 @@ class TrainStep:
         if len(self.rows) != batch.num_rows:
             raise ValueError(f"finish: {batch.num_rows} rows, but {len(self.rows)} were added")
         prepared = tuple(torch.cat(parts) for parts in zip(*self.prepared)) if self.prepared else None
-        counts = (self.completion_lens * ~self.filtered).float()                 # [N] tokens in the loss
+        counts = self.model_tokens * ~self.filtered                               # [N] tokens in the loss
         if not self.token_mean:
             counts = (counts > 0).float()                                         # [N] rows with any
         if self.early:
@@ -138,9 +139,11 @@ class TrainStep:
 
     def _inputs(self, ids: list[int], width: int):
         """A micro-batch's tokens [m, w], log mu [m, w-1] and loss mask [m, w-1] (host memory)."""
-        tokens = torch.stack([r.tokens[i, :width] for r, i in (self.rows[j] for j in ids)])  # [m, w]
-        behavior = torch.stack([r.behavior_logprobs[i, :width - 1] for r, i in (self.rows[j] for j in ids)])
-        mask = loss_mask(self.prompt_lens[ids], self.completion_lens[ids], width) & ~self.filtered[ids][:, None]
+        rows = [self.rows[j] for j in ids]
+        tokens = torch.stack([r.tokens[i, :width] for r, i in rows])                       # [m, w]
+        behavior = torch.stack([r.behavior_logprobs[i, :width - 1] for r, i in rows])      # [m, w-1]
+        mask = torch.stack([r.loss_mask[i, :width - 1] for r, i in rows]) > 0               # [m, w-1]
+        mask &= ~self.filtered[ids][:, None]
         return tokens, behavior, mask
 
     def _run(self, n: int, divisor: float = 1.0, old=None, record_ratios: bool = True, last: bool = True) -> None:

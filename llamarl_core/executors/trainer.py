@@ -58,10 +58,12 @@ class TrainerExecutor:
     def __init__(self, ctx: RoleRuntime, model: ModelConfig, resources: TrainerResources, algorithm: AlgorithmConfig,
                  data: DataConfig, generation: GenerationConfig, warmstart: WarmStartConfig, run: RunConfig,
                  logging: LoggingConfig, learner_cfg: LearnerConfig, heldout_cfg: HeldoutConfig,
-                 make_feed: Callable, make_publisher: Callable, *, recipe: str, export_dtype: str = "auto"):
+                 make_feed: Callable, make_publisher: Callable, *, recipe: str, export_dtype: str = "auto",
+                 episodes: bool = False):
         """Its own config sections (listed in pipeline.py); `make_feed` / `make_publisher`: how a
-        step's rows come and a version goes, given the built trainer."""
-        self.ctx, self.heldout_cfg = ctx, heldout_cfg
+        step's rows come and a version goes, given the built trainer; `episodes`: rows are
+        multi-turn episodes (env.enabled: the env/* metrics)."""
+        self.ctx, self.heldout_cfg, self.episodes = ctx, heldout_cfg, episodes
         self.model_cfg, self.resources, self.algorithm, self.data, self.generation = (model, resources, algorithm,
                                                                                      data, generation)
         self.warmstart_cfg, self.run_cfg, self.recipe, self.export_dtype = warmstart, run, recipe, export_dtype
@@ -308,7 +310,7 @@ class TrainerExecutor:
                 "trainer/step_s": step_s, "trainer/wait_s": waited_s,
                 **{f"trainer/{k}": v for k, v in ctx.timeline.totals().items() if k != "by_state_s"},
                 **self.last_sync}
-        line.update(rollout_stats(batch, self.generation.max_new_tokens, self.learner.eos_ids))
+        line.update(rollout_stats(batch, self.generation.max_new_tokens, self.learner.eos_ids, self.episodes))
         if self.version in self.accuracy:
             line["eval/accuracy"] = self.accuracy[self.version]
         line = self.log.write(line, self.learner.histograms)

@@ -70,3 +70,9 @@ class Finished:
     finish_reason: str         # "stop" | "length"
     policy_versions: tuple[int, int] = (0, 0)
     token_versions: Optional[torch.Tensor] = None  # [n] int64
+    # A multi-turn episode (envs/episode.py) hands over its whole completion the same way: the
+    # model's tokens as sampled and the environment's between its turns.
+    model_mask: Optional[torch.Tensor] = None  # [n] 1 where token i is the model's (None: all are)
+    reward: Optional[float] = None             # its environment's reward (None: the reward role scores it)
+    episode: Optional[dict] = None             # its counts: turns, tool_calls, tool_errors, truncated, env_ms
+    prompt_ids: Optional[torch.Tensor] = None  # [p] its opening, when it is not the row's prompt

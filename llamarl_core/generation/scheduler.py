@@ -18,7 +18,8 @@ and per token): a weight swap between decode steps changes the policy mid-sequen
 log-probs it reports are those it actually sampled with.
 
 Streaming (`refill`): the prompt list is not fixed. Whenever no prompt waits and a slot is
-free, `refill(free_slots)` may hand over more prompts (the next step's, generation/stream
+free, `refill(free_slots)` may hand over more prompts (each a token list, or a (tokens, cap on
+new tokens) pair) (the next step's, generation/stream
 callers decide), admitted at the next step like any other; the run ends once nothing runs
 and `refill` has nothing. Finished rows are then not kept (`run()` returns []).
 
@@ -108,13 +109,15 @@ class Batch:
         if self.refill is None or self.waiting:
             return
         free = self.cache_slots - sum(s >= 0 for s in self.sample[:self.used])
-        for prompt in (self.refill(free) if free else []):
-            if not prompt or len(prompt) >= self.engine.max_seq_len:
-                raise ValueError(f"a streamed prompt has {len(prompt)} tokens; it needs 1 .. "
+        for item in (self.refill(free) if free else []):
+            # a prompt, or (prompt, its own cap on new tokens): an episode's later turn (envs/runner.py)
+            prompt, cap = item if isinstance(item, tuple) else (item, self.params.max_new_tokens)
+            if not prompt or len(prompt) >= self.engine.max_seq_len or cap < 1:
+                raise ValueError(f"a streamed prompt has {len(prompt)} tokens (cap {cap}); it needs 1 .. "
                                  f"{self.engine.max_seq_len - 1} (max_seq_len {self.engine.max_seq_len})")
             self.waiting.append(len(self.prompts))
             self.prompts.append(prompt)
-            self.cap.append(min(self.params.max_new_tokens, self.engine.max_seq_len - len(prompt),
+            self.cap.append(min(cap, self.params.max_new_tokens, self.engine.max_seq_len - len(prompt),
                                 self.tokens.shape[1] - 1))
             self.out.append(None)
 

@@ -2,9 +2,12 @@
 
 Rows are whole prompt groups, `group_size` consecutive rows per prompt. `tokens` holds each
 row's prompt followed by its completion, right-padded; the trainer recomputes log π on
-exactly these tokens. `behavior_logprobs` is already in the loss's layout: column t holds log μ
-of token t+1 (a next-token target), 0 off the completion, so the trainer slices rows of it and
-never re-aligns them (executors/train_step.py). The fields are listed once, in `INT_FIELDS` and
+exactly these tokens. `behavior_logprobs` and `loss_mask` are already in the loss's layout:
+column t holds log μ of token t+1 (a next-token target) and whether that token is the model's,
+so the trainer slices rows of them and never re-aligns them (executors/train_step.py). A
+multi-turn episode's completion holds the model's tokens exactly as sampled and the
+environment's tokens between its turns (envs/episode.py): those are masked out (0 in
+`loss_mask`, log μ 0). The fields are listed once, in `INT_FIELDS` and
 `FLOAT_FIELDS`: the packed tensors' columns, in order. Packing to three tensors (header, ints,
 floats) is how a rollout crosses torch.distributed.
 
@@ -28,10 +31,15 @@ from typing import Optional
 
 import torch
 
-# Every per-row field, in its packed tensor's column order: the first of each is [N, width]
-# (its width from the header), the others one column each. ints [N, L + 4], floats [N, L - 1 + 1].
-INT_FIELDS = ("tokens", "prompt_lens", "completion_lens", "example_ids", "policy_versions")
-FLOAT_FIELDS = ("behavior_logprobs", "rewards")
+# Every per-row field, in its packed tensor's column order: the wide ones (`WIDE_FIELDS`) are
+# [N, width] each (tokens L wide, the float ones L - 1, from the header), the others one column
+# each. ints [N, L + 9], floats [N, 2 (L - 1) + 1]. The episode counts (turns, tool_calls,
+# tool_errors, truncated, env_ms) are 1, 0, 0, 0, 0 for a single-turn row.
+INT_FIELDS = ("tokens", "prompt_lens", "completion_lens", "example_ids", "policy_versions",
+              "turns", "tool_calls", "tool_errors", "truncated", "env_ms")
+FLOAT_FIELDS = ("behavior_logprobs", "loss_mask", "rewards")
+WIDE_FIELDS = ("tokens", "behavior_logprobs", "loss_mask")
+EPISODE_FIELDS = ("turns", "tool_calls", "tool_errors", "truncated", "env_ms")
 TENSOR_FIELDS = INT_FIELDS + FLOAT_FIELDS
 # [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups]
 HEADER_LEN = 8
@@ -41,14 +49,22 @@ HEADER_LEN = 8
 class Rollout:
     tokens: torch.Tensor             # [N, L] int64 prompt + completion, right-padded
     prompt_lens: torch.Tensor        # [N] int64
-    completion_lens: torch.Tensor    # [N] int64
-    behavior_logprobs: torch.Tensor  # [N, L-1] float32 log μ of token t+1 at column t, 0 off the completion
-    rewards: torch.Tensor            # [N] float32 (0 until scored)
+    completion_lens: torch.Tensor    # [N] int64 every token after the prompt (model and environment)
+    behavior_logprobs: torch.Tensor  # [N, L-1] float32 log μ of token t+1 at column t, 0 off model tokens
+    rewards: torch.Tensor            # [N] float32 (NaN until scored: the reward role scores those rows)
     example_ids: torch.Tensor        # [N] int64 index into the train examples (group id)
     policy_version: int
     replica: int
     chunk: int
     policy_versions: Optional[torch.Tensor] = None  # [N] int64; None: every row at policy_version
+    # [N, L-1] float32 1 at column t when token t+1 is the model's (a loss target), 0 at the prompt,
+    # environment tokens and padding; None: the whole completion (a single-turn row)
+    loss_mask: Optional[torch.Tensor] = None
+    turns: Optional[torch.Tensor] = None        # [N] int64 assistant turns (None: 1 each)
+    tool_calls: Optional[torch.Tensor] = None   # [N] int64 tool calls the model made (None: 0)
+    tool_errors: Optional[torch.Tensor] = None  # [N] int64 malformed or failed ones (None: 0)
+    truncated: Optional[torch.Tensor] = None    # [N] int64 1: cut by env.max_turns / max_episode_tokens, or failed
+    env_ms: Optional[torch.Tensor] = None       # [N] int64 milliseconds its environment steps took
     group: int = 0
     chunk_groups: int = 0
     packed: Optional[tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default=None, repr=False,
@@ -57,6 +73,12 @@ class Rollout:
     def __post_init__(self):
         if self.policy_versions is None:
             self.policy_versions = torch.full((self.num_rows,), self.policy_version, dtype=torch.long)
+        if self.loss_mask is None:
+            self.loss_mask = completion_mask(self.prompt_lens, self.completion_lens,
+                                             self.behavior_logprobs.shape[1] + 1).float()
+        for name in EPISODE_FIELDS:
+            if getattr(self, name) is None:
+                setattr(self, name, torch.full((self.num_rows,), int(name == "turns"), dtype=torch.long))
 
     @property
     def num_rows(self) -> int:
@@ -90,7 +112,8 @@ class Rollout:
     @staticmethod
     def packed_widths(header: torch.Tensor) -> tuple[int, int]:
         """Columns of the packed ints and floats of a rollout with `header`."""
-        return int(header[1]) + len(INT_FIELDS) - 1, int(header[2]) + len(FLOAT_FIELDS) - 1
+        return (int(header[1]) + len(INT_FIELDS) - 1,
+                int(header[2]) * (len(WIDE_FIELDS) - 1) + len(FLOAT_FIELDS) - len(WIDE_FIELDS) + 1)
 
     @staticmethod
     def unpack(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> "Rollout":
@@ -109,9 +132,22 @@ class Rollout:
     def _from_packed(ints: torch.Tensor, floats: torch.Tensor, length: int, replica: int, chunk: int) -> "Rollout":
         """A whole chunk (or rows of one) over packed tensors: its version is its rows' oldest."""
         versions = ints[:, length + INT_FIELDS.index("policy_versions") - 1]
-        header = torch.tensor([ints.shape[0], length, floats.shape[1] - len(FLOAT_FIELDS) + 1,
+        wide = [f for f in FLOAT_FIELDS if f in WIDE_FIELDS]
+        header = torch.tensor([ints.shape[0], length, (floats.shape[1] - len(FLOAT_FIELDS) + len(wide)) // len(wide),
                                int(versions.min()) if versions.numel() else 0, replica, chunk, 0, 0])
         return Rollout.over_packed(header, ints, floats)
+
+    def last_turn(self, r: int) -> tuple[int, int]:
+        """Row r's last model turn as token positions [start, end): what a reward reads (a
+        single-turn row's whole completion; an episode's last assistant turn, from its mask)."""
+        targets = self.loss_mask[r].nonzero().squeeze(1)                         # [t] columns
+        if not targets.numel():
+            p = int(self.prompt_lens[r])
+            return p, p
+        end = int(targets[-1])
+        gaps = (targets[1:] - targets[:-1] > 1).nonzero().squeeze(1)              # breaks between turns
+        start = int(targets[int(gaps[-1]) + 1]) if gaps.numel() else int(targets[0])
+        return start + 1, end + 2  # column t is token t+1's
 
     def to(self, device) -> "Rollout":
         """Packed, on `device` (a generator assembles its rows on its GPU; the wire and the trainer's
@@ -135,15 +171,29 @@ class Rollout:
 
 
 def columns(buf: torch.Tensor, width: int, fields: tuple[str, ...]) -> dict:
-    """Views of `buf`'s columns: the first field `width` wide, the others one column each."""
-    return {fields[0]: buf[:, :width], **{f: buf[:, width + i] for i, f in enumerate(fields[1:])}}
+    """Views of `buf`'s columns: the wide fields (`WIDE_FIELDS`) `width` wide, in order, then the
+    others one column each."""
+    out, at = {}, 0
+    for f in fields:
+        n = width if f in WIDE_FIELDS else 1
+        out[f] = buf[:, at:at + width] if f in WIDE_FIELDS else buf[:, at]
+        at += n
+    return out
+
+
+def completion_mask(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, width-1] bool: the target columns of each row's completion tokens (column t predicts
+    token t+1, so row r's tokens p_r .. p_r + c_r - 1 are targets p_r - 1 .. p_r + c_r - 2): a
+    single-turn row's loss mask, where every completion token is the model's."""
+    k = torch.arange(width - 1)[None, :] - (prompt_lens[:, None] - 1)         # [n, w-1]
+    return (k >= 0) & (k < completion_lens[:, None])
 
 
 def _pack(r: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-    """The copy into the wire layout: ints [N, L + 4], floats [N, L - 1 + 1]."""
-    ints, floats = ([getattr(r, fields[0]), *(getattr(r, f)[:, None] for f in fields[1:])]
+    """The copy into the wire layout: ints [N, L + 9], floats [N, 2 (L - 1) + 1]."""
+    ints, floats = ([getattr(r, f) if f in WIDE_FIELDS else getattr(r, f)[:, None] for f in fields]
                     for fields in (INT_FIELDS, FLOAT_FIELDS))
-    return torch.cat(ints, dim=1).contiguous(), torch.cat(floats, dim=1).contiguous()
+    return (torch.cat(ints, dim=1).contiguous(), torch.cat([f.float() for f in floats], dim=1).contiguous())
 
 
 def concat(rollouts: list[Rollout]) -> Rollout:

@@ -15,7 +15,7 @@ PKG = ROOT / "llamarl_core"
 LAYERS: list[set[str]] = [
     {"config"},                                   # schema, choices, hardware specs
     {"models", "algorithms", "rewards", "wire"},  # pure tensors and text; the rollout wire type
-    {"data", "generation", "sim"},                # data → rewards; engine → models; simulator
+    {"data", "generation", "sim", "envs"},        # data → rewards; engine → models; simulator; environments
     {"plan"},                                     # config → launch plan (calls the simulator)
     {"eval", "transport", "checkpoint", "sft"},   # shared evaluation; store, channels, weight sync; checkpoints; warm start
     {"observe"},                                  # metrics.jsonl and its sinks, progress, end reasons

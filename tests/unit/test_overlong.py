@@ -71,6 +71,7 @@ def test_filter_trains_as_if_the_truncated_row_had_no_tokens():
     cut = _batch()
     cut.rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
     cut.completion_lens = torch.tensor([2, 0, 3, 1])  # row 1 counts no token; row 0 keeps A = +0.5
+    cut.loss_mask[1] = 0.0                             # (its loss mask: no model token either)
     want, _ = _grads("keep", cut)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)

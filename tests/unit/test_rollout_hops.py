@@ -185,10 +185,11 @@ def test_one_chunk_takes_the_documented_hops_on_the_default_path_with_the_counte
         rows = [step.rows[i] for i in ids]
         assert torch.equal(tokens, torch.stack([r.tokens[i, :width] for r, i in rows]))
         assert torch.equal(behavior, torch.stack([r.behavior_logprobs[i, :width - 1] for r, i in rows]))
-    # copies: none on the reward rank; on the trainer one stack of token rows and one of log-mu rows
-    # per micro-batch, and the feed's concatenation of the step's packed ints and floats
+        assert torch.equal(mask, torch.stack([r.loss_mask[i, :width - 1] for r, i in rows]) > 0)
+    # copies: none on the reward rank; on the trainer one stack of token rows, one of log-mu rows and
+    # one of loss-mask rows per micro-batch, and the feed's concatenation of the step's packed ints and floats
     assert len(micro_batches) == 4
-    assert rec.copies == {"reward": 0, "trainer": 2 * len(micro_batches) + 2}
+    assert rec.copies == {"reward": 0, "trainer": 3 * len(micro_batches) + 2}
 
 
 def test_the_whole_batch_step_with_pi_old_copies_rows_per_micro_batch_only(monkeypatch):
@@ -211,10 +212,10 @@ def test_the_whole_batch_step_with_pi_old_copies_rows_per_micro_batch_only(monke
     rec.role = "trainer"
     train_on(learner, received, torch.zeros(8))
     rec.role = "test"
-    # pi_old: 3 micro-batches x (tokens, log mu) stacks; updates: 8 micro-batches x (tokens, log mu,
-    # their rows of pi_old)
+    # pi_old: 3 micro-batches x (tokens, log mu, mask) stacks; updates: 8 micro-batches x (tokens,
+    # log mu, mask, their rows of pi_old)
     assert rec.count("TrainStep._inputs") == 3 + 8
-    assert rec.copies["trainer"] == 3 * 2 + 8 * 3
+    assert rec.copies["trainer"] == 3 * 3 + 8 * 4
 
 
 def test_a_rollout_whose_field_was_replaced_is_packed_again_not_sent_stale():
