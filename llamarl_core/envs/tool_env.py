@@ -87,7 +87,7 @@ class ToolEnv:
         try:
             inspect.signature(fn).bind(**call.arguments)
         except TypeError as exc:
-            return error(f"bad arguments for {call.name}: {_one_line(exc)}")
+            return error(f"bad arguments for {call.name}: {' '.join(str(exc).split())}")
         try:
             result = fn(**call.arguments)
         except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read

@@ -1,7 +1,6 @@
 """Tools as functions (envs/tools.py): loaded from a file or module by name, described to the
 model by transformers' own get_json_schema, with one clear error for what is missing."""
 import sys
-import textwrap
 
 import pytest
 from transformers.utils import get_json_schema
