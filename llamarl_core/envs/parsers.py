@@ -7,8 +7,9 @@ hermes (Qwen2.5, Qwen3, SmolLM3): each call is ``<tool_call>{"name": ..., "argum
 llama3 (Llama 3.1 JSON tool calls): the message, optionally after ``<|python_tag|>``, is
     ``{"name": ..., "parameters": {...}}``, or several joined by ``;``. vLLM's ``llama3_json``
     parser takes the first JSON object in the text and treats anything that fails as plain text;
-    here a JSON object is a call when it has a "parameters" or "arguments" key (text starting
-    ``{"name":`` that is not valid JSON is a malformed call), so a final answer that merely
+    here the first JSON object with a "parameters" or "arguments" key starts the calls, and so
+    does a ``{"name":`` (or ``{"parameters":``, ``{"arguments":``) that is not valid JSON, as a
+    malformed call; after ``<|python_tag|>`` everything is calls. So a final answer that merely
     contains braces or JSON of its own stays an answer, while a broken call is told back to the
     model instead of silently ending the episode.
 
