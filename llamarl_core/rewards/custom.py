@@ -29,22 +29,28 @@ def is_custom(name: str) -> bool:
     return ":" in name
 
 
-def load_function(value: str):
-    """Import ``value``'s module and return its function. Call only in a worker process."""
-    target, _, attr = value.rpartition(":")
+def load_module(target: str, module_name: str = "llamarl_user_reward"):
+    """Import ``target`` (``path/to/file.py`` or ``package.module``) and return the module; a
+    file is registered in ``sys.modules`` as ``module_name``. Call only in a worker process."""
     if target.endswith(".py"):
         path = os.path.abspath(target)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no file {path}")
-        spec = importlib.util.spec_from_file_location("llamarl_user_reward", path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, os.path.dirname(path))
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-    else:
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(target)
+        return module
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(target)
+
+
+def load_function(value: str):
+    """Import ``value``'s module and return its function. Call only in a worker process."""
+    target, _, attr = value.rpartition(":")
+    module = load_module(target)
     if not hasattr(module, attr):
         raise AttributeError(f"{target} has no attribute {attr!r}")
     fn = getattr(module, attr)
