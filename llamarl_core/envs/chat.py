@@ -11,9 +11,10 @@ token, but the template writes a separator after it (ChatML/Qwen: `<|im_end|>\\n
 its own template never produces. So the delta is derived from the tokenizer, not hard-coded per
 family, by diffing two renders of a dummy conversation whose assistant content is a marker:
 
-    A = render([user U, assistant M], add_generation_prompt=False)   ...U<hdr>M<|im_end|>\\n
+    A = render([user U, assistant M], add_generation_prompt=False)
+          -> ...U<|im_end|>\\n<|im_start|>assistant\\nM<|im_end|>\\n
     B = render([user U, assistant M] + messages, add_generation_prompt=True)
-                                                                     ...U<hdr>M<|im_end|>\\n<|im_start|>tool\\n...<|im_start|>assistant\\n
+          -> ...U<|im_end|>\\n<|im_start|>assistant\\nM<|im_end|>\\n<|im_start|>tool\\n...<|im_start|>assistant\\n
 
 Everything B writes after M is the delta: the end-of-turn text, the separator, the messages, the
 next generation prompt. The end-of-turn text is what A and B both write right after M, trailing
@@ -27,6 +28,7 @@ that is outside what an append-only sequence can follow anyway.
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 _USER = "[[llamarl:user]]"        # dummy contents: text no template rewrites (nothing to trim)
@@ -60,10 +62,7 @@ class ChatDelta:
         self._prefix = rendered[:rendered.index(_USER)]
         final = rendered[rendered.index(_MARKER) + len(_MARKER):]
         probe = self._after_marker([{"role": "user", "content": "y"}])
-        common = 0
-        while common < min(len(final), len(probe)) and final[common] == probe[common]:
-            common += 1
-        self.eot_text = final[:common].rstrip()
+        self.eot_text = os.path.commonprefix([final, probe]).rstrip()
         # The end-of-turn token id(s) the template writes after an assistant message; empty when
         # it writes none (the plain format: the caller's stop ids tell a clean end then).
         self.eot_ids: list[int] = tokenizer.encode(self.eot_text) if self.eot_text else []
