@@ -31,6 +31,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from llamarl_core.envs.parsers import add_tools_prompt
+
 _USER = "[[llamarl:user]]"        # dummy contents: text no template rewrites (nothing to trim)
 _MARKER = "[[llamarl:assistant]]"
 
@@ -40,22 +42,21 @@ class ChatDelta:
     `ByteTokenizer` with a template or its plain `User: ...\\n\\nAssistant:` format).
 
     `template_kwargs`: template variables (data.chat_template_kwargs, e.g. Qwen3's
-    enable_thinking), passed to every render. `tools`: JSON schemas passed as `tools=`.
-    `tools_prompt`: used only when the template ignores `tools` (rendering with and without them
-    is identical): that text goes into the system message instead, prepended to the first system
-    message's content (a blank line between) or as a new first system message."""
+    enable_thinking), passed to every render. `tools`: JSON schemas passed as `tools=`; when the
+    template ignores them (rendering with and without them is identical, e.g. SmolLM2's), the
+    system message describes them instead in `tool_parser`'s format (parsers.add_tools_prompt)."""
 
     def __init__(self, tokenizer, template_kwargs: Optional[dict] = None, tools: Optional[list[dict]] = None,
-                 tools_prompt: Optional[str] = None):
+                 tool_parser: str = "hermes"):
         self.tokenizer = tokenizer
         self.kwargs = dict(template_kwargs or {})
-        self.tools_prompt = None
+        self.tools_in_system: Optional[tuple[list[dict], str]] = None  # (schemas, parser) when the template ignores tools
         if tools:
             probe = [{"role": "user", "content": _USER}]
             if self._render(probe, True) != self._render(probe, True, tools=tools):
                 self.kwargs["tools"] = tools
             else:
-                self.tools_prompt = tools_prompt
+                self.tools_in_system = (tools, tool_parser)
         head = self._head()
         rendered = self._render(head, False)
         self._check(rendered, "a final assistant turn")
@@ -90,13 +91,9 @@ class ChatDelta:
         return self.tokenizer.encode(delta[len(self.eot_text):] if ended else delta)
 
     def _with_tools_prompt(self, messages: list[dict]) -> list[dict]:
-        messages = [dict(m) for m in messages]
-        if not self.tools_prompt:
-            return messages
-        if messages and messages[0]["role"] == "system":
-            messages[0]["content"] = f"{self.tools_prompt}\n\n{messages[0]['content']}"
-            return messages
-        return [{"role": "system", "content": self.tools_prompt}] + messages
+        if self.tools_in_system is None:
+            return [dict(m) for m in messages]
+        return add_tools_prompt(messages, *self.tools_in_system)
 
     def _head(self) -> list[dict]:
         """The dummy conversation: a user turn, an assistant turn whose content is the marker."""

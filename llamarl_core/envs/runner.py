@@ -30,7 +30,6 @@ import torch
 
 from llamarl_core.envs.chat import ChatDelta
 from llamarl_core.envs.episode import Episode
-from llamarl_core.envs.parsers import tools_system_prompt
 from llamarl_core.envs.pool import EnvPool, EnvSpec
 
 WAIT_SLICE_S = 0.05  # how long a refill with nothing to decode waits on the pool at a time
@@ -41,9 +40,8 @@ def open_episodes(env, tokenizer, template_kwargs=None) -> tuple[EnvPool, ChatDe
     tools' schemas come from a worker: their module is never imported here)."""
     pool = EnvPool(EnvSpec(env.entry, env.tools, env.tool_parser, env.max_message_chars),
                    workers=env.workers, step_timeout_s=env.step_timeout_s)
-    tools = pool.tools or None
-    prompt = tools_system_prompt(tools, env.tool_parser) if tools else None
-    return pool, ChatDelta(tokenizer, dict(template_kwargs or {}), tools=tools, tools_prompt=prompt)
+    return pool, ChatDelta(tokenizer, dict(template_kwargs or {}), tools=pool.tools or None,
+                           tool_parser=env.tool_parser)
 
 
 @dataclass
@@ -132,7 +130,7 @@ class EpisodeRunner:
                 self._opened(reply.episode, reply.messages)
             elif reply.done:
                 self._end(reply.episode)
-            elif st.episode.turns >= self.env.max_turns:
+            elif len(st.episode.turns) >= self.env.max_turns:
                 self._end(reply.episode, truncated=True)
             else:
                 self._answered(reply.episode, reply.messages)
@@ -140,11 +138,10 @@ class EpisodeRunner:
     def _opened(self, row: int, messages: list[dict]) -> None:
         st = self.states[row]
         ids = self.delta.opening(messages)
-        if len(ids) > self.max_prompt_tokens:
-            self._warn("opening", f"an episode's opening has {len(ids)} tokens, over generation.max_prompt_tokens="
-                                  f"{self.max_prompt_tokens} (the tools' descriptions count): it fails; raise it")
-            self._end(row, failed=True)
-            return
+        if len(ids) > self.max_prompt_tokens:  # the run's mistake, not an episode's: stop, say which key
+            raise ValueError(f"generation.max_prompt_tokens={self.max_prompt_tokens}: an episode's opening has "
+                             f"{len(ids)} tokens (example {st.example.get('id')}; the tools' descriptions count): "
+                             f"raise generation.max_prompt_tokens")
         st.episode = Episode(ids)
         self.ready.append(row)
 
@@ -182,7 +179,7 @@ class EpisodeRunner:
         logprobs = ep.logprobs if ep is not None else []
         first = st.versions[0] if st.versions else 0
         tensor = lambda x, dtype: torch.tensor(x, dtype=dtype, device=self.device)  # noqa: E731
-        turns = ep.turns if ep is not None else 0
+        turns = len(ep.turns) if ep is not None else 0
         self.caller_on_finish(self.finished_cls(
             index=row, token_ids=tensor(completion, torch.long), logprobs=tensor(logprobs, torch.float32),
             finish_reason="length" if truncated or failed else "stop",

@@ -114,6 +114,9 @@ def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     if m.ffn_dim % g.tp:
         raise ConfigError(f"resources.generator.tp={g.tp} does not divide the model's "
                           f"ffn_dim={m.ffn_dim} (MLP columns)")
+    if g.tp > 1 and cfg.env.enabled:  # a replica's ranks would each wait on their own environments
+        raise ConfigError(f"resources.generator.tp={g.tp} with an environment (env.entry / env.tools): "
+                          f"episodes run on unsharded generators only; use tp=1")
 
 
 def validate_batch(cfg: LlamaRLConfig, trainer_data_parallel: int, generator_replicas: int) -> None:
@@ -148,6 +151,11 @@ def validate_lengths(cfg: LlamaRLConfig, m: ModelArgs, model_name: str) -> None:
     source = ("max_position_embeddings in its config.json" if cfg.model.checkpoint
               else f"model.preset={cfg.model.preset}")
     check_lengths_fit(cfg.generation, m.max_seq_len, f"model {model_name}", source)
+    need = cfg.generation.max_prompt_tokens + cfg.env.max_episode_tokens
+    if cfg.env.enabled and need > m.max_seq_len:
+        raise ConfigError(f"generation.max_prompt_tokens={cfg.generation.max_prompt_tokens} + env.max_episode_tokens="
+                          f"{cfg.env.max_episode_tokens} = {need} tokens, but model {model_name} has "
+                          f"{m.max_seq_len} positions ({source}): lower env.max_episode_tokens")
 
 
 def check_lengths_fit(g: GenerationConfig, positions: int, model: str, source: str) -> None:

@@ -36,6 +36,7 @@ SPLITS = (("train", "train"), ("test", "held-out"))
 def check_data(cfg: LlamaRLConfig) -> list[str]:
     """Raise ConfigError on the first problem; else the lines to print (counts, skips)."""
     checked_reward(cfg)
+    checked_env(cfg)
     tokenizer = run_tokenizer(cfg)
     lines, counts, longest, reported = [], [], 0, set()
     splits = [(split, label, _load(cfg, split)) for split, label in SPLITS]
@@ -131,3 +132,19 @@ def checked_reward(cfg: LlamaRLConfig) -> str:
     if reason:
         raise ConfigError(f"data.reward={reward}: {reason}")
     return reward
+
+
+def checked_env(cfg: LlamaRLConfig) -> None:
+    """`env.entry` and each of `env.tools` must import and name a callable (a class is one),
+    checked in a subprocess like a custom reward (never imported here)."""
+    env = cfg.env
+    targets = [("env.entry", env.entry)] if env.entry else []
+    if env.tools:
+        where, _, names = env.tools.rpartition(":")
+        if not where or not names.strip():
+            raise ConfigError(f"env.tools={env.tools}: expected path/to/file.py:fn1,fn2 or package.module:fn1,fn2")
+        targets += [("env.tools", f"{where}:{name.strip()}") for name in names.split(",") if name.strip()]
+    for key, target in targets:
+        reason = check_importable(target)
+        if reason:
+            raise ConfigError(f"{key}={getattr(env, key.split('.')[1])}: {target}: {reason}")

@@ -9,6 +9,7 @@ import pytest
 from llamarl_core.data import Example, PromptFormat
 from llamarl_core.data.templates import render_prompt
 from llamarl_core.envs.chat import ChatDelta
+from llamarl_core.envs.parsers import tools_system_prompt
 from llamarl_core.envs.episode import Episode
 from llamarl_core.models import ByteTokenizer, load_tokenizer
 from llamarl_core.models.tokenizer import plain_chat_format
@@ -114,12 +115,12 @@ def test_chatml_episode_restores_the_newline_after_im_end_as_masked_env_tokens(t
 
 def test_qwen25_like_template_default_system_tools_and_merged_tool_messages(tokenizers):
     tok = tokenizers["qwen25"]
-    chat = ChatDelta(tok, tools=TOOLS, tools_prompt="never used: the template writes tools")
+    chat = ChatDelta(tok, tools=TOOLS)
     opening = [OPENING[1]]  # no system message: the template's default one, tools inside it
     prompt_text = tok._tok.decode(chat.opening(opening))
     assert prompt_text.startswith(f"<|im_start|>system\n{QWEN_SYSTEM}\n\n# Tools\n<tools>\n{{")
     assert prompt_text.endswith("</tools><|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
-    assert "never used" not in prompt_text
+    assert "<tool_call>" not in prompt_text  # the template's own tools text, not parsers.tools_system_prompt
     delta = chat.after_turn(tok.encode("x") + chat.eot_ids, TURNS[1][1])
     assert tok._tok.decode(delta) == ("\n<|im_start|>user\n<tool_response>\n4\n</tool_response>\n<tool_response>\n"
                                       "4.0\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
@@ -160,10 +161,12 @@ def test_opening_equals_todays_single_turn_prompt_ids(tokenizers):
 
 def test_tools_prompt_goes_into_the_system_message_when_the_template_ignores_tools(tokenizers):
     tok = tokenizers["chatml"]
-    chat = ChatDelta(tok, tools=TOOLS, tools_prompt="You may call add.")
+    chat = ChatDelta(tok, tools=TOOLS, tool_parser="hermes")
+    described = tools_system_prompt(TOOLS, "hermes")
     assert tok._tok.decode(chat.opening(OPENING)).startswith(
-        "<|im_start|>system\nYou may call add.\n\nUse the tools.<|im_end|>\n")
-    assert tok._tok.decode(chat.opening(OPENING[1:])).startswith("<|im_start|>system\nYou may call add.<|im_end|>\n")
+        f"<|im_start|>system\nUse the tools.\n\n{described}<|im_end|>\n")
+    assert tok._tok.decode(chat.opening(OPENING[1:])).startswith(
+        f"<|im_start|>system\n{described.rstrip()}<|im_end|>\n")
     episode, placed = run_episode(tok, chat, OPENING, TURNS)
     check_tito(tok, chat, episode, placed, append_only=False)
 
