@@ -23,6 +23,7 @@ A single-turn task is the one-step case: no environment, the episode ends after 
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Protocol, runtime_checkable
 
 STEP_COUNTS = ("tool_calls", "tool_errors")  # what a step may count in its fourth item
@@ -58,6 +59,8 @@ def check_step(result, where: str = "step") -> tuple[list[dict], Optional[float]
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
             raise ValueError(f"{where} returned reward {reward!r:.80}: a number or None")
         reward = float(reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"{where} returned reward {reward}: a finite number or None")
     if not isinstance(counts, dict):
         raise ValueError(f"{where}'s fourth item must be a dict of counts, got {type(counts).__name__}")
     counts = {k: int(counts.get(k, 0)) for k in STEP_COUNTS}

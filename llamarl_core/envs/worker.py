@@ -62,6 +62,13 @@ def _cut(messages: list[dict], max_chars: int) -> list[dict]:
             for m in messages]
 
 
+def _close(env) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - an environment that fails to close ends anyway
+        pass
+
+
 def _build_factory(spec: dict):
     """(a callable making one environment per episode, the tools' JSON schemas)."""
     schemas, tools = [], None
@@ -71,7 +78,10 @@ def _build_factory(spec: dict):
         tools = load_tools(spec["tools"])
         schemas = tool_schemas(tools)
     if spec.get("entry"):
-        return load_function(spec["entry"]), schemas
+        from llamarl_core.envs.openenv_adapter import wrap_if_openenv
+
+        cls = load_function(spec["entry"])
+        return (lambda: wrap_if_openenv(cls())), schemas  # an OpenEnv environment speaks our protocol
     if tools is None:
         raise ValueError("an environment worker needs env.entry or env.tools")
     from llamarl_core.envs.tool_env import ToolEnv
@@ -130,7 +140,9 @@ class _Child:
                 except (EOFError, OSError):
                     break
                 if request["op"] == "close":
-                    self.envs.pop(request["episode"], None)
+                    env = self.envs.pop(request["episode"], None)
+                    if callable(getattr(env, "close", None)):  # OpenEnv's; one's own may have one
+                        threads.submit(_close, env)
                     continue
                 with self.count_lock:
                     if self.running == 0:  # no user code running: reaping steals no exit code
