@@ -186,7 +186,7 @@ class EpisodeRunner:
             policy_versions=(first, st.versions[-1] if st.versions else first),
             model_mask=tensor(mask, torch.float32),
             reward=0.0 if failed else (sum(st.rewards) if st.rewards else None),
-            episode={"turns": turns, **st.counts, "truncated": int(truncated or failed),
+            episode={"turns": turns, **st.counts, "truncated": int(truncated), "failed": int(failed),
                      "env_ms": int(round(st.env_s * 1000))},
             prompt_ids=tensor(prompt, torch.long)))
 

@@ -1,8 +1,9 @@
 """What the generators produced in one training batch, as metrics (`reward/std`,
 `generator/completion_tokens_mean|max`, `generator/truncated_frac`; with an environment the
 episodes' `env/turns_mean`, `env/tool_calls_mean`, `env/tool_errors` (a sum),
-`env/truncated_frac` (cut by env.max_turns / max_episode_tokens / a turn's length, or failed)
-and `env/step_s` (the environment's seconds per turn: its reset and steps over the turns)).
+`env/truncated_frac` (cut by env.max_turns / max_episode_tokens / a turn's length),
+`env/failed` (episodes whose environment raised, timed out or died: reward 0, not trained; a
+sum) and `env/step_s` (the environment's seconds per turn: its reset and steps over the turns)).
 
 A completion counts as cut at `max_new_tokens` by `algorithms.overlong.truncated_rows`, the rule
 `algorithm.overlong` acts on. Values are logged as measured, never rounded.
@@ -32,7 +33,8 @@ def rollout_stats(batch: Rollout, max_new_tokens: int, eos_ids: tuple[int, ...],
             "generator/truncated_frac": as_float(cut.float().mean()), **env}
 
 
-ENV_KEYS = ("env/turns_mean", "env/tool_calls_mean", "env/tool_errors", "env/truncated_frac", "env/step_s")
+ENV_KEYS = ("env/turns_mean", "env/tool_calls_mean", "env/tool_errors", "env/truncated_frac", "env/failed",
+            "env/step_s")
 
 
 def env_stats(batch: Rollout) -> dict[str, float]:
@@ -42,4 +44,5 @@ def env_stats(batch: Rollout) -> dict[str, float]:
             "env/tool_calls_mean": as_float(batch.tool_calls.float().mean()),
             "env/tool_errors": int(batch.tool_errors.sum()),
             "env/truncated_frac": as_float(batch.truncated.float().mean()),
+            "env/failed": int(batch.failed.sum()),
             "env/step_s": as_float(batch.env_ms.float().sum() / 1000 / turns.sum().clamp(min=1))}

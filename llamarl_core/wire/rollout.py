@@ -33,13 +33,13 @@ import torch
 
 # Every per-row field, in its packed tensor's column order: the wide ones (`WIDE_FIELDS`) are
 # [N, width] each (tokens L wide, the float ones L - 1, from the header), the others one column
-# each. ints [N, L + 9], floats [N, 2 (L - 1) + 1]. The episode counts (turns, tool_calls,
-# tool_errors, truncated, env_ms) are 1, 0, 0, 0, 0 for a single-turn row.
+# each. ints [N, L + 10], floats [N, 2 (L - 1) + 1]. The episode counts (turns, tool_calls,
+# tool_errors, truncated, failed, env_ms) are 1, 0, 0, 0, 0, 0 for a single-turn row.
 INT_FIELDS = ("tokens", "prompt_lens", "completion_lens", "example_ids", "policy_versions",
-              "turns", "tool_calls", "tool_errors", "truncated", "env_ms")
+              "turns", "tool_calls", "tool_errors", "truncated", "failed", "env_ms")
 FLOAT_FIELDS = ("behavior_logprobs", "loss_mask", "rewards")
 WIDE_FIELDS = ("tokens", "behavior_logprobs", "loss_mask")
-EPISODE_FIELDS = ("turns", "tool_calls", "tool_errors", "truncated", "env_ms")
+EPISODE_FIELDS = ("turns", "tool_calls", "tool_errors", "truncated", "failed", "env_ms")
 TENSOR_FIELDS = INT_FIELDS + FLOAT_FIELDS
 # [num_rows, row_len, completion_len, policy_version, replica, chunk, group, chunk_groups]
 HEADER_LEN = 8
@@ -63,7 +63,8 @@ class Rollout:
     turns: Optional[torch.Tensor] = None        # [N] int64 assistant turns (None: 1 each)
     tool_calls: Optional[torch.Tensor] = None   # [N] int64 tool calls the model made (None: 0)
     tool_errors: Optional[torch.Tensor] = None  # [N] int64 malformed or failed ones (None: 0)
-    truncated: Optional[torch.Tensor] = None    # [N] int64 1: cut by env.max_turns / max_episode_tokens, or failed
+    truncated: Optional[torch.Tensor] = None    # [N] int64 1: cut by env.max_turns / max_episode_tokens / a turn's cap
+    failed: Optional[torch.Tensor] = None       # [N] int64 1: its environment raised, timed out or died (not trained)
     env_ms: Optional[torch.Tensor] = None       # [N] int64 milliseconds its environment steps took
     group: int = 0
     chunk_groups: int = 0
@@ -190,7 +191,7 @@ def completion_mask(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, wi
 
 
 def _pack(r: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-    """The copy into the wire layout: ints [N, L + 9], floats [N, 2 (L - 1) + 1]."""
+    """The copy into the wire layout: ints [N, L + 10], floats [N, 2 (L - 1) + 1]."""
     ints, floats = ([getattr(r, f) if f in WIDE_FIELDS else getattr(r, f)[:, None] for f in fields]
                     for fields in (INT_FIELDS, FLOAT_FIELDS))
     return (torch.cat(ints, dim=1).contiguous(), torch.cat([f.float() for f in floats], dim=1).contiguous())
