@@ -4,9 +4,9 @@ An environment is a plain class (no llamarl import): llamarl makes one object pe
 environment worker, calls `reset(example)` once for the opening messages, then `step(text)` after
 each assistant turn until `done` or `env.max_turns` (docs/ENVIRONMENTS.md, llamarl_core/envs/protocol.py).
 
-The data row holds the question, which explains the game, and the secret number as its answer:
+The data row holds the prompt, which explains the game, and the secret number as its answer:
 
-    {"question": "I am thinking of an integer from 1 to 100. Guess it; I will say higher or lower.
+    {"prompt": "I am thinking of an integer from 1 to 100. Guess it; I will say higher or lower.
                   End each turn with your guess.", "answer": "37"}
 
 Rewards. An episode's reward is the sum of its steps' rewards, so each wrong guess returns 0.0
