@@ -48,7 +48,9 @@ def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
                           f"{r.memory.reference:.2f} GiB per device, sharded like the trained weights")
     flow = [f"{r.name} {what}" for r in plan.roles for on, what in (
         (r.name == "generator", "streams prompts across steps (executors/stream.py)"),
-        (r.stream_groups, "starts micro-batches as groups arrive (resources.trainer.stream_groups)")) if on]
+        (r.stream_groups, "starts micro-batches as groups arrive (resources.trainer.stream_groups)"),
+        (r.env_workers, f"runs each row as a multi-turn episode, its environment in {r.env_workers} "
+                        f"worker process(es) per rank (env.workers; envs/pool.py)")) if on]
     if flow:
         console.print("pipeline: " + "; ".join(flow), soft_wrap=True)
     if plan.predicted:

@@ -58,10 +58,11 @@ class _State:
 
 class EpisodeRunner:
     def __init__(self, pool, delta, tokenizer, env, max_prompt_tokens: int, max_new_tokens: int,
-                 example_of: Callable[[int], dict], finished_cls, device=None):
+                 example_of: Callable[[int], dict], finished_cls, device=None, warned: Optional[set] = None):
         """`pool`: an EnvPool; `delta`: a ChatDelta over the pool's tools; `env`: the EnvConfig;
         `example_of(i)`: the example dict of the caller's i-th row (`Example.as_dict()` plus its
-        opening `messages`); `finished_cls`: the engine's `Finished`."""
+        opening `messages`); `finished_cls`: the engine's `Finished`; `warned`: the kinds of
+        failure already printed (shared by a generator's runners: each is printed once)."""
         self.pool, self.delta, self.tokenizer, self.env = pool, delta, tokenizer, env
         self.max_prompt_tokens, self.max_new_tokens = max_prompt_tokens, max_new_tokens
         self.example_of, self.finished_cls, self.device = example_of, finished_cls, device
@@ -70,7 +71,7 @@ class EpisodeRunner:
         self.turn_of: dict[int, int] = {}      # engine prompt index → caller's row index
         self.rows_started = 0                  # rows the caller handed out
         self.turns_started = 0                 # prompts handed to the engine
-        self.warned: set[str] = set()
+        self.warned: set[str] = set() if warned is None else warned
 
     @property
     def waiting(self) -> int:
@@ -189,6 +190,15 @@ class EpisodeRunner:
             episode={"turns": turns, **st.counts, "truncated": int(truncated), "failed": int(failed),
                      "env_ms": int(round(st.env_s * 1000))},
             prompt_ids=tensor(prompt, torch.long)))
+
+    def close(self) -> None:
+        """Forget every episode still open (a stream cut by a restart or the run's end): their
+        environments are closed in the workers; nothing is handed to the caller."""
+        for row in list(self.states):
+            self.pool.close_episode(row)
+        self.states.clear()
+        self.ready.clear()
+        self.turn_of.clear()
 
     def _warn(self, kind: str, line: str) -> None:
         if kind not in self.warned:  # once per kind in this rank's log; the metrics count them all

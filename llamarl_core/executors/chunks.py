@@ -52,6 +52,7 @@ class ChunkGenerator:
                                      stop_strings=tuple(gen.stop_strings))
         self.tokens_generated = 0
         self._episodes = None  # (EnvPool, ChatDelta) once the first episode starts (env.enabled)
+        self._warned: set[str] = set()  # environment failures already printed
 
     def episode_runner(self, row_example: Callable[[int], int]):
         """An EpisodeRunner of this run's environment over the rows a stream starts (None without one):
@@ -69,7 +70,8 @@ class ChunkGenerator:
             ex = examples[row_example(i)]
             return {**ex.as_dict(), "messages": prompt_messages(ex, fmt)}
         return EpisodeRunner(pool, delta, self.tokenizer, env, self.cfg.generation.max_prompt_tokens,
-                             self.params.max_new_tokens, example_of, Finished, device=self.engine.device)
+                             self.params.max_new_tokens, example_of, Finished, device=self.engine.device,
+                             warned=self._warned)
 
     def close(self) -> None:
         """Stop the environment workers (if any)."""
@@ -102,8 +104,11 @@ class ChunkGenerator:
             return groups.whole()
         rows = iter(prompt_ids)  # episodes: the same rows, each started as a slot frees up
         refill, on_finish = runner.hooks(lambda free: [p for _, p in zip(range(free), rows)], groups.add)
-        self.engine.stream([], self.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
-                           policy_version=policy_version, refill=refill)
+        try:
+            self.engine.stream([], self.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
+                               policy_version=policy_version, refill=refill)
+        finally:
+            runner.close()
         return groups.whole()
 
 

@@ -103,8 +103,12 @@ class ChunkStream:
         runner = c.episode_runner(lambda i: self.rows[i][0].example_ids[self.rows[i][1]])
         if runner is not None:  # each row an episode (envs/runner.py): its turns go through the engine
             refill, on_finish = runner.hooks(refill, on_finish)
-        c.engine.stream([], c.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
-                        policy_version=held(), refill=refill)
+        try:
+            c.engine.stream([], c.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
+                            policy_version=held(), refill=refill)
+        finally:
+            if runner is not None:
+                runner.close()
         return self.next_chunk
 
     def _open_chunk(self, chunk: int, version: int, on_group) -> None:

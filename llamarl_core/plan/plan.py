@@ -47,6 +47,7 @@ class RolePlan:
     commands: list[str] = field(default_factory=list)
     batching: Optional[str] = None      # generation.batching, for roles that generate
     stream_groups: Optional[bool] = None  # trainer role: micro-batches start as groups arrive
+    env_workers: Optional[int] = None   # roles that generate episodes: environment processes per rank (env.workers)
 
     @property
     def ranks(self) -> list[int]:
@@ -63,6 +64,7 @@ class RolePlan:
             "commands": self.commands,
             **({"batching": self.batching} if self.batching else {}),
             **({"stream_groups": self.stream_groups} if self.stream_groups is not None else {}),
+            **({"env_workers": self.env_workers} if self.env_workers is not None else {}),
         }
 
     @classmethod
@@ -71,7 +73,7 @@ class RolePlan:
         memory = mem.MemoryEstimate(**{k: v for k, v in d["memory_gib_per_device"].items() if k != "total"})
         return cls(d["name"], d["num_devices"], d["ranks"][0], d["nodes"], d["parallelism"], d["dtype"],
                    d["quantization"], memory, d["capacity_gib_per_device"], d["threads"], d["uses_accelerator"],
-                   d["devices"], d["commands"], d.get("batching"), d.get("stream_groups"))
+                   d["devices"], d["commands"], d.get("batching"), d.get("stream_groups"), d.get("env_workers"))
 
 
 @dataclass
@@ -147,7 +149,9 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     validate_parallelism(cfg, model)
     validate_lengths(cfg, model, model_name)
     g, t = res.generator, res.trainer
-    seq_tokens = gen.max_prompt_tokens + gen.max_new_tokens
+    # a row: the prompt and its completion, or an episode's every turn and environment message
+    seq_tokens = gen.max_prompt_tokens + (cfg.env.max_episode_tokens if cfg.env.enabled else gen.max_new_tokens)
+    env_workers = cfg.env.workers if cfg.env.enabled else None
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
     gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,
                                    batch=g.max_batch_size, prompt_tokens=gen.max_prompt_tokens,
@@ -169,10 +173,10 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
         par = {"tp": t.tp, "dp": dp, "fsdp": fsdp, "pp": t.pp, "generator_tp": g.tp}
         roles.append(RolePlan("actor", compute_devices, 0, [], par, t.dtype, g.quantization,
                               mem.colocated_memory(trainer_mem(fsdp), gen_mem), 0.0, threads,
-                              batching=gen.batching))
+                              batching=gen.batching, env_workers=env_workers))
     else:
         roles.append(RolePlan("generator", g.num_devices, 0, [], gen_par, g.dtype, g.quantization,
-                              gen_mem, 0.0, threads, batching=gen.batching))
+                              gen_mem, 0.0, threads, batching=gen.batching, env_workers=env_workers))
         fsdp, tdp = trainer_sharding(t, t.num_devices)
         roles.append(RolePlan("trainer", t.num_devices, g.num_devices, [],
                               {"tp": t.tp, "dp": tdp, "fsdp": fsdp, "pp": t.pp}, t.dtype, "none",
