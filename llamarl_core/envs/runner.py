@@ -8,8 +8,9 @@
     done / truncated / failed ──▶ one `Finished` (the whole completion, its mask) to the caller
 
 `hooks(refill, on_finish)` wraps a caller's `engine.stream` hooks: the caller hands rows out
-and gets each back once, finished, exactly as without an environment (executors/chunks.py
-writes it into its rows). While an episode waits on its environment the engine decodes the
+and gets each back once, finished (executors/chunks.py writes it into its rows). Without an
+environment (`pool` None) an episode is the one-turn case of the same path: the row's own
+prompt, one turn, the engine's `Finished` handed back as it is (its index the caller's). While an episode waits on its environment the engine decodes the
 others (continuous batching); the refill blocks only when no row decodes and nothing is ready.
 
 Token-in-token-out: the model's tokens go into the episode exactly as sampled, with their
@@ -22,6 +23,7 @@ raised, timed out or died (envs/pool.py counts those).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -59,7 +61,8 @@ class _State:
 class EpisodeRunner:
     def __init__(self, pool, delta, tokenizer, env, max_prompt_tokens: int, max_new_tokens: int,
                  example_of: Callable[[int], dict], finished_cls, device=None, warned: Optional[set] = None):
-        """`pool`: an EnvPool; `delta`: a ChatDelta over the pool's tools; `env`: the EnvConfig;
+        """`pool`: an EnvPool (None: no environment, one turn per row); `delta`: a ChatDelta over
+        the pool's tools; `env`: the EnvConfig;
         `example_of(i)`: the example dict of the caller's i-th row (`Example.as_dict()` plus its
         opening `messages`); `finished_cls`: the engine's `Finished`; `warned`: the kinds of
         failure already printed (shared by a generator's runners: each is printed once)."""
@@ -76,26 +79,26 @@ class EpisodeRunner:
     @property
     def waiting(self) -> int:
         """Episodes waiting on their environment (a reset or step sent, no reply yet)."""
-        return self.pool.pending
+        return 0 if self.pool is None else self.pool.pending
 
     def hooks(self, refill: Callable[[int], list], on_finish: Callable) -> tuple[Callable, Callable]:
         """The engine's `refill` and `on_finish` for a caller's."""
         self.caller_on_finish = on_finish
 
         def engine_refill(free: int) -> list:
-            self._replies(0.0)
+            if self.pool is not None:
+                self._replies(0.0)
             if len(self.ready) < free:
                 for prompt in refill(free - len(self.ready)):
                     self._start(prompt)
             while not self.ready and not self.turn_of and self.waiting:  # nothing decodes: wait
                 self._replies(WAIT_SLICE_S)
-            out = []
-            while self.ready and len(out) < free:
+            out = []  # every ready turn, beyond `free` too: the engine queues them (a group's
+            while self.ready:  # later members are known when its first is prefilled: prefill_once.py)
                 row = self.ready.popleft()
-                ids, cap = self._next_turn(row)
                 self.turn_of[self.turns_started] = row
                 self.turns_started += 1
-                out.append((ids, cap))
+                out.append(self._next_turn(row))
             return out
 
         return engine_refill, self._turn_done
@@ -104,11 +107,18 @@ class EpisodeRunner:
     def _start(self, prompt: list[int]) -> None:
         row = self.rows_started
         self.rows_started += 1
+        if self.pool is None:  # the one-turn case: the row's prompt is the turn's
+            self.states[row] = _State({}, prompt)
+            self.ready.append(row)
+            return
         example = self.example_of(row)
         self.states[row] = _State(example, list(prompt))
         self.pool.reset(row, example)
 
-    def _next_turn(self, row: int) -> tuple[list[int], int]:
+    def _next_turn(self, row: int):
+        """The next turn's prompt: an episode's (its ids so far, its cap), or a row's own prompt."""
+        if self.pool is None:
+            return self.states[row].fallback
         ep = self.states[row].episode
         used = len(ep.completion)
         return list(ep.ids), min(self.max_new_tokens, self.env.max_episode_tokens - used)
@@ -158,6 +168,10 @@ class EpisodeRunner:
     # ---- the engine's turns ------------------------------------------------------------
     def _turn_done(self, done) -> None:
         row = self.turn_of.pop(done.index)
+        if self.pool is None:  # one turn: the engine's sample as it is (tensors untouched)
+            self.states.pop(row)
+            self.caller_on_finish(dataclasses.replace(done, index=row))
+            return
         st = self.states[row]
         ids = done.token_ids.tolist()
         versions = (done.token_versions.tolist() if done.token_versions is not None
@@ -194,7 +208,7 @@ class EpisodeRunner:
     def close(self) -> None:
         """Forget every episode still open (a stream cut by a restart or the run's end): their
         environments are closed in the workers; nothing is handed to the caller."""
-        for row in list(self.states):
+        for row in list(self.states) if self.pool is not None else ():
             self.pool.close_episode(row)
         self.states.clear()
         self.ready.clear()

@@ -15,6 +15,7 @@ import torch
 
 from llamarl_core.config.schema import EnvConfig, GenerationConfig
 from llamarl_core.data.templates import PromptFormat, prompt_messages
+from llamarl_core.envs.runner import EpisodeRunner, open_episodes
 from llamarl_core.wire.rollout import EPISODE_FIELDS, FLOAT_FIELDS, INT_FIELDS, Rollout, columns
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
@@ -54,16 +55,13 @@ class ChunkGenerator:
         self._episodes = None  # (EnvPool, ChatDelta) once the first episode starts (env.enabled)
         self._warned: set[str] = set()  # environment failures already printed
 
-    def episode_runner(self, row_example: Callable[[int], int]):
-        """An EpisodeRunner of this run's environment over the rows a stream starts (None without one):
-        `row_example(i)` is the example index of the i-th row started."""
+    def episode_runner(self, row_example: Callable[[int], int]) -> EpisodeRunner:
+        """The EpisodeRunner over the rows a stream starts: episodes of this run's environment,
+        or (none) the one-turn case; `row_example(i)` is the example index of the i-th row."""
         env = self.cfg.env
-        if not env.enabled:
-            return None
-        from llamarl_core.envs.runner import EpisodeRunner, open_episodes  # env runs only
-        if self._episodes is None:  # its workers start once, on first use, and live until close()
+        if env.enabled and self._episodes is None:  # workers start once, on first use, until close()
             self._episodes = open_episodes(env, self.tokenizer, self.cfg.prompt_format.chat_template_kwargs)
-        pool, delta = self._episodes
+        pool, delta = self._episodes if env.enabled else (None, None)
         fmt, examples = self.cfg.prompt_format, self.prompts.examples
 
         def example_of(i: int) -> dict:
@@ -97,12 +95,7 @@ class ChunkGenerator:
         seed = (a.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
         groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
         runner = self.episode_runner(lambda i: example_ids[i])
-        if runner is None:
-            self.engine.stream(prompt_ids, self.params, seed=seed, on_finish=groups.add,
-                               between_steps=between_steps, policy_version=policy_version,
-                               prompt_tokens=groups.tokens)
-            return groups.whole()
-        rows = iter(prompt_ids)  # episodes: the same rows, each started as a slot frees up
+        rows = iter(prompt_ids)  # each row started as a slot frees up
         refill, on_finish = runner.hooks(lambda free: [p for _, p in zip(range(free), rows)], groups.add)
         try:
             self.engine.stream([], self.params, seed=seed, on_finish=on_finish, between_steps=between_steps,

@@ -100,15 +100,14 @@ class ChunkStream:
                     on_chunk(groups.chunk)
 
         seed = (c.cfg.seed * 1_000_003 + start * 1009 + c.replica) % (2**62)
+        # each row an episode (envs/runner.py; one turn without an environment)
         runner = c.episode_runner(lambda i: self.rows[i][0].example_ids[self.rows[i][1]])
-        if runner is not None:  # each row an episode (envs/runner.py): its turns go through the engine
-            refill, on_finish = runner.hooks(refill, on_finish)
+        refill, on_finish = runner.hooks(refill, on_finish)
         try:
             c.engine.stream([], c.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
                             policy_version=held(), refill=refill)
         finally:
-            if runner is not None:
-                runner.close()
+            runner.close()
         return self.next_chunk
 
     def _open_chunk(self, chunk: int, version: int, on_group) -> None:
