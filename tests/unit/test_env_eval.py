@@ -135,3 +135,24 @@ def test_episodes_cut_by_max_turns_count_as_truncated(tmp_path):
     assert [x["turns"] for x in r.predictions] == [[1], [4]]
     assert [x["truncated"] for x in r.predictions] == [[0], [1]]
     assert r.summary["truncated_frac"] == 0.5 and r.summary["accuracy"] == 0.5
+
+
+def test_the_held_out_eval_runs_episodes_through_the_workers_it_is_given(tmp_path):
+    from llamarl_core.config.schema import DataConfig, GenerationConfig
+    from llamarl_core.eval.heldout import HeldoutConfig, heldout_episodes, heldout_eval
+    (tmp_path / "turns_env.py").write_text(ENV)
+    env = EnvConfig(entry=f"{tmp_path / 'turns_env.py'}:Sum", workers=1, max_episode_tokens=200)
+    cfg = HeldoutConfig(GenerationConfig(max_new_tokens=4, max_prompt_tokens=40), DataConfig(), 4, 0, 1, env=env)
+    examples = [Example("a", "question a", "2"), Example("b", "question b", "1")]
+    with pytest.raises(ValueError, match="heldout_episodes"):
+        heldout_eval(seven_then_eos(), TOK, cfg, examples, lambda t, r: 0.0)
+    episodes = heldout_episodes(cfg, TOK)
+    try:
+        for _ in range(2):  # one pool, many evals
+            summary, samples = heldout_eval(seven_then_eos(), TOK, cfg, examples, lambda t, r: 0.0,
+                                            episodes=episodes)
+            assert summary["accuracy"] == 0.5 and summary["turns_mean"] == 1.5
+            assert [s["reward"] for s in samples] == [1.0] and samples[0]["turns"] == 2
+            assert "⟦env: " in samples[0]["episode"]
+    finally:
+        episodes.close()
