@@ -37,10 +37,16 @@ def stream_episodes(engine, runner, prompts: Sequence[list[int]], params: Sampli
 
 
 def episode_of(done: Finished) -> Episode:
-    """The episode a `Finished` row holds, its segments cut where the model mask changes."""
-    ep = Episode(done.prompt_ids.tolist())
-    ids, mask = done.token_ids.tolist(), done.model_mask.tolist()
-    logprobs = done.logprobs.tolist()
+    """The episode a `Finished` row holds."""
+    return episode_from(done.prompt_ids.tolist(), done.token_ids.tolist(), done.model_mask.tolist(),
+                        done.logprobs.tolist())
+
+
+def episode_from(prompt: list[int], ids: list[int], mask: list, logprobs: Optional[list[float]] = None) -> Episode:
+    """An episode from a row's prompt, completion and per-token model mask (a rollout row's
+    `loss_mask` over its completion), its segments cut where the mask changes."""
+    ep = Episode(list(prompt))
+    logprobs = logprobs if logprobs is not None else [0.0] * len(ids)
     start = 0
     for i in range(1, len(ids) + 1):
         if i == len(ids) or mask[i] != mask[start]:
@@ -101,4 +107,4 @@ class EvalEpisodes:
         self.close()
 
 
-__all__ = ["EvalEpisodes", "episode_example", "episode_of", "stream_episodes"]
+__all__ = ["EvalEpisodes", "episode_example", "episode_from", "episode_of", "stream_episodes"]
