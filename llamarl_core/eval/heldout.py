@@ -51,6 +51,9 @@ def heldout_eval(model, tokenizer, cfg: HeldoutConfig, examples, reward_fn,
     from llamarl_core.eval import evaluate
     gen, batch = cfg.generation, cfg.max_batch_size
     engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch)
+    if episodes is not None and not hasattr(engine, "stream"):
+        raise ValueError(f"heldout_eval: episodes need an engine with stream(refill=...); "
+                         f"{type(engine).__name__} (the FSDP2-sharded eval) has none")
     result = evaluate(engine, tokenizer, examples, reward_fn, template=prompt_format(cfg.data), n_samples=1,
                       temperature=0.0, max_new_tokens=gen.max_new_tokens,
                       stop_strings=tuple(gen.stop_strings), seed=cfg.seed, batch_size=batch,

@@ -45,6 +45,12 @@ class Sum(Turns):
 
 class Digit(Turns):
     mode = "digit"
+
+
+class TwoSteps(Sum):
+    def reset(self, example):
+        self.left = 2
+        return example["messages"]
 '''
 
 
@@ -156,3 +162,25 @@ def test_the_held_out_eval_runs_episodes_through_the_workers_it_is_given(tmp_pat
             assert "⟦env: " in samples[0]["episode"]
     finally:
         episodes.close()
+
+
+def test_llamarl_eval_writes_episodes_and_their_summary(tmp_path, capsys):
+    import json
+
+    from llamarl_cli.main import main
+    from llamarl_core.models import save_pretrained
+    save_pretrained(seven_then_eos(), TOK, tmp_path / "ckpt")
+    (tmp_path / "turns_env.py").write_text(ENV)
+    out = tmp_path / "out"
+    code = main(["eval", f"checkpoint={tmp_path / 'ckpt'}", "data=arith", "num_examples=2", "max_new_tokens=4",
+                 f"env.entry={tmp_path / 'turns_env.py'}:TwoSteps", "env.workers=1", "env.max_episode_tokens=150",
+                 "generation.max_prompt_tokens=100", f"eval.out={out}", "--no-progress"])
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    s = json.loads((out / "summary.json").read_text())
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    # two steps each: 0.25 + (0.25 + 0.5) = 1.0, all correct
+    assert s["turns_mean"] == 2.0 and s["accuracy"] == 1.0 and s["env"].endswith(":TwoSteps")
+    assert [p["env_rewards"] for p in preds] == [[1.0], [1.0]] and [p["turns"] for p in preds] == [[2], [2]]
+    assert all(p["greedy_episode"].count("⟦env: ") == 1 for p in preds)
+    assert "episodes: turns / tool calls (mean)" in printed
