@@ -9,10 +9,22 @@ over the whole split, the share of references scoring 1.0, prompt lengths (min/m
 and how many exceed `generation.max_prompt_tokens`. `--json`: one JSON object per example
 (`prompt`, `prompt_ids`, `reference`, `reference_reward`), then one `{"summary": {...}}`.
 No model and no torchrun: `llamarl_core.runtime.preview.preview_data` does the work.
+
+With an environment (`env.entry=...` / `env.tools=...`) each example shows its episode's opening
+exactly as the model sees it: the messages its `reset` returned (run in the environment's own
+worker process, never in this one), rendered by the chat template with the tools where the
+template writes them (else in the system message), and its token count; then the loss-mask
+legend. Real episodes, as the trainer trained on them, come from a run started with
+`logging.trained_samples_per_step=K` (K rows of every step in `<run>/trained_samples.jsonl`):
+
+    llamarl data --episodes runs/NAME [n=3]    # the last n episodes: reward, turns, and the
+                                               # environment's (masked) spans as ⟦env: ...⟧
 """
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from rich.console import Console
 from rich.panel import Panel
@@ -22,6 +34,7 @@ from rich.text import Text
 from llamarl_cli.common import EXIT_OK, UsageError, load_config, make_parser, parse, print_resolved, run_guarded
 
 DEFAULT_N = 3
+ENV_SPAN = re.compile(r"(⟦env: .*?⟧)", re.S)  # Episode.render's environment spans
 
 
 def take_n(overrides: list[str]) -> tuple[int, list[str]]:
@@ -42,11 +55,21 @@ def print_preview(view, console: Console | None = None) -> None:
     console = console or Console()
     s = view.summary
     for i, row in enumerate(view.rows):
-        body = Text(row["prompt"])  # literal: a prompt's [brackets] are not rich markup
+        if "opening" in row:  # an episode's opening, from its environment's reset
+            body, title = Text(row["opening"]), f"example {i} · episode opening · {len(row['opening_ids'])} tokens"
+        elif "error" in row:
+            body, title = Text(f"reset failed: {row['error']}", style="red"), f"example {i} · episode opening"
+        else:
+            body, title = Text(row["prompt"]), f"example {i} · {len(row['prompt_ids'])} prompt tokens"
+        # Text is literal: a prompt's [brackets] are not rich markup
         body.append(f"\n\nreference: {row['reference']}   reward of the reference solution: "
                     f"{row['reference_reward']:g}", style="bold")
-        console.print(Panel(body, title=f"example {i} · {len(row['prompt_ids'])} prompt tokens",
-                            title_align="left"))
+        console.print(Panel(body, title=title, title_align="left"))
+    if "env" in s:
+        tools = ", ".join(s["env_tools"]) or "none"
+        console.print(f"environment {s['env']} · tools: {tools}"
+                      + (f" (in the {s['env_tools_in']})" if s["env_tools_in"] else ""))
+        console.print(f"loss mask: {s['mask_legend']}")
     table = Table(title=f"llamarl data · {s['data']} (train) · {s['num_examples']} examples · "
                         f"template {s['template']} · reward {s['reward']}")
     table.add_column("metric")
@@ -61,17 +84,47 @@ def print_preview(view, console: Console | None = None) -> None:
     console.print(table)
 
 
+def print_episodes(run_dir: str, n: int, console: Console | None = None) -> None:
+    """The last `n` episode rows of `<run_dir>/trained_samples.jsonl`, environment spans dimmed."""
+    console = console or Console()
+    path = Path(run_dir) / "trained_samples.jsonl"
+    if not path.is_file():
+        raise UsageError(f"llamarl data --episodes: no {path} (start the run with "
+                         f"logging.trained_samples_per_step=K to record K rows per step)")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [r for r in rows if "episode" in r][-n:] if n else []
+    if not rows:
+        console.print(f"{path}: no episode rows (a run with env.entry or env.tools records them)")
+        return
+    for r in rows:
+        body = Text()
+        for k, part in enumerate(ENV_SPAN.split(r["episode"])):  # odd parts: the environment's
+            body.append(part, style="dim cyan" if k % 2 else "")
+        console.print(Panel(body, title_align="left", title=(
+            f"step {r['step']} · v{r['policy_version']} · example {r['example_id']} · "
+            f"{r['turns']} turn(s) · reward {r['reward']:g}")))
+    console.print("model turns: trained (loss mask 1) · ⟦env: ...⟧ (dim): the environment's tokens, masked (0)")
+
+
 def main(argv) -> int:
     parser = make_parser("data", "Show what the model will see: the first n rendered prompts of the "
                          "train split with their token counts, references and the verifier's reward "
                          "for each reference solution, then statistics over the whole split. Runs no "
-                         "model. n=K picks how many examples (default 3).")
+                         "model. n=K picks how many examples (default 3). With env.entry/env.tools: "
+                         "each episode's opening from the environment's reset, its tools, the "
+                         "loss-mask legend; --episodes RUN_DIR prints episodes a run trained on.")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per example, then {\"summary\": {...}}")
+    parser.add_argument("--episodes", metavar="RUN_DIR",
+                        help="print the last n episodes a run trained on (RUN_DIR/trained_samples.jsonl, "
+                             "written with logging.trained_samples_per_step=K), environment spans marked")
 
     def run() -> int:
         args, recipe, overrides = parse(parser, argv)
         n, overrides = take_n(overrides)
+        if args.episodes:
+            print_episodes(args.episodes, n)
+            return EXIT_OK
         if args.cfg:
             print_resolved(recipe, overrides)
             return EXIT_OK

@@ -83,6 +83,11 @@ def print_summary(summary: dict, run_dir, console: Console | None = None) -> Non
     table.add_row("mean reward", f"{summary['mean_reward']:.4f}")
     table.add_row("truncated (hit max_new_tokens)", f"{summary['truncated_fraction']:.2%}")
     table.add_row("mean completion tokens", f"{summary['mean_completion_tokens']:.1f}")
+    if "turns_mean" in summary:  # episodes (env.entry / env.tools)
+        table.add_row("episodes: turns / tool calls (mean)",
+                      f"{summary['turns_mean']:.2f} / {summary['tool_calls_mean']:.2f}")
+        table.add_row("episodes: tool errors · truncated",
+                      f"{summary['tool_errors']} · {summary['truncated_frac']:.2%}")
     table.add_row("ranks · seconds · tokens/s",
                   f"{summary['num_ranks']} · {summary['elapsed_s']:.1f} · {summary['tokens_per_s']:.0f}")
     console.print(table)

@@ -14,6 +14,13 @@ same rows whatever the number of ranks, so data-parallel evaluation returns the 
 completions as one process (`merge_results` restores the order by `index`).
 Greedy (`temperature == 0`) generates once and that completion is the only sample, so
 pass@1 = accuracy; with `temperature > 0` a separate greedy pass gives accuracy.
+
+With an environment (`episodes`, an `EvalEpisodes`: env.enabled) every sample is a multi-turn
+episode, streamed as training streams them (eval/episodes.py), and scored by training's rule
+(envs/protocol.py): the sum of its step rewards, else the verifier on its last assistant turn.
+A prediction then also holds each sample's rendered episode (`episodes`, `greedy_episode`),
+its environment's reward (`env_rewards`, `greedy_env_reward`; None: the verifier scored it)
+and its `turns`, `tool_calls`, `tool_errors`, `truncated`; the summary adds their means.
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from typing import Callable, Optional, Sequence
 from llamarl_core.config.schema import check_eval_sampling
 from llamarl_core.data import Example, PromptFormat, render_prompt, render_target
 from llamarl_core.eval.answers import answer_fn_for
-from llamarl_core.eval.metrics import is_correct, summarize
+from llamarl_core.eval.metrics import EPISODE_COUNTS, is_correct, summarize
 from llamarl_core.generation import SamplingParams
 
 
@@ -43,18 +50,19 @@ def evaluate(engine, tokenizer, examples: list[Example], reward_fn: Callable[[st
              template: "PromptFormat | str" = "plain", n_samples: int = 1, temperature: float = 0.0,
              max_new_tokens: int = 32, stop_strings=(), seed: int = 0, batch_size: int = 64,
              progress: "bool | Callable[[int, int], None]" = False, reward_pool=None, rank: int = 0, world_size: int = 1,
-             top_p: float = 1.0) -> EvalResult:
+             top_p: float = 1.0, episodes=None) -> EvalResult:
     """Accuracy, pass@k and maj@k of `engine` on this rank's share of `examples`.
 
     `reward_pool` (a `RewardPool`), when given, scores all completions in one batch call
     instead of `reward_fn` per item. `rank`/`world_size` select batches b with
-    b % world_size == rank; merge ranks with `merge_results`.
+    b % world_size == rank; merge ranks with `merge_results`. `episodes`: an `EvalEpisodes`
+    (eval/episodes.py) when every sample is an episode; its owner closes it.
     """
     predictions = generate_predictions(
         engine, tokenizer, examples, template=template, n_samples=n_samples,
         temperature=temperature, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
         seed=seed, batch_size=batch_size, progress=progress, rank=rank,
-        world_size=world_size, top_p=top_p)
+        world_size=world_size, top_p=top_p, episodes=episodes)
     score_predictions(predictions, reward_fn, reward_pool=reward_pool, examples=examples)
     return EvalResult(summarize(predictions), predictions)
 
@@ -63,7 +71,7 @@ def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, temp
                          n_samples: int = 1, temperature: float = 0.0, max_new_tokens: int = 32,
                          stop_strings=(), seed: int = 0, batch_size: int = 64,
                          progress: "bool | Callable[[int, int], None]" = False, rank: int = 0, world_size: int = 1,
-                         top_p: float = 1.0) -> list[dict]:
+                         top_p: float = 1.0, episodes=None) -> list[dict]:
     """Unscored predictions (completions, finish reasons, token counts) for this rank."""
     _check_args(n_samples, temperature, batch_size, rank, world_size)
     sampled = temperature > 0
@@ -83,9 +91,10 @@ def generate_predictions(engine, tokenizer, examples: Sequence[Example], *, temp
             # Greedy only: a row is done when the engine finishes it, so the bar moves within a
             # batch (one batch is the whole eval when it fits max_batch_size). Sampled: per batch.
             per_row = {"on_finish": lambda _: advance(1)} if progress and not sampled else {}
-            greedy_out = engine.generate(prompts, greedy, seed=seed + b, **per_row)
-            sampled_out = (engine.generate([p for p in prompts for _ in range(n)], sample,
-                                           seed=seed + b) if sampled else None)
+            greedy_out = _samples(engine, episodes, batch, prompts, greedy, seed + b, **per_row)
+            sampled_out = (_samples(engine, episodes, [x for x in batch for _ in range(n)],
+                                    [p for p in prompts for _ in range(n)], sample, seed + b)
+                           if sampled else None)
             for i, ex in enumerate(batch):
                 samples = sampled_out[i * n:(i + 1) * n] if sampled else [greedy_out[i]]
                 predictions.append(_prediction(start + i, ex, greedy_out[i], samples))
@@ -112,23 +121,27 @@ def score_predictions(predictions: list[dict], reward_fn: Optional[Callable[[str
             return examples[p["index"]].as_dict()
         return {k: p[k] for k in ("id", "prompt", "reference")}
     # Verifiers are deterministic: score each distinct (completion, example) once. Under
-    # greedy decoding the only sample is the greedy completion, so this halves the work.
+    # greedy decoding the only sample is the greedy completion, so this halves the work. An
+    # episode its environment rewarded is not the verifier's to score (envs/protocol.py).
     unique: dict[tuple, int] = {}
     args: list[tuple] = []
     for p in predictions:
-        for text in [p["greedy_completion"], *p["completions"]]:
+        for text, env_reward in _texts(p):
             key = (text, p["index"] if takes_example else p["reference"])
-            if key not in unique:
+            if env_reward is None and key not in unique:
                 unique[key] = len(unique)
                 args.append((text, target(p)))
-    if reward_pool is not None:
+    if not args:
+        scores = []
+    elif reward_pool is not None:
         scores = reward_pool.score([t for t, _ in args], [r for _, r in args])
     else:
         scores = [float(reward_fn(t, r)) for t, r in args]
     for p in predictions:
         ref = p["index"] if takes_example else p["reference"]
-        p["greedy_reward"] = scores[unique[(p["greedy_completion"], ref)]]
-        p["rewards"] = [scores[unique[(t, ref)]] for t in p["completions"]]
+        rewards = [env_reward if env_reward is not None else scores[unique[(text, ref)]]
+                   for text, env_reward in _texts(p)]
+        p["greedy_reward"], p["rewards"] = rewards[0], rewards[1:]
         extract = answer_fn or answer_fn_for(p["source"])
         p["answers"] = [extract(t) for t in p["completions"]]
         p["num_correct"] = sum(is_correct(r) for r in p["rewards"])
@@ -152,13 +165,33 @@ def merge_results(rank_predictions: Sequence[list[dict]]) -> EvalResult:
     return EvalResult(summarize(merged), merged)
 
 
-def _prediction(index: int, ex: Example, greedy, samples) -> dict:
-    return {"index": index, "id": ex.id, "source": ex.source, "prompt": ex.prompt,
-            "reference": ex.reference, "greedy_completion": greedy.text,
-            "greedy_finish_reason": greedy.finish_reason,
-            "completions": [c.text for c in samples],
-            "finish_reasons": [c.finish_reason for c in samples],
-            "num_tokens": [len(c.token_ids) for c in samples]}
+def _samples(engine, episodes, examples, prompts, params: SamplingParams, seed: int, **per_row) -> list[dict]:
+    """One sample dict per prompt (`EvalEpisodes.run`'s keys; without an environment `text`,
+    `finish_reason` and `num_tokens` only)."""
+    if episodes is not None:
+        return episodes.run(engine, examples, prompts, params, seed, **per_row)
+    return [{"text": c.text, "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids)}
+            for c in engine.generate(prompts, params, seed=seed, **per_row)]
+
+
+def _prediction(index: int, ex: Example, greedy: dict, samples: list[dict]) -> dict:
+    p = {"index": index, "id": ex.id, "source": ex.source, "prompt": ex.prompt,
+         "reference": ex.reference, "greedy_completion": greedy["text"],
+         "greedy_finish_reason": greedy["finish_reason"],
+         "completions": [c["text"] for c in samples],
+         "finish_reasons": [c["finish_reason"] for c in samples],
+         "num_tokens": [c["num_tokens"] for c in samples]}
+    if "episode" in greedy:
+        p.update(greedy_episode=greedy["episode"], greedy_env_reward=greedy["reward"],
+                 episodes=[c["episode"] for c in samples], env_rewards=[c["reward"] for c in samples],
+                 **{k: [c[k] for c in samples] for k in EPISODE_COUNTS})
+    return p
+
+
+def _texts(p: dict) -> list[tuple]:
+    """(text, environment reward or None) of the greedy sample, then of every sample."""
+    env = [p.get("greedy_env_reward"), *p.get("env_rewards", [None] * len(p["completions"]))]
+    return list(zip([p["greedy_completion"], *p["completions"]], env))
 
 
 def _prompt_ids(ex: Example, template: "PromptFormat | str", tokenizer, engine) -> list[int]:

@@ -4,16 +4,19 @@ The engine and batching match `llamarl eval`'s (`eval/parallel.py`): batches of
 `resources.generator.max_batch_size` examples in data order, so evaluating the saved
 checkpoint reproduces the accuracy training logged for it. A few (prompt, completion, reward)
 rows of every eval go to `samples.jsonl` and the log, so a person sees what the model writes.
+With an environment every example is a greedy episode (eval/episodes.py) through workers the
+trainer keeps for its whole life (`heldout_episodes`); a sample row then also holds the episode.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
-from llamarl_core.config.schema import DataConfig, GenerationConfig
+from llamarl_core.config.schema import DataConfig, EnvConfig, GenerationConfig
 from llamarl_core.data import prompt_format
+from llamarl_core.eval.episodes import EvalEpisodes
 from llamarl_core.generation import GenerationEngine
 
 
@@ -26,21 +29,38 @@ class HeldoutConfig:
     max_batch_size: int           # resources.generator.max_batch_size, as `llamarl eval` batches
     seed: int                     # run.seed
     samples_per_eval: int         # logging.samples_per_eval
+    env: EnvConfig = field(default_factory=EnvConfig)  # episodes, when env.enabled (eval/episodes.py)
+
+
+def heldout_episodes(cfg: HeldoutConfig, tokenizer) -> Optional[EvalEpisodes]:
+    """The environment's workers for every held-out eval of a run (None without one): the
+    trainer opens them once and closes them at exit (`EvalEpisodes.close`)."""
+    if not cfg.env.enabled:
+        return None
+    return EvalEpisodes(cfg.env, tokenizer, prompt_format(cfg.data), cfg.generation.max_prompt_tokens)
 
 
 def heldout_eval(model, tokenizer, cfg: HeldoutConfig, examples, reward_fn,
-                 progress: Callable[[int, int], None] | None = None, engine=None) -> tuple[dict, list[dict]]:
+                 progress: Callable[[int, int], None] | None = None, engine=None,
+                 episodes: Optional[EvalEpisodes] = None) -> tuple[dict, list[dict]]:
     """(summary, the first `logging.samples_per_eval` predictions as sample rows). `engine`:
-    anything with GenerationEngine's `generate` (default: one over `model`)."""
+    anything with GenerationEngine's `generate` (default: one over `model`); `episodes`: from
+    `heldout_episodes` (env.enabled; the engine then needs `stream`'s refill: not the sharded one)."""
+    if cfg.env.enabled and episodes is None:
+        raise ValueError("heldout_eval: env is enabled; pass episodes=heldout_episodes(cfg, tokenizer)")
     from llamarl_core.eval import evaluate
     gen, batch = cfg.generation, cfg.max_batch_size
     engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch)
+    if episodes is not None and not hasattr(engine, "stream"):
+        raise ValueError(f"heldout_eval: episodes need an engine with stream(refill=...); "
+                         f"{type(engine).__name__} (the FSDP2-sharded eval) has none")
     result = evaluate(engine, tokenizer, examples, reward_fn, template=prompt_format(cfg.data), n_samples=1,
                       temperature=0.0, max_new_tokens=gen.max_new_tokens,
                       stop_strings=tuple(gen.stop_strings), seed=cfg.seed, batch_size=batch,
-                      progress=progress or False)
+                      progress=progress or False, episodes=episodes)
     samples = [{"id": p["id"], "prompt": p["prompt"], "completion": p["greedy_completion"],
-                "reference": p["reference"], "reward": p["greedy_reward"]}
+                "reference": p["reference"], "reward": p["greedy_reward"],
+                **({"episode": p["greedy_episode"], "turns": p["turns"][0]} if "greedy_episode" in p else {})}
                for p in result.predictions[:cfg.samples_per_eval]]
     return result.summary, samples
 

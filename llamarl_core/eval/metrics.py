@@ -11,7 +11,9 @@ Definitions (docs/EVAL.md has the worked formulas):
 - pass@k: Chen et al. 2021 (arXiv 2107.03374, eq. 1), unbiased from n >= k samples with c
   correct: 1 - C(n-c, k) / C(n, k), averaged over examples; pass@1 = mean c / n;
 - maj@k: the answer most of the *first k* samples commit to is correct (samples with no
-  extractable answer do not vote; ties go to the answer seen first).
+  extractable answer do not vote; ties go to the answer seen first);
+- with an environment, per episode: `turns_mean`, `tool_calls_mean`, `tool_errors`,
+  `truncated_frac` (`episode_summary`).
 """
 from __future__ import annotations
 
@@ -96,7 +98,20 @@ def summarize(predictions: Sequence[dict]) -> dict:
         "mean_reward": _mean(r for p in predictions for r in p["rewards"]),
         "truncated_fraction": _mean(float(r == "length") for r in reasons),
         "mean_completion_tokens": _mean(tokens),
+        **(episode_summary(predictions) if "turns" in predictions[0] else {}),
     }
+
+
+EPISODE_COUNTS = ("turns", "tool_calls", "tool_errors", "truncated")  # per sample, with an environment
+
+
+def episode_summary(predictions: Sequence[dict]) -> dict:
+    """Over every sample's episode: mean turns, mean tool calls (the tool-call rate per episode),
+    tool errors (a sum) and the share truncated (turn/episode caps, or its environment failed),
+    as training's `env/*` metrics count them (observe/rollout_stats.py)."""
+    counts = {k: [x for p in predictions for x in p[k]] for k in EPISODE_COUNTS}
+    return {"turns_mean": _mean(counts["turns"]), "tool_calls_mean": _mean(counts["tool_calls"]),
+            "tool_errors": sum(counts["tool_errors"]), "truncated_frac": _mean(counts["truncated"])}
 
 
 def _mean(values) -> float:

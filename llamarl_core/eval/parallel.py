@@ -9,10 +9,14 @@ merges. Scoring stays in the parent, in one `RewardPool`, like the training rewa
 torchrun ends the other replicas when one fails, and the parent reports which.
 
 Everything a child needs travels in `spec`, a plain dict; the checkpoint and every prompt's
-length are checked here first, so bad input fails before any process starts.
+length are checked here first, so bad input fails before any process starts. With an
+environment (`env.enabled`) each replica opens its own environment workers (EvalEpisodes) and
+closes them when its batches are done.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -20,7 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.schema import EnvConfig
 from llamarl_core.data import PromptFormat, prompt_format, resolve_template
+from llamarl_core.eval.episodes import EvalEpisodes
 from llamarl_core.eval.evaluate import encode_prompt, generate_predictions
 
 
@@ -79,14 +85,14 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
             "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
             "max_new_tokens": max_new_tokens, "stop_strings": list(cfg.generation.stop_strings),
-            "seed": cfg.run.seed}
+            "seed": cfg.run.seed, "max_prompt_tokens": cfg.generation.max_prompt_tokens,
+            "env": dataclasses.asdict(cfg.env) if cfg.env.enabled else None}
 
 
 def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[dict]:
     """Unscored predictions of all examples, in data order."""
     if spec["world_size"] == 1:
         return _generate(0, spec, examples, progress)
-    import dataclasses
     import subprocess
 
     from llamarl_core.plan.commands import loopback_torchrun_argv
@@ -126,13 +132,18 @@ def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:
                                        device=device)
     engine = GenerationEngine(model, tokenizer, max_batch_size=spec["max_batch_size"],
                               quantization=spec["quantization"])
-    return generate_predictions(
-        engine, tokenizer, examples, n_samples=spec["n_samples"],
-        template=PromptFormat(spec["template"], spec.get("system_prompt"), spec.get("instruction", ""),
-                              spec.get("chat_template_kwargs") or {}),
-        temperature=spec["temperature"], max_new_tokens=spec["max_new_tokens"],
-        stop_strings=spec["stop_strings"], seed=spec["seed"], batch_size=spec["max_batch_size"],
-        progress=progress, rank=rank, world_size=spec["world_size"], top_p=spec["top_p"])
+    fmt = PromptFormat(spec["template"], spec.get("system_prompt"), spec.get("instruction", ""),
+                       spec.get("chat_template_kwargs") or {})
+    # with an environment, this replica's own workers, closed when its share is done
+    episodes = (EvalEpisodes(EnvConfig(**spec["env"]), tokenizer, fmt, spec["max_prompt_tokens"])
+                if spec.get("env") else contextlib.nullcontext())
+    with episodes:
+        return generate_predictions(
+            engine, tokenizer, examples, n_samples=spec["n_samples"], template=fmt,
+            temperature=spec["temperature"], max_new_tokens=spec["max_new_tokens"],
+            stop_strings=spec["stop_strings"], seed=spec["seed"], batch_size=spec["max_batch_size"],
+            progress=progress, rank=rank, world_size=spec["world_size"], top_p=spec["top_p"],
+            episodes=episodes if spec.get("env") else None)
 
 
 def _cuda_count() -> int:

@@ -9,6 +9,8 @@ What `llamarl eval` does, without the CLI, so tests and scripts call it directly
   the built-in task is drawn with `data.seed` and the `data` difficulty knobs, as training does;
 - verifier: `data.reward`, or from the data set (arith, gsm8k, math500 → math; a file →
   by its examples' family), always through one `RewardPool` in this process;
+- episodes: with an environment (`env.entry`/`env.tools`) every sample is a multi-turn episode
+  (eval/episodes.py), scored by its environment's rewards, else by the verifier on its last turn;
 - policy: `model` generates with the checkpoint (`eval.checkpoint`, else `model.checkpoint`)
   on `resources.generator` replicas; `reference` scores the data set's own solutions;
 - files: `predictions.jsonl` and `summary.json` in `eval.out`, else `run.dir`, else
@@ -127,7 +129,7 @@ def run_eval(cfg: LlamaRLConfig, *, progress: bool = False, out_file: str | None
     info = {"data": eval_data_name(cfg), "split": e.split, "policy": e.policy, "reward": reward,
             "template": cfg.data.template, "temperature": e.temperature,
             "max_new_tokens": max_new_tokens, "seed": cfg.run.seed, "checkpoint": None,
-            "num_ranks": 1, "rows": rows}
+            "num_ranks": 1, "rows": rows, "env": cfg.env.entry or cfg.env.tools}
     with RewardPool(reward, num_workers=cfg.resources.reward.workers,
                     timeout_s=cfg.resources.reward.timeout_s, max_abs=cfg.reward.max_abs) as pool:
         if e.policy == "reference":

@@ -14,8 +14,9 @@ from typing import Callable, Optional
 import torch
 
 from llamarl_core.config.schema import EnvConfig, GenerationConfig
-from llamarl_core.data.templates import PromptFormat, prompt_messages
+from llamarl_core.data.templates import PromptFormat
 from llamarl_core.envs.runner import EpisodeRunner, open_episodes
+from llamarl_core.eval.episodes import episode_example, stream_episodes
 from llamarl_core.wire.rollout import EPISODE_FIELDS, FLOAT_FIELDS, INT_FIELDS, Rollout, columns
 from llamarl_core.executors.routing import prompt_range
 from llamarl_core.executors.setup import PromptSet, chunk_prompt_indices
@@ -63,13 +64,9 @@ class ChunkGenerator:
             self._episodes = open_episodes(env, self.tokenizer, self.cfg.prompt_format.chat_template_kwargs)
         pool, delta = self._episodes if env.enabled else (None, None)
         fmt, examples = self.cfg.prompt_format, self.prompts.examples
-
-        def example_of(i: int) -> dict:
-            ex = examples[row_example(i)]
-            return {**ex.as_dict(), "messages": prompt_messages(ex, fmt)}
         return EpisodeRunner(pool, delta, self.tokenizer, env, self.cfg.generation.max_prompt_tokens,
-                             self.params.max_new_tokens, example_of, Finished, device=self.engine.device,
-                             warned=self._warned)
+                             self.params.max_new_tokens, lambda i: episode_example(examples[row_example(i)], fmt),
+                             Finished, device=self.engine.device, warned=self._warned)
 
     def close(self) -> None:
         """Stop the environment workers (if any)."""
@@ -95,13 +92,9 @@ class ChunkGenerator:
         seed = (a.seed * 1_000_003 + chunk * 1009 + self.replica) % (2**62)
         groups = _Groups(self, chunk, example_ids, prompt_ids, policy_version, on_group)
         runner = self.episode_runner(lambda i: example_ids[i])
-        rows = iter(prompt_ids)  # each row started as a slot frees up
-        refill, on_finish = runner.hooks(lambda free: [p for _, p in zip(range(free), rows)], groups.add)
-        try:
-            self.engine.stream([], self.params, seed=seed, on_finish=on_finish, between_steps=between_steps,
-                               policy_version=policy_version, refill=refill)
-        finally:
-            runner.close()
+        # each row an episode as a slot frees up (the path eval shares; one turn without an environment)
+        stream_episodes(self.engine, runner, prompt_ids, self.params, seed, groups.add,
+                        between_steps=between_steps, policy_version=policy_version)
         return groups.whole()
 
 

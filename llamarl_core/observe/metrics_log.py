@@ -17,6 +17,7 @@ import time
 import torch
 
 from llamarl_core.config.schema import LoggingConfig
+from llamarl_core.eval.episodes import episode_from
 from llamarl_core.observe.learning_signal import LearningSignal
 from llamarl_core.observe.tensorboard_log import TensorBoardLog
 from llamarl_core.observe.wandb_log import WandbLog
@@ -124,19 +125,28 @@ class TrainedSamplesLog:
     """trained_samples.jsonl: the first `logging.trained_samples_per_step` rows of trainer rank
     0's batch at every step, {"step", "policy_version", "example_id", "completion", "reward"}:
     the completions as the reward role decoded and scored them, so `reward/mean` can be
-    checked against the reward function (with every row of the batch, it is their mean)."""
+    checked against the reward function (with every row of the batch, it is their mean).
+    With `episodes` (env.enabled) a row adds "turns" and "episode": the prompt and completion
+    as the trainer sees them, from the row's tokens and loss mask, every masked span (the
+    environment's tokens) written `⟦env: ...⟧` (`Episode.render`); `llamarl data
+    --episodes RUN_DIR` prints them."""
 
-    def __init__(self, run_dir: str, rows_per_step: int, tokenizer):
-        self.rows_per_step, self.tokenizer = rows_per_step, tokenizer
+    def __init__(self, run_dir: str, rows_per_step: int, tokenizer, episodes: bool = False):
+        self.rows_per_step, self.tokenizer, self.episodes = rows_per_step, tokenizer, episodes
         self._file = open(os.path.join(run_dir, "trained_samples.jsonl"), "a", buffering=1)
 
     def write(self, step: int, policy_version: int, batch) -> None:
         for r in range(min(self.rows_per_step, batch.num_rows)):
             p, c = int(batch.prompt_lens[r]), int(batch.completion_lens[r])
-            self._file.write(json.dumps({
-                "step": step, "policy_version": policy_version, "example_id": int(batch.example_ids[r]),
-                "completion": self.tokenizer.decode(batch.tokens[r, p:p + c].tolist()),
-                "reward": float(batch.rewards[r])}, ensure_ascii=False) + "\n")
+            row = {"step": step, "policy_version": policy_version, "example_id": int(batch.example_ids[r]),
+                   "completion": self.tokenizer.decode(batch.tokens[r, p:p + c].tolist()),
+                   "reward": float(batch.rewards[r])}
+            if self.episodes:
+                tokens = batch.tokens[r].tolist()
+                mask = batch.loss_mask[r, p - 1:p - 1 + c].tolist()  # column t is token t+1's
+                row.update(turns=int(batch.turns[r]),
+                           episode=episode_from(tokens[:p], tokens[p:p + c], mask).render(self.tokenizer))
+            self._file.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         self._file.close()

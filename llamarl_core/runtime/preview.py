@@ -6,6 +6,10 @@ each prompt rendered and encoded as `encode_prompts` does, and the configured ve
 `RewardPool`, as the reward role runs it, scoring each example's reference solution (the
 warm-start target, `render_target`). A reference that scores below 1.0 is one the verifier
 cannot read: RL on it would reward noise.
+
+With an environment (`env.entry`/`env.tools`) each shown example also holds its episode's
+opening as the model sees it (`opening`, `opening_ids`, from `reset` in the environment's own
+workers: runtime/env_preview.py), and the summary the tools and the loss-mask legend.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from llamarl_core.runtime.data_check import check_chat_template, checked_reward,
 class DataPreview:
     fmt: PromptFormat        # template resolved against the tokenizer
     rows: list[dict]         # the first n examples: prompt, prompt_ids, reference, reference_reward
+                             # (+ messages, opening, opening_ids or error, with an environment)
     summary: dict            # over the whole train split
 
 
@@ -52,6 +57,15 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
              "reference": examples[i].reference, "reference_reward": rewards[i]}
             for i in range(min(n, len(examples)))]
     limit = cfg.generation.max_prompt_tokens
+    env = {}
+    if cfg.env.enabled:  # the openings the environment's reset gives, in its own workers
+        from llamarl_core.runtime.env_preview import MASK_LEGEND, preview_openings
+        openings, facts = preview_openings(cfg.env, tokenizer, fmt, examples[:n])
+        for row, opening in zip(rows, openings):
+            row.update(opening)
+        env = {"env": cfg.env.entry or "built-in tool env", "env_tools": facts["tools"],
+               "env_tools_in": facts["tools_in"], "mask_legend": MASK_LEGEND,
+               "opening_tokens_max": max((len(o["opening_ids"]) for o in openings if "opening_ids" in o), default=0)}
     summary = {
         "data": cfg.data.name, "path": cfg.data.path, "split": "train", "num_examples": len(examples),
         "template": fmt.template, "system_prompt": fmt.system_prompt, "instruction": fmt.instruction,
@@ -61,7 +75,7 @@ def preview_data(cfg: LlamaRLConfig, n: int = 3) -> DataPreview:
         "reward_timeouts": stats["timeouts"], "reward_errors": stats["errors"],
         "prompt_tokens_min": min(lengths), "prompt_tokens_median": statistics.median(lengths),
         "prompt_tokens_max": max(lengths), "max_prompt_tokens": limit,
-        "num_over_max_prompt_tokens": sum(length > limit for length in lengths),
+        "num_over_max_prompt_tokens": sum(length > limit for length in lengths), **env,
     }
     return DataPreview(fmt, rows, summary)
 
