@@ -105,6 +105,9 @@ def summarize(predictions: Sequence[dict]) -> dict:
 EPISODE_COUNTS = ("turns", "tool_calls", "tool_errors", "truncated")  # per sample, with an environment
 
 
+EPISODE_SUMMARY_KEYS = ("turns_mean", "tool_calls_mean", "tool_errors", "truncated_frac")  # episode_summary's
+
+
 def episode_summary(predictions: Sequence[dict]) -> dict:
     """Over every sample's episode: mean turns, mean tool calls (the tool-call rate per episode),
     tool errors (a sum) and the share truncated (turn/episode caps, or its environment failed),

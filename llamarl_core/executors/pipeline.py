@@ -149,7 +149,7 @@ def feed_runtime(ctx: RoleRuntime):
 
 def heldout_config(cfg: LlamaRLConfig) -> HeldoutConfig:
     return HeldoutConfig(cfg.generation, cfg.data, cfg.resources.generator.max_batch_size, cfg.run.seed,
-                         cfg.logging.samples_per_eval)
+                         cfg.logging.samples_per_eval, cfg.env)
 
 
 def learner_config(cfg: LlamaRLConfig) -> LearnerConfig:

@@ -26,7 +26,8 @@ from llamarl_core.checkpoint import checkpoints
 from llamarl_core.config.schema import (AlgorithmConfig, DataConfig, GenerationConfig, LoggingConfig, ModelConfig,
                                         RunConfig, TrainerResources, WarmStartConfig)
 from llamarl_core.config.streaming import is_sync
-from llamarl_core.eval.heldout import HeldoutConfig, heldout_eval, write_samples
+from llamarl_core.eval.heldout import HeldoutConfig, heldout_episodes, heldout_eval, write_samples
+from llamarl_core.eval.metrics import EPISODE_SUMMARY_KEYS
 from llamarl_core.eval.sharded_eval import LockstepGreedy
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime
@@ -99,10 +100,14 @@ class TrainerExecutor:
                     if self.rank == 0 else None)
         self.examples_log = TrainedExamplesLog(ctx.run_dir) if self.rank == 0 else None
         n_samples = logging.trained_samples_per_step
-        self.samples_log = (TrainedSamplesLog(ctx.run_dir, n_samples, self.tokenizer)
+        self.samples_log = (TrainedSamplesLog(ctx.run_dir, n_samples, self.tokenizer, episodes=episodes)
                             if self.rank == 0 and n_samples else None)
         self.last_sync: dict = {}
         self.accuracy: dict[int, float] = {}
+        self.eval_episode_stats: dict[int, dict] = {}  # version -> eval/turns_mean, eval/tool_calls_mean, ...
+        # the environment's workers of every held-out eval (env.enabled), opened once, closed at exit
+        self.eval_episodes = (heldout_episodes(heldout_cfg, self.tokenizer)
+                              if self.eval_examples and self.rank == 0 else None)
 
     # ---- phases -------------------------------------------------------------------------
     def run(self) -> None:
@@ -189,10 +194,13 @@ class TrainerExecutor:
                                  TORCH_DTYPES[self.resources.dtype]) if sharded else None)
         with self.ctx.timeline.span("eval", version=self.version):
             summary, samples = heldout_eval(None if sharded else unwrap(self.model), self.tokenizer, self.heldout_cfg,
-                                            self.eval_examples, self.reward_fn, self._progress("eval"), engine=engine)
+                                            self.eval_examples, self.reward_fn, self._progress("eval"), engine=engine,
+                                            episodes=self.eval_episodes)
         if self.rank != 0:
             return
         self.accuracy[self.version] = float(summary["accuracy"])
+        if self.eval_episodes is not None:
+            self.eval_episode_stats[self.version] = {f"eval/{k}": summary[k] for k in EPISODE_SUMMARY_KEYS}
         publish_accuracy(self.ctx.control, self.accuracy)  # the panel's start → latest
         print(f"held-out accuracy at version {self.version}: {summary['accuracy']:.3f} "
               f"({summary['n_examples']} examples)", flush=True)
@@ -313,6 +321,7 @@ class TrainerExecutor:
         line.update(rollout_stats(batch, self.generation.max_new_tokens, self.learner.eos_ids, self.episodes))
         if self.version in self.accuracy:
             line["eval/accuracy"] = self.accuracy[self.version]
+            line.update(self.eval_episode_stats.get(self.version, {}))
         line = self.log.write(line, self.learner.histograms)
         print(json.dumps(line), flush=True)
 
@@ -343,3 +352,5 @@ class TrainerExecutor:
             self.examples_log.close()
         if self.samples_log is not None:
             self.samples_log.close()
+        if self.eval_episodes is not None:
+            self.eval_episodes.close()
