@@ -27,9 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -38,8 +36,8 @@ from multiprocessing.connection import Connection
 
 from llamarl_core.envs.protocol import STEP_COUNTS, check_messages, check_step
 from llamarl_core.rewards.custom import load_function
-from llamarl_core.rewards.output_cap import copy_capped
-from llamarl_core.rewards.proc_tree import become_subreaper, exited_children, kill_descendants, kill_tree
+from llamarl_core.rewards.child import spawn, stop
+from llamarl_core.rewards.proc_tree import become_subreaper, exited_children, kill_descendants
 from llamarl_core.rewards.worker import _die_with_parent
 
 MAX_MESSAGE_BYTES = 8 * 1024**2   # one JSON message either way; a reply over it fails its episode
@@ -179,20 +177,8 @@ class EnvWorker:
         self.start()
 
     def start(self) -> None:
-        parent_sock, child_sock = socket.socketpair()
-        child_fd = child_sock.fileno()
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llamarl_core.envs.worker_entry", str(child_fd),
-             json.dumps(self.spec), str(int(on_main_thread))],
-            pass_fds=(child_fd,), stdin=subprocess.DEVNULL, close_fds=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        child_sock.close()
-        threading.Thread(target=copy_capped, args=(self.process.stdout, self.index),
-                         name=f"env-worker-{self.index}-output", daemon=True).start()
-        self.conn = Connection(parent_sock.detach())
+        self.process, self.conn = spawn("llamarl_core.envs.worker_entry", [json.dumps(self.spec)],
+                                        f"env worker {self.index}")
         self.started_at, self.ready = time.monotonic(), False
 
     def send(self, obj) -> None:
@@ -209,15 +195,7 @@ class EnvWorker:
         return self.process.poll() if self.process is not None else None
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            kill_tree(self.process.pid)  # the worker, its group, and every orphan it adopted
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.conn is not None and not self.conn.closed:
-            self.conn.close()
+        stop(self.process, self.conn)
         self.ready = False
 
     def restart(self) -> None:

@@ -9,10 +9,11 @@ import sys
 MAX_OUTPUT_BYTES = 1024**2  # what one worker process may print (stdout + stderr) to the log
 
 
-def copy_capped(pipe, index: int, cap_bytes: int = MAX_OUTPUT_BYTES) -> None:
+def copy_capped(pipe, label: str, cap_bytes: int = MAX_OUTPUT_BYTES) -> None:
     """Copy a worker's output to this process's stdout until ``cap_bytes``, then say so once
     and drop the rest (still read, so the worker never blocks on a full pipe). The pipe holds
-    everything the worker's process tree writes to fd 1/2, C code and subprocesses included."""
+    everything the worker's process tree writes to fd 1/2, C code and subprocesses included.
+    `label` names the worker in the log ("reward worker 0", "env worker 1")."""
     written, decoder = 0, codecs.getincrementaldecoder("utf-8")("replace")  # a character may span reads
     with pipe:
         for chunk in iter(lambda: pipe.read1(65536), b""):
@@ -23,7 +24,7 @@ def copy_capped(pipe, index: int, cap_bytes: int = MAX_OUTPUT_BYTES) -> None:
             try:
                 sys.stdout.write(decoder.decode(part))
                 if written >= cap_bytes:
-                    sys.stdout.write(f"\nreward worker {index}: output over {cap_bytes / 1024**2:g} MiB, "
+                    sys.stdout.write(f"\n{label}: output over {cap_bytes / 1024**2:g} MiB, "
                                      f"the rest dropped\n")
                 sys.stdout.flush()
             except (OSError, ValueError):  # this process's stdout is closed: keep draining

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -31,9 +29,9 @@ from multiprocessing.connection import Connection
 
 from llamarl_core.config.schema import RewardSettings  # the default bound: one source
 from llamarl_core.rewards.custom import load_function
-from llamarl_core.rewards.output_cap import copy_capped
+from llamarl_core.rewards.child import spawn, stop
 from llamarl_core.rewards.proc_tree import (PR_SET_PDEATHSIG, become_subreaper, descendants, exited_children,
-                                           kill_descendants, kill_tree, prctl)
+                                           kill_descendants, prctl)
 from llamarl_core.rewards.specs import get_spec
 from llamarl_core.rewards.values import checked_reward
 
@@ -149,22 +147,9 @@ class WorkerHandle:
         self.start()
 
     def start(self) -> None:
-        parent_sock, child_sock = socket.socketpair()
-        child_fd = child_sock.fileno()
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        # Its own session: a group kill reaches all it starts that does not leave the group;
-        # its output through a pipe this process reads with a cap (copy_capped).
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llamarl_core.rewards.worker_entry", str(child_fd),
-             self.reward_name, str(int(on_main_thread)), repr(float(self.max_abs))],
-            pass_fds=(child_fd,), stdin=subprocess.DEVNULL, close_fds=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # a print reaches the log when made
-        )
-        child_sock.close()
-        threading.Thread(target=copy_capped, args=(self.process.stdout, self.index),
-                         name=f"reward-worker-{self.index}-output", daemon=True).start()
-        self.conn, self.ready, self.info = Connection(parent_sock.detach()), False, {}
+        self.process, self.conn = spawn("llamarl_core.rewards.worker_entry",
+                                        [self.reward_name, repr(float(self.max_abs))], f"reward worker {self.index}")
+        self.ready, self.info = False, {}
 
     def is_alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -203,15 +188,7 @@ class WorkerHandle:
         return kill_descendants(self.process.pid, self.spare) if self.is_alive() else 0
 
     def kill(self) -> None:
-        if self.is_alive():
-            kill_tree(self.process.pid)  # the worker, its group, and every orphan it adopted
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.conn is not None and not self.conn.closed:
-            self.conn.close()
+        stop(self.process, self.conn)
         self.ready = False
 
     def restart(self) -> None:

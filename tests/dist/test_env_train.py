@@ -13,16 +13,16 @@ import time
 class Env:
     """Two turns; then reward 1.0 when the last turn wrote a digit. Example 3 hangs."""
     def reset(self, example):
-        self.n, self.index = 0, int(example["id"].rsplit("-", 1)[1])
+        self.turn = 0
+        if example["id"].endswith("-3"):
+            self.step = lambda text: time.sleep(60)
         return example["messages"]
 
     def step(self, text):
-        self.n += 1
-        if self.index == 3:
-            time.sleep(60)
-        if self.n < 2:
-            return [{"role": "user", "content": "again"}], None, False
-        return [], float(any(c.isdigit() for c in text)), True
+        self.turn += 1
+        done = self.turn == 2
+        reply = [] if done else [{"role": "user", "content": "again"}]
+        return reply, float(any(c.isdigit() for c in text)) if done else None, done
 '''
 STOPS = "[" + ",".join("0123456789abcdefghij") + "]"  # turns end early on the untrained model
 
@@ -38,7 +38,7 @@ def run(tmp_path_factory):
                 f"generation.stop_strings={STOPS}", "warmstart.steps=0", "run.eval_every_steps=0",
                 "logging.tensorboard=false", "run.weight_checksums=false", timeout_s=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return run_dir, out
+    return run_dir, tmp
 
 
 def test_episodes_take_several_turns_and_report_their_metrics(run):
@@ -59,4 +59,5 @@ def test_a_hanging_environment_fails_its_episodes_and_the_run_goes_on(run):
 
 
 def test_no_environment_worker_outlives_the_run(run):
-    assert processes_mentioning("llamarl_core.envs.worker_entry") == []
+    _, tmp = run  # its workers' command lines name the environment's file
+    assert processes_mentioning(str(tmp / "env_mod.py")) == []
