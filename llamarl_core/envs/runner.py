@@ -22,6 +22,7 @@ raised, timed out or died (envs/pool.py counts those).
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -71,6 +72,7 @@ class EpisodeRunner:
         self.rows_started = 0                  # rows the caller handed out
         self.turns_started = 0                 # prompts handed to the engine
         self.warned: set[str] = set()
+        self.waited_s = 0.0                    # seconds the refill blocked with nothing to decode
 
     @property
     def waiting(self) -> int:
@@ -86,8 +88,11 @@ class EpisodeRunner:
             if len(self.ready) < free:
                 for prompt in refill(free - len(self.ready)):
                     self._start(prompt)
-            while not self.ready and not self.turn_of and self.waiting:  # nothing decodes: wait
-                self._replies(WAIT_SLICE_S)
+            if not self.ready and not self.turn_of and self.waiting:  # nothing decodes: wait
+                t0 = time.perf_counter()
+                while not self.ready and not self.turn_of and self.waiting:
+                    self._replies(WAIT_SLICE_S)
+                self.waited_s += time.perf_counter() - t0
             out = []
             while self.ready and len(out) < free:
                 row = self.ready.popleft()
