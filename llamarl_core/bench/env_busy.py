@@ -23,7 +23,9 @@ a turn's length is geometric, mean ~256 / stops, capped at `--turn-tokens`); wit
 The goal (issue #47): busy(slow_tool) >= 0.9 x busy(tool_free). A chunk's last episodes all wait
 on their tools with nothing left to decode, so the tail of a chunk is idle by construction:
 the fewer episodes in flight against slots x (1 + tool latency / slot time of a turn) (Little's
-law, `in_flight_needed`), the lower the slow variant's share.
+law, `in_flight_needed`), the lower the slow variant's share. Busy share counts every engine
+step however few rows it decodes; `rows_per_step` (model tokens / engine steps) and the tokens/s
+ratio show what fewer ready episodes cost while the engine is busy.
 
     llamarl bench env-busy --out benchmarks/results/env_busy_cpu.json
 """
@@ -135,7 +137,7 @@ def make_generator(args, model, tok, stops: list[int], entry: str) -> ChunkGener
 def measure(chunks: ChunkGenerator, chunk: int) -> dict:
     """One chunk of episodes: wall seconds, seconds the runner waited with nothing to decode,
     the time-weighted mean of episodes in flight (started, not yet finished), and counts."""
-    runners, events = [], []  # events: (time, +rows started / -1 finished)
+    runners, events, steps = [], [], [0]  # events: (time, +rows started / -1 finished)
     open_runner = chunks.episode_runner
 
     def watched(row_example):
@@ -158,7 +160,8 @@ def measure(chunks: ChunkGenerator, chunk: int) -> dict:
     chunks.episode_runner = watched
     try:
         t0 = time.perf_counter()
-        rollout = chunks.generate(chunk, policy_version=0)
+        rollout = chunks.generate(chunk, policy_version=0,  # between_steps: once per engine step
+                                  between_steps=lambda: steps.__setitem__(0, steps[0] + 1))
         seconds = time.perf_counter() - t0
     finally:
         del chunks.episode_runner  # the method again
@@ -171,13 +174,16 @@ def measure(chunks: ChunkGenerator, chunk: int) -> dict:
             "episodes": rollout.num_rows, "episodes_per_s": rollout.num_rows / seconds,
             "model_tokens": model_tokens, "tokens_per_s": model_tokens / seconds,
             "env_tokens": int(rollout.completion_lens.sum().item()) - model_tokens,
-            "mean_in_flight": area / seconds, "turns_mean": rollout.turns.float().mean().item(),
+            "mean_in_flight": area / seconds, "engine_steps": steps[0],
+            "rows_per_step": model_tokens / max(1, steps[0]),  # a step samples one token per decoding row
+            "turns_mean": rollout.turns.float().mean().item(),
             "tool_calls": int(rollout.tool_calls.sum().item()), "truncated": int(rollout.truncated.sum().item()),
             "env_ms_mean": rollout.env_ms.float().mean().item()}
 
 
 def summarize(runs: dict, args) -> dict:
-    keys = ("seconds", "waited_s", "busy_share", "episodes_per_s", "tokens_per_s", "mean_in_flight", "turns_mean")
+    keys = ("seconds", "waited_s", "busy_share", "episodes_per_s", "tokens_per_s", "mean_in_flight", "turns_mean",
+            "rows_per_step")
     med = {v: {k: statistics.median(r[k] for r in rs) for k in keys} for v, rs in runs.items()}
     free, slow = med["tool_free"], med["slow_tool"]
     # Little's law: a slot holds a turn for `turn_slot_s` (tool-free, slots full); to keep every
@@ -219,7 +225,9 @@ def run(args, command: str) -> int:
                              "with nothing to decode / wall seconds of the chunk) with a tool that answers at once "
                              "vs one that sleeps --sleep-s per call; the environment takes each of the first "
                              "tool_turns assistant turns as a tool call whatever the model wrote (a random model "
-                             "cannot write one), turns end on planted stop tokens (tiny preset) or eos",
+                             "cannot write one), turns end on planted stop tokens (tiny preset) or eos; busy "
+                             "counts every engine step however few rows it decodes: rows_per_step and "
+                             "tokens_per_s_ratio show the throughput the slow tool costs",
               "config": {**{k: v for k, v in vars(args).items() if k not in ("out", "work_dir")},
                          "stop_token_ids": stops, "variants": VARIANTS},
               "runs": runs, **summarize(runs, args), "machine": ended(at_start)}
@@ -237,11 +245,11 @@ def print_table(result: dict) -> None:
     cfg, med = result["config"], result["medians"]
     t = Table(title=f"env-busy: {cfg['rows']} episodes over {cfg['slots']} slots, {cfg['tool_turns']} tool calls "
                     f"each, slow tool {cfg['sleep_s']} s (medians of {cfg['repeats']})")
-    for col in ("variant", "busy share", "waited s", "wall s", "episodes/s", "tokens/s", "in flight"):
+    for col in ("variant", "busy share", "waited s", "wall s", "episodes/s", "tokens/s", "in flight", "rows/step"):
         t.add_column(col, justify="right")
     for v, m in med.items():
         t.add_row(v, f"{m['busy_share']:.3f}", f"{m['waited_s']:.2f}", f"{m['seconds']:.2f}",
-                  f"{m['episodes_per_s']:.2f}", f"{m['tokens_per_s']:.0f}", f"{m['mean_in_flight']:.1f}")
+                  f"{m['episodes_per_s']:.2f}", f"{m['tokens_per_s']:.0f}", f"{m['mean_in_flight']:.1f}", f"{m['rows_per_step']:.1f}")
     console = Console()
     console.print(t)
     console.print(f"busy ratio slow/free {result['busy_ratio']:.3f} (goal >= {result['goal']}: "
