@@ -349,6 +349,14 @@ ROWS: list[Row] = [
          "hr": "tokens_per_s_vs_baseline_per_repeat.128", "qr": "tokens_per_s_vs_baseline_per_repeat.64"},
         lambda v: (f"128 slots {v['h']:.2f}× (within repeats {span(v['hr'], '.2f')}), 64 slots {v['q']:.2f}× "
                    f"({span(v['qr'], '.2f')}); 256 slots: {v['b']:,.0f} tokens/s")),
+    Row("Multi-turn episodes (issue 47): the generator's busy share while episodes wait on a tool sleeping 0.5 s "
+        "per call, against the same episodes with a tool that answers at once (64 episodes of 3 tool calls over "
+        "16 slots, tiny-2m, 1 thread)", "env_busy_cpu.json",
+        {"r": "busy_ratio", "rr": "busy_ratio_per_repeat", "s": "medians.slow_tool.busy_share",
+         "t": "tokens_per_s_ratio", "rs": "medians.slow_tool.rows_per_step", "rf": "medians.tool_free.rows_per_step"},
+        lambda v: (f"{v['r']:.2f}× (within repeats {span(v['rr'], '.2f')}; slow tool busy {v['s']:.2f}); "
+                   f"tokens/s {v['t']:.2f}× (rows per engine step {v['rs']:.1f} vs {v['rf']:.1f})"),
+        "≥ 0.9×", lambda v: v["r"] >= 0.9),
 ]
 
 

@@ -24,6 +24,7 @@ raised, timed out or died (envs/pool.py counts those).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -75,6 +76,7 @@ class EpisodeRunner:
         self.rows_started = 0                  # rows the caller handed out
         self.turns_started = 0                 # prompts handed to the engine
         self.warned: set[str] = set() if warned is None else warned
+        self.waited_s = 0.0                    # seconds the refill blocked with nothing to decode
 
     @property
     def waiting(self) -> int:
@@ -91,8 +93,11 @@ class EpisodeRunner:
             if len(self.ready) < free:
                 for prompt in refill(free - len(self.ready)):
                     self._start(prompt)
-            while not self.ready and not self.turn_of and self.waiting:  # nothing decodes: wait
-                self._replies(WAIT_SLICE_S)
+            if not self.ready and not self.turn_of and self.waiting:  # nothing decodes: wait
+                t0 = time.perf_counter()
+                while not self.ready and not self.turn_of and self.waiting:
+                    self._replies(WAIT_SLICE_S)
+                self.waited_s += time.perf_counter() - t0
             out = []  # every ready turn, beyond `free` too: the engine queues them (a group's
             while self.ready:  # later members are known when its first is prefilled: prefill_once.py)
                 row = self.ready.popleft()

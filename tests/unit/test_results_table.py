@@ -191,7 +191,8 @@ def test_every_rows_command_is_llamarl_bench_with_a_known_name_whose_options_par
     bench = [c for c in commands.values() if c and c.startswith("llamarl bench ")]
     assert len(bench) >= 20  # most rows are reproduced by a bench; the others by `llamarl train`
     assert {c.split()[2] for c in bench} == {"sync-vs-async", "quality", "weight-sync", "generation",
-                                             "generation-real", "launch", "slots", "streaming", "trainer"}
+                                             "generation-real", "launch", "slots", "streaming", "trainer",
+                                             "env-busy"}
     assert {claim: p for claim, c in commands.items() if c and (p := bench_command_problem(c))} == {}
     capsys.readouterr()  # argparse's error lines, had any command failed
 
