@@ -1,5 +1,5 @@
-"""How a trainer's devices split into FSDP shards and data-parallel replicas, and which
-transport the weight sync takes for a layout.
+"""How a trainer's devices split into FSDP shards and data-parallel replicas, which transport
+the weight sync takes for a layout, and how long a rollout row is.
 
 Shared by the planner (memory, groups) and the scale simulator (communication volumes), so it
 sits in `config`, below both.
@@ -28,3 +28,11 @@ def resolve_transport(weight_transport: str, resources, nodes: int) -> str:
     if resources.share_devices:  # one GPU for both: NCCL refuses two ranks on a device
         return "cuda_ipc"
     return "shm" if resources.device == "cpu" and nodes == 1 else "collective"
+
+
+def row_tokens(generation, env) -> int:
+    """Tokens one row holds: the longest prompt and the longest completion, or with an
+    environment (env.enabled) an episode's every turn and message after its opening
+    (env.max_episode_tokens). Rollout rows, the engines' KV caches (generator and eval) and the
+    plan's memory are all sized by it."""
+    return generation.max_prompt_tokens + (env.max_episode_tokens if env.enabled else generation.max_new_tokens)

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from llamarl_core.config.layout import row_tokens
 from llamarl_core.config.schema import DataConfig, EnvConfig, GenerationConfig
 from llamarl_core.data import prompt_format
 from llamarl_core.eval.episodes import EvalEpisodes
@@ -50,7 +51,10 @@ def heldout_eval(model, tokenizer, cfg: HeldoutConfig, examples, reward_fn,
         raise ValueError("heldout_eval: env is enabled; pass episodes=heldout_episodes(cfg, tokenizer)")
     from llamarl_core.eval import evaluate
     gen, batch = cfg.generation, cfg.max_batch_size
-    engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch)
+    # episodes stream their turns into a KV cache sized for any row: the run's rows, not the
+    # model's every position (SmolLM2: 8192 x max_batch_size)
+    engine = engine or GenerationEngine(model, tokenizer, max_batch_size=batch,
+                                        max_seq_len=row_tokens(gen, cfg.env) + 1 if cfg.env.enabled else None)
     if episodes is not None and not hasattr(engine, "stream"):
         raise ValueError(f"heldout_eval: episodes need an engine with stream(refill=...); "
                          f"{type(engine).__name__} (the FSDP2-sharded eval) has none")

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.layout import row_tokens
 from llamarl_core.config.schema import EnvConfig
 from llamarl_core.data import PromptFormat, prompt_format, resolve_template
 from llamarl_core.eval.episodes import EvalEpisodes
@@ -86,7 +87,9 @@ def model_spec(cfg, examples, max_new_tokens: int, fmt: PromptFormat | None = No
             "temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
             "max_new_tokens": max_new_tokens, "stop_strings": list(cfg.generation.stop_strings),
             "seed": cfg.run.seed, "max_prompt_tokens": cfg.generation.max_prompt_tokens,
-            "env": dataclasses.asdict(cfg.env) if cfg.env.enabled else None}
+            "env": dataclasses.asdict(cfg.env) if cfg.env.enabled else None,
+            # episodes stream their turns into a cache sized for any row: size it for the run's rows
+            "row_tokens": row_tokens(cfg.generation, cfg.env) if cfg.env.enabled else None}
 
 
 def generate_on_replicas(spec: dict, examples, progress: bool = False) -> list[dict]:
@@ -131,7 +134,8 @@ def _generate(rank: int, spec: dict, examples, progress: bool) -> list[dict]:
     model, tokenizer = load_pretrained(spec["checkpoint"], dtype=TORCH_DTYPES[spec["dtype"]],
                                        device=device)
     engine = GenerationEngine(model, tokenizer, max_batch_size=spec["max_batch_size"],
-                              quantization=spec["quantization"])
+                              quantization=spec["quantization"],
+                              max_seq_len=spec["row_tokens"] + 1 if spec.get("row_tokens") else None)
     fmt = PromptFormat(spec["template"], spec.get("system_prompt"), spec.get("instruction", ""),
                        spec.get("chat_template_kwargs") or {})
     # with an environment, this replica's own workers, closed when its share is done

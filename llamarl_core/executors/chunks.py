@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
+from llamarl_core.config.layout import row_tokens
 from llamarl_core.config.schema import EnvConfig, GenerationConfig
 from llamarl_core.data.templates import PromptFormat
 from llamarl_core.envs.runner import EpisodeRunner, open_episodes
@@ -170,7 +171,5 @@ class _Groups:
 
 
 def row_length(cfg: ChunkConfig) -> int:
-    """Tokens a rollout row holds: the longest prompt and the longest completion (an episode's
-    completion: every turn and the environment's messages between them, env.max_episode_tokens)."""
-    gen = cfg.generation
-    return gen.max_prompt_tokens + (cfg.env.max_episode_tokens if cfg.env.enabled else gen.max_new_tokens)
+    """Tokens a rollout row holds (config/layout.py: row_tokens)."""
+    return row_tokens(cfg.generation, cfg.env)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from llamarl_core.config.errors import ConfigError
+from llamarl_core.config.layout import row_tokens
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.streaming import is_sync, stream_groups_active
 from llamarl_core.models.args import ModelArgs
@@ -149,8 +150,7 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     validate_parallelism(cfg, model)
     validate_lengths(cfg, model, model_name)
     g, t = res.generator, res.trainer
-    # a row: the prompt and its completion, or an episode's every turn and environment message
-    seq_tokens = gen.max_prompt_tokens + (cfg.env.max_episode_tokens if cfg.env.enabled else gen.max_new_tokens)
+    seq_tokens = row_tokens(gen, cfg.env)  # a prompt and its completion, or a whole episode
     env_workers = cfg.env.workers if cfg.env.enabled else None
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
     gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,

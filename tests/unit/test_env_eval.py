@@ -143,8 +143,9 @@ def test_episodes_cut_by_max_turns_count_as_truncated(tmp_path):
     assert r.summary["truncated_frac"] == 0.5 and r.summary["accuracy"] == 0.5
 
 
-def test_the_held_out_eval_runs_episodes_through_the_workers_it_is_given(tmp_path):
+def test_the_held_out_eval_runs_episodes_through_the_workers_it_is_given(tmp_path, monkeypatch):
     from llamarl_core.config.schema import DataConfig, GenerationConfig
+    from llamarl_core.eval import heldout as heldout_mod
     from llamarl_core.eval.heldout import HeldoutConfig, heldout_episodes, heldout_eval
     (tmp_path / "turns_env.py").write_text(ENV)
     env = EnvConfig(entry=f"{tmp_path / 'turns_env.py'}:Sum", workers=1, max_episode_tokens=200)
@@ -153,6 +154,9 @@ def test_the_held_out_eval_runs_episodes_through_the_workers_it_is_given(tmp_pat
     with pytest.raises(ValueError, match="heldout_episodes"):
         heldout_eval(seven_then_eos(), TOK, cfg, examples, lambda t, r: 0.0)
     episodes = heldout_episodes(cfg, TOK)
+    built = []
+    real_engine = heldout_mod.GenerationEngine
+    monkeypatch.setattr(heldout_mod, "GenerationEngine", lambda *a, **k: built.append(k) or real_engine(*a, **k))
     try:
         for _ in range(2):  # one pool, many evals
             summary, samples = heldout_eval(seven_then_eos(), TOK, cfg, examples, lambda t, r: 0.0,
@@ -160,6 +164,8 @@ def test_the_held_out_eval_runs_episodes_through_the_workers_it_is_given(tmp_pat
             assert summary["accuracy"] == 0.5 and summary["turns_mean"] == 1.5
             assert [s["reward"] for s in samples] == [1.0] and samples[0]["turns"] == 2
             assert "⟦env: " in samples[0]["episode"]
+        # its KV cache is sized for the run's rows (40 + 200 tokens), not the model's positions
+        assert [k["max_seq_len"] for k in built] == [241, 241]
     finally:
         episodes.close()
 
