@@ -83,6 +83,12 @@ def render(m: dict, progress: dict, statuses: dict, *, title: str, max_steps: in
     grid.add_row("staleness", f"mean {_num(m.get('trainer/staleness_mean'), '.2f')} "
                               f"max {_num(m.get('trainer/staleness_max'), '.0f')}   IS ratio max "
                               f"{_num(m.get('trainer/is_ratio_max'), '.2f')}")
+    if "env/turns_mean" in m:  # multi-turn episodes (env.entry / env.tools)
+        grid.add_row("episodes", f"turns {_num(m.get('env/turns_mean'), '.2f')}  tool calls "
+                                 f"{_num(m.get('env/tool_calls_mean'), '.2f')}  errors "
+                                 f"{_num(m.get('env/tool_errors'), '.0f')}  cut "
+                                 f"{_num(m.get('env/truncated_frac'), '.2f')}  env "
+                                 f"{_num(m.get('env/step_s'), '.2f')} s")
     sync_ms = m.get("sync/seconds", 0.0) * 1e3 if "sync/seconds" in m else None
     grid.add_row("sync", f"{_num(sync_ms, '.1f')} ms  {_num(m.get('sync/gbps'), '.2f')} GB/s   step "
                          f"{_num(m.get('trainer/step_s'), '.2f')} s")
@@ -119,6 +125,8 @@ def plain_line(m: dict) -> str:
     return (f"step {m['step']:>4}  v{m.get('policy_version', '?')}  reward {m.get('reward/mean', 0):.3f}"
             f"{acc}  staleness {m.get('trainer/staleness_mean', 0):.2f}  "
             f"sync {m.get('sync/seconds', 0) * 1e3:.1f} ms  step {m.get('trainer/step_s', 0):.2f} s{restarts}"
+            + (f"  turns {m['env/turns_mean']:.2f}  tool calls {m.get('env/tool_calls_mean', 0):.2f}"
+               if "env/turns_mean" in m else "")
             + "".join(f"  warning: {w}" for w in m.get("warnings", ())))
 
 

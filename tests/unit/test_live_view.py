@@ -105,3 +105,14 @@ def test_plan_tables_fit_80_columns_with_whole_headers(recipe, tmp_path):
                       "capacity", "fits"]
     rows = [line for line in text.splitlines() if re.match(r"(generator|trainer|reward|actor) ", line)]
     assert rows and all("…" not in row for row in rows)
+
+
+def test_an_episode_run_shows_its_turns_and_tool_calls_in_the_panel_and_the_line():
+    m = {**METRICS, "env/turns_mean": 2.25, "env/tool_calls_mean": 1.5, "env/tool_errors": 3,
+         "env/truncated_frac": 0.125, "env/step_s": 0.04}
+    text = _text(render(m, {}, {}, title="llamarl · agent", max_steps=150, accuracy=0.5, rl_elapsed_s=84.0))
+    assert max(len(line) for line in text.rstrip("\n").split("\n")) <= 80
+    assert re.search(r"episodes\s+turns 2\.25  tool calls 1\.50  errors 3  cut 0\.12  env 0\.04 s", text)
+    assert "turns 2.25  tool calls 1.50" in plain_line(m)
+    assert "episodes" not in _text(render(METRICS, {}, {}, title="t", max_steps=150, accuracy=0.5,
+                                          rl_elapsed_s=84.0))

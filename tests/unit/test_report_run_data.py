@@ -50,3 +50,17 @@ def test_the_initial_eval_is_placed_at_its_wall_time_from_samples_jsonl(tmp_path
     (tmp_path / "r" / "samples.jsonl").write_text(
         json.dumps({"step": 0, "wall_s": 31.5, "accuracy": 0.25, "prompt": "1+1", "completion": "2"}) + "\n")
     assert load_run(str(tmp_path / "r")).accuracy == [(0, 31.5, 0.25), (1, 40.0, 0.5)]
+
+
+def test_the_report_row_of_an_episode_run_has_its_turns_and_tool_call_rate(tmp_path):
+    from llamarl_core.report.summary import markdown, run_row
+    lines = [json.dumps({"step": s, "wall_s": 2.0 * s, "reward/mean": 0.1, "env/turns_mean": 1.0 + s / 4,
+                         "env/tool_calls_mean": 0.25 * s}) for s in (1, 2)]
+    _write_run(tmp_path / "r", "\n".join(lines) + "\n")
+    _write_run(tmp_path / "plain", json.dumps({"step": 1, "wall_s": 2.0, "reward/mean": 0.1}) + "\n")
+    episodes, plain = load_run(str(tmp_path / "r")), load_run(str(tmp_path / "plain"))
+    row = run_row(episodes)
+    assert row["turns (last)"] == "1.50" and row["tool calls (first → last)"] == "0.25 → 0.50"
+    assert "turns (last)" not in run_row(plain)
+    text = markdown([plain, episodes], [], str(tmp_path))
+    assert "| tool calls (first → last) |" in text and "| – | – |" in text  # the plain run has none
