@@ -5,7 +5,7 @@ docs/RESULTS.md is reproduced by one `llamarl bench NAME ...` (or `llamarl train
     llamarl bench NAME --help           # its options
     llamarl bench sync-vs-async [recipe=R] [--steps N] [--repeats N] [--simulate [--measured FILE]] [--out FILE]
     llamarl bench quality [recipe=R] [--seeds N] [--steps N] [--configs A,B] [--out FILE]
-    llamarl bench weight-sync|generation|generation-real|launch|real-model|slots|streaming|...  [options]
+    llamarl bench weight-sync|generation|generation-real|launch|real-model|slots|streaming|agent|...  [options]
 
 sync-vs-async and quality take a recipe and Hydra overrides as `llamarl train` does and are
 driven from here; each of the others is a module of llamarl_core/bench/ with `parser(prog)` and
@@ -43,6 +43,8 @@ BENCHES = {  # name -> (module with parser(prog) and run(args, command), or None
     "slots": ("llamarl_core.bench.slots", "the streaming generator's tokens/s by slot count"),
     "streaming": ("llamarl_core.bench.streaming", "streaming vs chunked rollouts on one generator replica, long tail"),
     "trainer": ("llamarl_core.bench.trainer", "the RL trainer step at the default shapes: padded, sorted, skipping"),
+    "agent": ("llamarl_core.bench.agent", "a real model learns its calc tool (agent_calc_cpu): base eval, warm start, "
+                                          "RL; held-out accuracy and tool calls"),
 }
 USAGE = ("usage: llamarl bench NAME [options] (NAME --help for its options)\n\n"
          + "\n".join(f"  {name:<16} {line}" for name, (_, line) in BENCHES.items()))

@@ -102,3 +102,18 @@ def test_warm_start_tokens_of_a_demonstration_equal_the_rl_episode_of_its_turns(
     assert sft_ids[:len(rl_ids)] == rl_ids and tok.decode(sft_ids[len(rl_ids):]) == "\n"
     assert sft_mask[:len(rl_mask)] == rl_mask and sft_mask[len(rl_mask):] == [0]
     assert env_ids == tok.encode(f"\n<|im_start|>tool\n{messages[3]['content']}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_agent_bench_curve_has_the_warm_start_eval_and_every_logged_eval(tmp_path):
+    """Version 0 (after the warm start) is in summary.json and samples.jsonl only: metrics.jsonl
+    has a line per RL step, with eval/* on the steps that evaluated."""
+    from llamarl_core.bench.agent import curve
+
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in [
+        {"step": 1, "wall_s": 50.0, "reward/mean": 0.5},
+        {"step": 2, "wall_s": 90.0, "eval/accuracy": 0.75, "eval/tool_calls_mean": 1.0, "eval/turns_mean": 2.0}]))
+    (tmp_path / "summary.json").write_text(json.dumps({"accuracy_by_version": {"0": 0.5, "2": 0.75}}))
+    (tmp_path / "samples.jsonl").write_text(json.dumps({"policy_version": 0, "wall_s": 20.0}) + "\n")
+    assert curve(tmp_path) == [
+        {"step": 0, "seconds": 20.0, "accuracy": 0.5, "tool_calls_mean": None, "turns_mean": None},
+        {"step": 2, "seconds": 90.0, "accuracy": 0.75, "tool_calls_mean": 1.0, "turns_mean": 2.0}]
