@@ -2,7 +2,7 @@
 with the run's template and tokenizer, and the tokens the loss trains on marked: every
 assistant turn, its end-of-turn token included (TRL's `assistant_only_loss`).
 
-A row is ``{"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}`` with
+A row is ``{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str}, ...]}`` with
 at least one assistant turn (TRL's and OpenAI's conversational format); other fields are
 ignored. A JSONL file or any table `loaders.py` reads (`file_rows`); a bad row is
 ``DataFormatError("path:line: reason")``, or skipped and counted with ``on_error="skip"``.
@@ -28,7 +28,7 @@ from llamarl_core.data.loaders import file_rows, parse_rows
 from llamarl_core.data.templates import PromptFormat, render_chat
 
 MESSAGES_KEY = "messages"
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")  # tool: a tool's answer (an agent's demonstration), never trained
 
 
 @dataclass(frozen=True)

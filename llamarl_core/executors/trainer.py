@@ -337,6 +337,9 @@ class TrainerExecutor:
                    "accuracy_before": self.accuracy.get(versions[0]) if versions else None,
                    "accuracy_after": self.accuracy.get(versions[-1]) if versions else None,
                    "accuracy_by_version": self.accuracy,
+                   # with an environment: each eval's eval/turns_mean, eval/tool_calls_mean, ... (version 0's
+                   # included: the eval before RL has no metrics line)
+                   **({"eval_episodes_by_version": self.eval_episode_stats} if self.eval_episode_stats else {}),
                    "dropped_chunks": self._extra_total(),
                    "data_skipped_lines": self.data_skipped,
                    "warnings": self.log.signal.warnings(),  # why the run could not learn, in words

@@ -197,8 +197,8 @@ GOOD = {"messages": CHAT}
     ("{oops", "2: not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
     ({"prompt": "hi"}, "2: missing field 'messages' (a list of {\"role\", \"content\"} turns); the row has keys ['prompt']"),
     ({"messages": CHAT[:1]}, "2: no assistant turn: nothing to train on"),
-    ({"messages": [{"role": "tool", "content": "x"}, *CHAT]},
-     "2: turn 1 has unknown role 'tool' (expected one of system, user, assistant)"),
+    ({"messages": [{"role": "function", "content": "x"}, *CHAT]},
+     "2: turn 1 has unknown role 'function' (expected one of system, user, assistant, tool)"),
 ], ids=["malformed", "no_messages", "no_assistant", "unknown_role"])
 def test_a_bad_chat_row_is_refused_naming_the_file_and_line(no_launch, capsys, tmp_path, bad, reason):
     path = _write(tmp_path, [GOOD, bad])
