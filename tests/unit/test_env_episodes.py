@@ -189,3 +189,72 @@ def test_one_turn_is_the_one_step_case(tmp_path, max_turns):
     ok = batch.failed == 0
     assert (batch.turns[ok] == 1).all() and (batch.truncated[ok] == 1).all()  # cut by env.max_turns
     assert batch.rewards[ok].isnan().all()  # no env reward: the reward role scores the last turn
+
+
+TOOL_ENV = textwrap.dedent('''
+    class Tools:
+        """Two tool results, then done: the shape of a tool-calling episode, whatever the model wrote."""
+        def reset(self, example):
+            self.n = 0
+            return example["messages"]
+
+        def step(self, text):
+            self.n += 1
+            if self.n < 3:
+                return [{"role": "tool", "name": "calc", "content": str(self.n * 7)}], None, False, \\
+                    {"tool_calls": 1, "tool_errors": 0}
+            return [], 1.0, True
+''')
+
+
+def test_a_chatml_template_with_its_separator_reaches_the_trainer_as_sampled(tmp_path):
+    """A Hugging Face tokenizer whose ChatML template writes `\\n` after `<|im_end|>`: every turn
+    the model closed with `<|im_end|>` is followed by that separator as a masked environment
+    token, the tool messages are masked, and every model token is on-policy (ratio 1)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tok_tiny import tiny_hf_tokenizer
+    from llamarl_core.executors.setup import PromptSet
+    from llamarl_core.models import Llama, ModelArgs, load_tokenizer
+    from llamarl_core.data import Example
+
+    tok = load_tokenizer(tiny_hf_tokenizer(tmp_path / "tok"))
+    (tmp_path / "tools_env.py").write_text(TOOL_ENV)
+    cfg = load_config("cpu_tiny", ["algorithm.group_size=2", "algorithm.prompts_per_step=2", "data.template=chat",
+                                   "generation.max_new_tokens=12", "generation.max_prompt_tokens=40",
+                                   "generation.temperature=1.0", f"env.entry={tmp_path / 'tools_env.py'}:Tools",
+                                   "env.max_turns=4", "env.max_episode_tokens=120", "env.workers=1"])
+    torch.manual_seed(0)
+    model = Llama(ModelArgs(vocab_size=tok.vocab_size, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, ffn_dim=64,
+                            max_seq_len=256, rope_theta=10000.0))
+    model.reset_parameters(std=0.05)
+    with torch.no_grad():  # <|im_end|> likely enough that most turns end on it
+        model.output.weight[tok.eos_id] = model.norm.weight * 8.0 / model.args.dim ** 0.5
+    model.eval().requires_grad_(False)
+    examples = [Example(f"e-{i}", f"the cat {i}", "4") for i in range(2)]
+    prompts = encode_prompts(cfg.data, cfg.generation, examples, tok)
+    chunks = ChunkGenerator(chunk_config(cfg), model, tok, PromptSet(examples, prompts.prompt_ids), 0, 1)
+    try:
+        batch = Rollout.unpack(*chunks.generate(0, 0).pack())
+    finally:
+        chunks.close()
+    assert (batch.failed == 0).all() and float(batch.turns.float().mean()) > 1.5
+    # each step before the last answered with a tool result (the env's count), at most two per episode
+    done = batch.truncated == 0
+    assert (batch.tool_calls[done] == 2).all() and (batch.tool_calls <= 2).all() and done.any()
+    pi = _teacher_forced(model, cfg, batch)
+    _, behavior, mask = completion_targets(batch)
+    ratio = (pi - behavior)[mask].exp()
+    torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+    newline, eot = tok.encode("\n"), tok.eos_id
+    separators = 0
+    for r in range(batch.num_rows):
+        p, c = int(batch.prompt_lens[r]), int(batch.completion_lens[r])
+        ids, m = batch.tokens[r, p:p + c].tolist(), batch.loss_mask[r, p - 1:p - 1 + c].tolist()
+        for i in range(c - 1):
+            if ids[i] == eot and m[i] == 1:  # the model closed its turn: the template's separator follows, masked
+                assert ids[i + 1:i + 1 + len(newline)] == newline and m[i + 1] == 0
+                separators += 1
+        assert "<|im_start|>tool\n7<|im_end|>" in tok._tok.decode(ids) or batch.turns[r] == 1
+    assert separators > 0
