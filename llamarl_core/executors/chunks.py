@@ -112,8 +112,7 @@ class _Groups:
         # ints [n, L + 4], floats [n, L]) where the engine made it: no per-sample copy to the host,
         # and a finished group leaves as views of its rows, never packed again (the rollout
         # sender's thread takes it to the host, AsyncSender). Prompts are tensors once per run
-        # (PromptSet.table); the engine admits from these rows. Versions stay host numbers too,
-        # for the group's header.
+        # (PromptSet.table). Versions stay host numbers too, for the group's header.
         device = owner.engine.device
         table, lengths = owner.prompts.table(owner.tokenizer.pad_id)
         rows = torch.tensor(example_ids, dtype=torch.long)

@@ -87,15 +87,10 @@ class GenerationEngine:
     def stream(self, prompts: list[list[int]], params: SamplingParams, seed: Optional[int] = None,
                on_finish: Optional[Callable[[Finished], None]] = None,
                between_steps: Optional[Callable[[], Optional[int]]] = None,
-               policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None,
+               policy_version: int = 0,
                refill: Optional[Callable[[int], list[list[int]]]] = None) -> list[Finished]:
-        """`prompt_tokens`: the same prompts as one right-padded [n, ≥ longest] tensor on this
-        engine's device, when the caller holds them so (a rollout chunk): never built again.
-        `refill(free_slots)`: streaming, more prompts whenever slots are free (scheduler.py);
-        the call then ends once nothing runs and `refill` has none, and returns []. Refilled
-        prompts are lists, so the two do not go together."""
-        if refill is not None and prompt_tokens is not None:
-            raise ValueError("stream(): give prompt_tokens or refill, not both")
+        """`refill(free_slots)`: streaming, more prompts whenever slots are free (scheduler.py);
+        the call then ends once nothing runs and `refill` has none, and returns []."""
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError(f"prompt {i} is empty; give at least one token (e.g. BOS)")
@@ -111,7 +106,7 @@ class GenerationEngine:
                 self.proj = self.weights.current()
                 batch = Batch(self, prompts, params, seed, static=self.batching == "static",
                               on_finish=on_finish, between_steps=between_steps,
-                              policy_version=policy_version, prompt_tokens=prompt_tokens, refill=refill)
+                              policy_version=policy_version, refill=refill)
                 try:
                     return batch.run()
                 finally:

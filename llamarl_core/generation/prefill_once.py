@@ -148,13 +148,9 @@ class GroupPrefill:
         device = engine.device
         lengths = [len(self.prompts[j]) for j in idx]
         shared = self._shared_prefix(idx) if self.enabled and len(idx) > 1 else 0
-        rows = getattr(batch, "prompt_tokens", None)
-        if rows is not None:  # the prompts are tensors already (a rollout chunk's token rows)
-            ids = rows[torch.tensor(idx, device=rows.device), :max(lengths)]
-        else:
-            ids = torch.full((len(idx), max(lengths)), engine.tokenizer.pad_id, dtype=torch.long)
-            for r, j in enumerate(idx):
-                ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
+        ids = torch.full((len(idx), max(lengths)), engine.tokenizer.pad_id, dtype=torch.long)
+        for r, j in enumerate(idx):
+            ids[r, :lengths[r]] = torch.as_tensor(self.prompts[j], dtype=torch.long)
         ids, slot_ids = ids.to(device), torch.tensor(slots, device=device)
         if shared:
             prefill(batch.model, engine.proj, batch.cache, ids[:1, :shared],

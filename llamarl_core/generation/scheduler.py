@@ -57,13 +57,9 @@ class Batch:
                  seed: int, static: bool,
                  on_finish: Optional[Callable[[Finished], None]] = None,
                  between_steps: Optional[Callable[[], Optional[int]]] = None,
-                 policy_version: int = 0, prompt_tokens: Optional[torch.Tensor] = None,
-                 refill: Optional[Callable[[int], list[list[int]]]] = None):
+                 policy_version: int = 0, refill: Optional[Callable[[int], list[list[int]]]] = None):
         self.engine, self.model, self.params = engine, engine.model, params
         self.prompts, self.seed, self.static = list(prompts), seed, static
-        # [n, ≥ longest] the same prompts, right-padded, on the engine's device (a rollout chunk's
-        # token rows): a prefill gathers from it instead of building each prompt again
-        self.prompt_tokens = prompt_tokens
         self.refill = refill  # streaming: more prompts as slots free up (None: a fixed list)
         self.on_finish, self.between_steps = on_finish, between_steps
         self.version = policy_version
