@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 import traceback
@@ -36,7 +35,7 @@ from multiprocessing.connection import Connection
 
 from llamarl_core.envs.protocol import STEP_COUNTS, check_messages, check_step
 from llamarl_core.rewards.custom import load_function
-from llamarl_core.rewards.child import spawn, stop
+from llamarl_core.rewards.child import ChildHandle, spawn
 from llamarl_core.rewards.proc_tree import become_subreaper, exited_children, kill_descendants
 from llamarl_core.rewards.worker import _die_with_parent
 
@@ -167,13 +166,11 @@ def worker_main(conn: Connection, spec: dict, parent_is_main_thread: bool) -> No
     child.serve()
 
 
-class EnvWorker:
+class EnvWorker(ChildHandle):
     """Parent-side handle of one worker: start it, send and receive JSON, kill its tree."""
 
     def __init__(self, spec: dict, index: int) -> None:
         self.spec, self.index = spec, index
-        self.process: subprocess.Popen | None = None
-        self.conn: Connection | None = None
         self.start()
 
     def start(self) -> None:
@@ -194,10 +191,3 @@ class EnvWorker:
     def exit_code(self):
         return self.process.poll() if self.process is not None else None
 
-    def kill(self) -> None:
-        stop(self.process, self.conn)
-        self.ready = False
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()

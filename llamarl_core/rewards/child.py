@@ -50,3 +50,23 @@ def stop(process: subprocess.Popen | None, conn: Connection | None) -> None:
             pass
     if conn is not None and not conn.closed:
         conn.close()
+
+
+class ChildHandle:
+    """The parent's side of one such child: a subclass's `start` calls `spawn` (which module,
+    which arguments) into `process` and `conn`; `kill` ends it with its tree, `restart` both."""
+
+    process: subprocess.Popen | None = None
+    conn: Connection | None = None
+    ready = False
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        stop(self.process, self.conn)
+        self.ready = False
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 
 from llamarl_core.config.schema import RewardSettings  # the default bound: one source
 from llamarl_core.rewards.custom import load_function
-from llamarl_core.rewards.child import spawn, stop
+from llamarl_core.rewards.child import ChildHandle, spawn
 from llamarl_core.rewards.proc_tree import (PR_SET_PDEATHSIG, become_subreaper, descendants, exited_children,
                                            kill_descendants, prctl)
 from llamarl_core.rewards.specs import get_spec
@@ -133,16 +133,13 @@ def _die_with_parent(parent_is_main_thread: bool, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-class WorkerHandle:
+class WorkerHandle(ChildHandle):
     """Parent-side handle: start, wait until ready, run one task with a deadline, kill."""
 
     def __init__(self, reward_name: str, startup_timeout_s: float = 120.0,
                  max_abs: float = RewardSettings.max_abs, index: int = 0) -> None:
         self.reward_name, self.max_abs, self.index = reward_name, max_abs, index
         self.startup_timeout_s = startup_timeout_s
-        self.process: subprocess.Popen | None = None
-        self.conn: Connection | None = None
-        self.ready = False
         self.spare: set[int] = set()  # processes the reward started while loading: kept
         self.start()
 
@@ -186,14 +183,6 @@ class WorkerHandle:
         """Kill what the reward started during its tasks and left running (a forked sleeper, a
         detached daemon: the worker is their subreaper); what it started while loading stays."""
         return kill_descendants(self.process.pid, self.spare) if self.is_alive() else 0
-
-    def kill(self) -> None:
-        stop(self.process, self.conn)
-        self.ready = False
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
 
     def close(self) -> None:
         """Kill what the reward started (before the worker exits and its orphans escape to
