@@ -40,3 +40,9 @@ EVAL_POLICIES = ("model", "reference")                   # eval.policy
 SPLITS = ("train", "test")                               # eval.split, and every loader's split
 WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots
 TOOL_PARSERS = ("hermes", "llama3")                      # env.tool_parser (envs/parsers.py)
+
+# model.lora.target_modules: our projections (models/llama.py), and PEFT's names for them on
+# Hugging Face Llama/Qwen/Mistral (accepted, mapped; docs/LORA.md)
+LORA_TARGETS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+PEFT_TARGETS = {"q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo",
+                "gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}

@@ -15,7 +15,8 @@ from llamarl_core.config.choices import (ADVANTAGE_MODES, TOOL_PARSERS, AGGREGAT
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
-                                         EVAL_POLICIES, SPLITS, GROUP_RELATIVE_ADVANTAGES)
+                                         EVAL_POLICIES, SPLITS, GROUP_RELATIVE_ADVANTAGES,
+                                         LORA_TARGETS, PEFT_TARGETS)
 from llamarl_core.config.errors import ConfigError
 
 
@@ -66,9 +67,63 @@ def _check_number(key: str, value: float, above: float | None = None, at_least: 
 
 
 @dataclass
+class LoraConfig:
+    """LoRA RL (docs/LORA.md): the base weights frozen, low-rank adapters trained and synced.
+    `rank` 0: full fine-tuning (every weight trained and synced)."""
+
+    rank: int = 0                        # adapter rank r; 0 = off. "LoRA Without Regret": 16-64 for RL
+    alpha: float = 32.0                  # scale alpha / rank on B @ A (PEFT's lora_alpha)
+    dropout: float = 0.0                 # on the adapter's input, training only (PEFT's lora_dropout)
+    target_modules: List[str] = field(default_factory=lambda: list(LORA_TARGETS))
+                                         # our projections (wq wk wv wo w1 w2 w3) or PEFT's names
+                                         # (q_proj ... down_proj, all-linear); the output head never
+    init_from: Optional[str] = None      # a PEFT adapter directory (adapter_config.json,
+                                         # adapter_model.safetensors) to start from
+
+    def __post_init__(self):
+        _check_positive("model.lora.rank", self.rank, 0)
+        _check_number("model.lora.alpha", self.alpha, above=0)
+        _check_number("model.lora.dropout", self.dropout, at_least=0)
+        if self.dropout >= 1:
+            raise ConfigError(f"model.lora.dropout={self.dropout} must be < 1")
+        self.target_modules = lora_targets(self.target_modules)
+        if self.init_from and not self.rank:
+            raise ConfigError("model.lora.init_from is set but model.lora.rank=0 (LoRA off): set "
+                              "model.lora.rank to the adapter's r")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        """What B @ A is multiplied by (PEFT's `scaling`, rsLoRA off)."""
+        return self.alpha / self.rank
+
+
+def lora_targets(names) -> list[str]:
+    """`model.lora.target_modules` as our projection names, in our order (PEFT's names and
+    `all-linear` accepted); one line naming the key for anything else."""
+    names = [names] if isinstance(names, str) else list(names)
+    out: set[str] = set()
+    for n in names:
+        if n == "all-linear":
+            out.update(LORA_TARGETS)
+        elif n in LORA_TARGETS or n in PEFT_TARGETS:
+            out.add(PEFT_TARGETS.get(n, n))
+        else:
+            raise ConfigError(f"model.lora.target_modules: {n!r} is not one of {', '.join(LORA_TARGETS)} "
+                              f"(or PEFT's {', '.join(PEFT_TARGETS)}, all-linear)")
+    if not out:
+        raise ConfigError("model.lora.target_modules is empty: name at least one projection")
+    return [n for n in LORA_TARGETS if n in out]
+
+
+@dataclass
 class ModelConfig:
     preset: str = "tiny-2m"              # a name in llamarl_core.models.args.PRESETS
     checkpoint: Optional[str] = None     # HF-format directory; overrides preset sizes when set
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
