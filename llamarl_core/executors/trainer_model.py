@@ -21,6 +21,7 @@ from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.models import build_empty, load_tokenizer
 from llamarl_core.models.build import build_model
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.models.lora import apply_lora
 from llamarl_core.transport.parallel import copy_weights, shard_like, unwrap, wrap_data_parallel
 from llamarl_core.transport.sharded_load import load_sharded, materialize
 
@@ -44,6 +45,9 @@ def build_trainer_model(ctx: RoleRuntime, model_cfg: ModelConfig, t: TrainerReso
         tokenizer = load_tokenizer(model_cfg.checkpoint, required=False)
     else:
         raw, tokenizer = build_model(model_cfg, dtype=MASTER_DTYPE, device=str(device), seed=seed)
+    lora = model_cfg.lora
+    if lora.enabled:  # base frozen, adapters trained (models/lora.py); every rank draws the same A
+        apply_lora(raw, lora.rank, lora.scale, lora.target_modules, lora.dropout, seed=seed)
     model = wrap_data_parallel(raw, group, t.strategy, device.type, dp=dp,
                                compute_dtype=TORCH_DTYPES[t.dtype],
                                activation_checkpointing=t.activation_checkpointing)

@@ -130,9 +130,16 @@ def _in_place(ws: list[torch.Tensor]) -> Optional[torch.Tensor]:
     return w0.detach().new_empty(0).set_(w0.untyped_storage(), w0.storage_offset(), (rows, *w0.shape[1:]))
 
 
+def _weight(lin: nn.Module) -> torch.Tensor:
+    """What a linear computes with: its weight, or W + s·B@A for a LoRA layer being trained
+    (models/lora.py; the synchronous actor's and the trainer's eval engines run merged)."""
+    merged = getattr(lin, "merged_weight", None)
+    return merged() if merged is not None else lin.weight.detach()
+
+
 def _stacked(linears: list[nn.Linear]) -> torch.Tensor:
     """A fresh contiguous [out, in] tensor of the linears' weights stacked on the output axis."""
-    return torch.cat([lin.weight.detach() for lin in linears], dim=0).contiguous()
+    return torch.cat([_weight(lin) for lin in linears], dim=0).contiguous()
 
 
 class EngineWeights:
@@ -145,7 +152,8 @@ class EngineWeights:
         self._built = False
 
     def adoptable(self) -> bool:
-        return self.quantization == "none" and not any(p.requires_grad for p in self.model.parameters())
+        return (self.quantization == "none" and not any(p.requires_grad for p in self.model.parameters())
+                and not any(hasattr(m, "merged_weight") for m in self.model.modules()))  # LoRA: merged copies
 
     def current(self) -> dict[str, Callable]:
         """The projections to run now (fresh copies for a trained model, every call)."""
