@@ -48,6 +48,13 @@ TRL = Source(
           "`score(completion, example) -> float`, or on lists with `score.batch = True` (docs/REWARDS.md). "
           "Several: sum them in yours."),
         M("reward_weights", (), "Weight the terms inside your reward function."),
+        M("peft_config (GRPOTrainer argument): LoraConfig r / lora_alpha / lora_dropout",
+          ("model.lora.rank", "model.lora.alpha", "model.lora.dropout"),
+          "LoRA on the policy; only the adapters are trained, checkpointed and synced (docs/LORA.md)."),
+        M("peft_config: LoraConfig target_modules", ("model.lora.target_modules",),
+          "PEFT's names (`q_proj` ... `down_proj`, `all-linear`) are accepted; ours default to all seven."),
+        M("model_init_kwargs / a PeftModel passed as model", ("model.lora.init_from",),
+          "An adapter directory PEFT saved; the base is `model.checkpoint`."),
         M("learning_rate", ("algorithm.lr",), "TRL's default is 1e-6, ours 2e-4."),
         M("beta", ("algorithm.kl_coef",),
           "k3 KL to a frozen reference, in the loss; 0 (both defaults) loads no reference. TRL multiplies "
@@ -138,6 +145,12 @@ VERL = Source(
     "veRL",
     (
         M("actor_rollout_ref.model.path", ("model.checkpoint",), ""),
+        M("actor_rollout_ref.model.lora_rank / lora_alpha", ("model.lora.rank", "model.lora.alpha"),
+          "veRL syncs the adapters to vLLM as a LoRA request; ours merges them into the generator's "
+          "own base copy (docs/LORA.md)."),
+        M("actor_rollout_ref.model.target_modules", ("model.lora.target_modules",),
+          "`all-linear` in both."),
+        M("actor_rollout_ref.model.lora_adapter_path", ("model.lora.init_from",), ""),
         M("data.train_files / data.val_files", ("data.path", "data.eval_path"), ""),
         M("data.prompt_key", ("data.prompt_key", "data.messages_key"),
           "veRL's prompt column holds chat messages: ours reads such a column with `data.messages_key` "

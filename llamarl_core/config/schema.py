@@ -74,9 +74,9 @@ class LoraConfig:
     rank: int = 0                        # adapter rank r; 0 = off. "LoRA Without Regret": 16-64 for RL
     alpha: float = 32.0                  # scale alpha / rank on B @ A (PEFT's lora_alpha)
     dropout: float = 0.0                 # on the adapter's input, training only (PEFT's lora_dropout)
-    target_modules: List[str] = field(default_factory=lambda: list(LORA_TARGETS))
-                                         # our projections (wq wk wv wo w1 w2 w3) or PEFT's names
-                                         # (q_proj ... down_proj, all-linear); the output head never
+    target_modules: List[str] = field(default_factory=lambda: list(LORA_TARGETS))  # projections with adapters:
+                                         # ours (wq wk wv wo w1 w2 w3) or PEFT's (q_proj ... down_proj,
+                                         # all-linear); never the embedding or the output head
     init_from: Optional[str] = None      # a PEFT adapter directory (adapter_config.json,
                                          # adapter_model.safetensors) to start from
 
