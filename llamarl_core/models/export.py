@@ -11,6 +11,11 @@ metadata unpickler, `torch.load(weights_only=True)`, safetensors); nothing is un
 
 It is written into a hidden sibling directory and renamed into place at the end, so a source
 found broken half-way (a corrupt record) leaves nothing at OUT_DIR.
+
+A LoRA run's step holds only the adapters (the base is frozen, `model.checkpoint`): it exports
+as a PEFT adapter directory (`export_adapter`, models/peft_io.py), or merged into the base as
+W + s·B@A (`export_checkpoint(base, ..., lora=...)`, `--merged`), each projection merged in
+float32 as it streams past, then cast to the export dtype.
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ from .checkpoint import _IGNORED_RE, _weight_files, build_empty, checkpoint_tens
 from .checkpoint_check import check_checkpoint
 from .dtypes import TORCH_DTYPES
 from .hf_config import read_config
-from .step_checkpoint import is_step_checkpoint, step_shapes
+from .lora import adapter_target, is_adapter, merged_delta
+from .step_checkpoint import check_shard_sizes, is_step_checkpoint, step_shapes, step_tensors
 from .tokenizer import load_tokenizer
 
 DEFAULT_DTYPE = "float32"  # transformers' own default when config.json names none; built-in presets
@@ -75,9 +81,10 @@ def _stored_order(src: Path, shapes: dict) -> list[str]:
     return [n for n in names if n in shapes]
 
 
-def export_checkpoint(src, out, dtype: torch.dtype, max_shard_bytes: int = 5 * 2**30) -> Path:
+def export_checkpoint(src, out, dtype: torch.dtype, max_shard_bytes: int = 5 * 2**30, lora=None) -> Path:
     """Write `src` (a run's step_<N>, or a Hugging Face directory such as checkpoints/final)
-    as a Hugging Face directory at `out` with weights in `dtype`. Raises (ValueError, KeyError,
+    as a Hugging Face directory at `out` with weights in `dtype`; `lora` (AdapterSpec, {our
+    adapter name: tensor}) is merged into `src`'s weights on the way. Raises (ValueError, KeyError,
     FileNotFoundError, FileExistsError) naming the file before anything is written."""
     src, out = Path(src), Path(out)
     check_out_dir(out)
@@ -86,12 +93,60 @@ def export_checkpoint(src, out, dtype: torch.dtype, max_shard_bytes: int = 5 * 2
     model, args = build_empty(src)  # meta device: the shapes, no memory
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}  # a tied head appears once
     order = _stored_order(src, shapes)
+    tensors = checkpoint_tensors(src, args, shapes)
+    if lora is not None:
+        tensors = _merged(tensors, lora[0].scale, _adapter_pairs(lora[1], shapes, src))
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     try:
-        save_streamed(checkpoint_tensors(src, args, shapes), {n: shapes[n] for n in order}, dtype, args,
-                      tokenizer, partial, max_shard_bytes)
+        save_streamed(tensors, {n: shapes[n] for n in order}, dtype, args, tokenizer, partial, max_shard_bytes)
         os.replace(partial, out)  # onto an absent or empty directory
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return out
+
+
+def is_lora_step(src) -> bool:
+    """Whether a step_<N> holds adapters (a LoRA run's: adapters and optimizer only)."""
+    return is_step_checkpoint(src) and any(is_adapter(n) for n in step_shapes(src))
+
+
+def step_adapters(src) -> dict[str, torch.Tensor]:
+    """{our adapter name: tensor} of a LoRA run's step_<N>, through the allow-list DCP reader.
+    A base tensor saved beside them is the frozen base's and is dropped: `get_state_dict(...,
+    ignore_frozen_params=True)` still keeps a tied head (`output.weight`)."""
+    src = Path(src)
+    check_shard_sizes(src)
+    return {name: tensor for _, name, tensor, _ in step_tensors(src) if is_adapter(name)}
+
+
+def export_adapter(src, out, spec, dtype: torch.dtype) -> Path:
+    """A LoRA run's step_<N> as a PEFT adapter directory at `out` (`spec`: an AdapterSpec, from
+    the step's state.json or the run's model.lora; its base_model goes into adapter_config.json)."""
+    from .peft_io import save_adapter
+
+    check_out_dir(Path(out))
+    return save_adapter(step_adapters(src), spec, spec.base_model, out, dtype)
+
+
+def _adapter_pairs(tensors: dict, shapes: dict, base: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{base weight name: (A, B)}, every pair checked against the base's weight shape first."""
+    pairs = {}
+    for name in tensors:
+        if not name.endswith("lora_A.weight"):
+            continue
+        weight = adapter_target(name) + ".weight"
+        a, b = tensors[name], tensors.get(name[:-len("lora_A.weight")] + "lora_B.weight")
+        if weight not in shapes or b is None or (b.shape[0], a.shape[1]) != shapes[weight]:
+            raise ValueError(f"adapter {name} (A {tuple(a.shape)}, B {tuple(b.shape) if b is not None else None}) "
+                             f"does not fit {weight} {shapes.get(weight)} of the base {base}")
+        pairs[weight] = (a, b)
+    return pairs
+
+
+def _merged(tensors, scale: float, pairs: dict):
+    """The base's tensors with W + s·B@A (in float32) where an adapter targets W."""
+    for name, w in tensors:
+        if name in pairs:
+            w = w.float() + merged_delta(*pairs[name], scale, torch.float32)
+        yield name, w
