@@ -10,7 +10,7 @@ sharded loading and the checkpoints all address weights by their names. `LoraLin
 `wq.weight` / `wq.bias` where they were and adds `wq.lora_A.weight` / `wq.lora_B.weight`, the
 same leaves PEFT saves (`adapter_model.safetensors`), so PEFT's files map onto ours by the
 module-name mapping alone (models/peft_io.py). Its arithmetic is checked against PEFT's on the
-same weights (tests/unit/test_lora_peft.py).
+same weights (tests/unit/test_lora_peft_io.py).
 
 Pure model code: no torch.distributed. The reference policy of a LoRA run is this module with
 its adapters switched off (`adapters_disabled`): no second copy of the model.
