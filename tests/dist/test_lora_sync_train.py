@@ -11,7 +11,8 @@ import pytest
 
 ADAPTER_BYTES = 58_560 * 4
 FAST = ["model.lora.rank=4", "warmstart.steps=0", "run.max_steps=3", "algorithm.prompts_per_step=2",
-        "algorithm.group_size=2", "algorithm.entropy_coef=0.01", "data.num_train_examples=8", "data.num_eval_examples=2",
+        "algorithm.group_size=2", "algorithm.entropy_coef=0.01", "data.num_train_examples=8",
+        "data.num_eval_examples=2",
         "generation.max_new_tokens=4", "run.eval_every_steps=0", "run.max_time_s=0",
         "logging.tensorboard=false", "controller.startup_timeout_s=90", "controller.heartbeat_timeout_s=20"]
 
