@@ -18,6 +18,10 @@ def _table(title: str, columns, left=()) -> Table:
     return t
 
 
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.3f} MiB ({n} bytes)"
+
+
 def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
     console = console or Console()
     title = (f"llamarl plan · recipe {plan.recipe} · {plan.mode} · {plan.model_preset} "
@@ -53,6 +57,11 @@ def print_plan(plan: LaunchPlan, console: Console | None = None) -> None:
                         f"worker process(es) per rank (env.workers; envs/pool.py)")) if on]
     if flow:
         console.print("pipeline: " + "; ".join(flow), soft_wrap=True)
+    if plan.weight_sync:
+        w = plan.weight_sync
+        also = "" if w["bytes_per_version"] == w["full_bytes"] else f" (full weights: {_mb(w['full_bytes'])})"
+        console.print(f"weight sync per version, per generator rank: {_mb(w['bytes_per_version'])} "
+                      f"of {w['what']}{also}", soft_wrap=True)
     if plan.predicted:
         s, a = plan.predicted["sync"], plan.predicted["async"]
         console.print(f"predicted RL step time (scale simulator): sync {s:.2f} s, async {a:.2f} s "

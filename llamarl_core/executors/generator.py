@@ -20,6 +20,7 @@ import time
 
 from llamarl_core.config.schema import DataConfig, GeneratorResources, ModelConfig
 from llamarl_core.executors import rejoin
+from llamarl_core.executors.adapter_sync import make_adapter_receiver
 from llamarl_core.executors.chunks import ChunkConfig, ChunkGenerator
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.generate_loop import POLL_S, GenerateLoop
@@ -29,7 +30,8 @@ from llamarl_core.executors.stream import ChunkStream, StreamCut
 from llamarl_core.executors.weights import WeightSyncConfig, make_receiver
 from llamarl_core.generation import fp8_weights
 from llamarl_core.generation.quant_probe import QuantKL
-from llamarl_core.models.build import build_meta_model, materialize_zeros
+from llamarl_core.generation.lora_merge import changed_projections
+from llamarl_core.models.build import build_meta_model, build_model, materialize_zeros
 from llamarl_core.transport import checksums
 from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBroken
 
@@ -37,32 +39,18 @@ from llamarl_core.transport.channels import TAG_TO_REWARD, AsyncSender, LinkBrok
 class GeneratorExecutor:
     def __init__(self, ctx: RoleRuntime, chunk_cfg: ChunkConfig, model: ModelConfig, data: DataConfig,
                  resources: GeneratorResources, weight_sync: WeightSyncConfig, max_offpolicy_steps: int):
-        """`model`: what to build (its weights all come from the trainer); `data`: the train
+        """`model`: what to build (its weights all come from the trainer, or with LoRA its base
+        from the checkpoint or preset and only the adapters from the trainer); `data`: the train
         prompts; `resources`: resources.generator (dtype, quantization)."""
         g, self.chunk_cfg = resources, chunk_cfg
         self.ctx, self.weight_sync = ctx, weight_sync
-        # Built on the meta device and allocated only as this rank's TP slice: every weight
-        # arrives from the trainer (version 0 before the first chunk), so no generator rank
-        # ever reads the checkpoint or holds the full model (tp > 1).
-        self.model, self.tokenizer = build_meta_model(model, dtype=g.dtype)
-        self.model.requires_grad_(False)
-        full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
         self.rank = ReplicaRank.of(ctx)
-        token_sync = self.rank.shard(self.model)
-        materialize_zeros(self.model, ctx.device)
         self.steps = ReplicaSteps(ctx, self.rank, POLL_S)
-        prompts = encode_prompts(data, chunk_cfg.generation, load_split(data, "train"), self.tokenizer)
-        self.chunks = ChunkGenerator(chunk_cfg, self.model, self.tokenizer, prompts, self.rank.replica,
-                                     self.rank.num_replicas, g.quantization, token_sync=token_sync)
-        # Read after the engine adopted its storage (fused projections): what this rank holds.
-        self.params = dict(self.model.named_parameters())
         self.fp8_wire = weight_sync.fp8
-        if self.fp8_wire:  # the engine's linears arrive quantized (fp8 + scales): receive those
-            self.params = fp8_weights.wire_params(self.params)
-            fp8_weights.release_full_precision(self.model)
-            fp8_weights.bind(self.chunks.engine, self.model, self.params)
-        # DDMA: this rank receives only its TP slice, straight into its staging slot.
-        self.receiver = make_receiver(ctx, weight_sync, self.params, full, self.model.args)
+        if weight_sync.adapters_only:
+            self._build_lora(model, data, g)
+        else:
+            self._build_received(model, data, g)
         self.quant_kl = QuantKL(self.model, "none" if self.fp8_wire else g.quantization)
         # The decisions (adopt, staleness window, swap between decode steps): generate_loop.py.
         self.loop = GenerateLoop(self.chunks, self.receiver, ctx.control, replica=self.rank.replica,
@@ -72,6 +60,45 @@ class GeneratorExecutor:
                                  is_leader=self.rank.is_leader, on_adopt=self._record_checksums)
         self.stream = ChunkStream(self.chunks)
         self.cut_by_restart = False
+
+    def _build_received(self, model: ModelConfig, data: DataConfig, g: GeneratorResources) -> None:
+        # Built on the meta device and allocated only as this rank's TP slice: every weight
+        # arrives from the trainer (version 0 before the first chunk), so no generator rank
+        # ever reads the checkpoint or holds the full model (tp > 1).
+        self.model, self.tokenizer = build_meta_model(model, dtype=g.dtype)
+        self.model.requires_grad_(False)
+        full = dict(self.model.named_parameters())  # full shapes, before any TP sharding
+        token_sync = self.rank.shard(self.model)
+        materialize_zeros(self.model, self.ctx.device)
+        self.chunks = self._chunk_generator(data, g, token_sync)
+        # Read after the engine adopted its storage (fused projections): what this rank holds.
+        self.params = dict(self.model.named_parameters())
+        if self.fp8_wire:  # the engine's linears arrive quantized (fp8 + scales): receive those
+            self.params = fp8_weights.wire_params(self.params)
+            fp8_weights.release_full_precision(self.model)
+            fp8_weights.bind(self.chunks.engine, self.model, self.params)
+        # DDMA: this rank receives only its TP slice, straight into its staging slot.
+        self.receiver = make_receiver(self.ctx, self.weight_sync, self.params, full, self.model.args)
+
+    def _build_lora(self, model: ModelConfig, data: DataConfig, g: GeneratorResources) -> None:
+        """LoRA (model.lora.rank > 0; TP 1, no fp8: config/plan checks): this rank builds the
+        frozen base itself, as the trainer does (same seed), and receives only the adapters,
+        merged into the engine's weights at each adoption (executors/adapter_sync.py)."""
+        lora = model.lora
+        self.model, self.tokenizer = build_model(model, dtype=g.dtype, device=str(self.ctx.device),
+                                                 seed=self.chunk_cfg.seed)
+        self.model.requires_grad_(False)
+        self.chunks = self._chunk_generator(data, g, None)
+        self.receiver = make_adapter_receiver(self.ctx, self.weight_sync, self.model, lora.rank,
+                                              lora.target_modules, lora.scale)
+        self.params = self.receiver.params  # the adapters: what the checksums record
+        # a quantized engine re-quantizes only the projections a merge rewrites
+        self.chunks.engine.changed_projections = changed_projections(self.model, lora.target_modules)
+
+    def _chunk_generator(self, data: DataConfig, g: GeneratorResources, token_sync) -> ChunkGenerator:
+        prompts = encode_prompts(data, self.chunk_cfg.generation, load_split(data, "train"), self.tokenizer)
+        return ChunkGenerator(self.chunk_cfg, self.model, self.tokenizer, prompts, self.rank.replica,
+                              self.rank.num_replicas, g.quantization, token_sync=token_sync)
 
     @property
     def held(self) -> int:

@@ -168,4 +168,4 @@ def weight_sync_config(cfg: LlamaRLConfig, plan) -> WeightSyncConfig:
                             generator_dtype=r.generator.dtype, trainer_dtype=r.trainer.dtype,
                             fp8=r.generator.quantization == "fp8", bucket_mb=cfg.controller.weight_bucket_mb,
                             num_slots=r.generator.weight_slots, trainer_shards=trainer_shards(r.trainer, world),
-                            checksums=cfg.run.weight_checksums)
+                            checksums=cfg.run.weight_checksums, adapters_only=cfg.model.lora.enabled)

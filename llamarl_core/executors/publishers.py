@@ -1,7 +1,8 @@
 """How the trainer loop hands out a new version, one class per mode (see `TrainerExecutor`).
 
     WeightSync  (async): DDMA, every trainer rank sends the rows it owns straight to the
-        generator ranks that need them (no gather; transport/ddma.py).
+        generator ranks that need them (no gather; transport/ddma.py); a LoRA run sends
+        the adapters alone (executors/adapter_sync.py).
     InPlace     (sync):  the colocated engine already shares the trained module; it only
         refreshes what it derived from the weights, and rank 0 announces the version.
 Both return the metrics of the publish (empty when nothing moved).
@@ -15,6 +16,7 @@ from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.weights import WeightSyncConfig, generator_epoch, make_sender
 from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.models.lora import is_adapter
 from llamarl_core.transport import checksums
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.parallel import full_state, local_shards, unwrap
@@ -54,13 +56,18 @@ class WeightSync:
         while True:
             self._current()
             try:
-                return self.sender.send(local_shards(self.model, self.world, self.rank), version)
+                return self.sender.send(self._local(), version)
             except MembershipChanged:
                 continue
             except RuntimeError as e:  # collective: a generator died mid-send
                 if self.on_broken is None:
                     raise
                 self.on_broken(e)
+
+    def _local(self) -> dict:
+        """This rank's rows of what travels: every parameter, or the adapters (LoRA)."""
+        local = local_shards(self.model, self.world, self.rank)
+        return {n: t for n, t in local.items() if is_adapter(n)} if self.cfg.adapters_only else local
 
     def publish(self, version: int) -> dict:
         cfg, ctx = self.cfg, self.ctx
@@ -70,6 +77,8 @@ class WeightSync:
                 ctx.control.publish_version(version)
         if cfg.checksums:  # a test aid: gathers the full weights (never on the sync path)
             state = full_state(self.model, self.strategy)
+            if cfg.adapters_only:  # what the generators received: the adapters
+                state = {n: t for n, t in state.items() if is_adapter(n)}
             if self.rank == 0:
                 wire = TORCH_DTYPES[cfg.generator_dtype]
                 state = {n: t.to(wire) for n, t in state.items()}

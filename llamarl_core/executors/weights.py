@@ -7,6 +7,7 @@ ranks, the generators' dtype (conversion on the way) and their TP slices; an fp8
 quantized linears travel as fp8 with per-row scales (generation/fp8_weights.py). `auto` picks
 shared memory on a single CPU host, CUDA IPC slots when generator and trainer share one GPU
 (`resources.share_devices`), and point-to-point gloo/NCCL everywhere else.
+A LoRA run (`adapters_only`) plans over the adapter tensors alone (executors/adapter_sync.py).
 Endpoints live under the generator role's membership epoch (`xfer/<epoch>/...`, 0 until a
 restart: executors/rejoin.py).
 """
@@ -21,6 +22,7 @@ from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.generation.fused import fused_param_groups
 from llamarl_core.models.dtypes import TORCH_DTYPES
+from llamarl_core.models.lora import is_adapter
 from llamarl_core.transport.ddma import DdmaReceiver, DdmaSender
 from llamarl_core.transport.ddma_plan import DdmaPlan, build_plan, piece_bytes
 from llamarl_core.transport.membership import MembershipChanged, role_epoch
@@ -41,6 +43,13 @@ class WeightSyncConfig:
     num_slots: int        # resources.generator.weight_slots
     trainer_shards: int   # ranks one copy of the trainer's weights is split over (`trainer_shards`)
     checksums: bool = False  # run.weight_checksums: record a sha256 of the weights at every sync
+    adapters_only: bool = False  # model.lora.rank > 0: only the LoRA adapters travel (adapter_sync.py)
+
+
+def synced_shapes(cfg: WeightSyncConfig, model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Name → (full shape, dtype) of what the trainer sends: every parameter, or the adapters alone."""
+    named = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
+    return {n: v for n, v in named.items() if is_adapter(n)} if cfg.adapters_only else named
 
 
 def generator_epoch(ctx: RoleRuntime) -> int:
@@ -80,7 +89,7 @@ def make_sender(ctx: RoleRuntime, cfg: WeightSyncConfig, model: torch.nn.Module,
         if interrupt():
             raise MembershipChanged(f"generator epoch {epoch} was replaced before it joined")
         time.sleep(POLL_S)
-    shapes = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
+    shapes = synced_shapes(cfg, model)
     device = next(model.parameters()).device
     return DdmaSender(plan(ctx, cfg, shapes, model.args), ctx.local_rank, transport=cfg.transport,
                       store=transfer_client(ctx), epoch=epoch, device=device, timeout_s=ctx.step_timeout_s,

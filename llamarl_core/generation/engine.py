@@ -64,6 +64,8 @@ class GenerationEngine:
         self.fuse_prefill = fuse_prefill
         self.last_stats: dict = {}  # the last stream's prefill counters (GroupPrefill.stats)
         self.weights = EngineWeights(model, quantization)
+        # what a weight sync rewrites, when not every projection (generation/lora_merge.py)
+        self.changed_projections: Optional[set[str]] = None
         self.proj: dict = {}
         self._cache: Optional[SlotCache] = None
 
@@ -71,9 +73,11 @@ class GenerationEngine:
     def device(self) -> torch.device:
         return self.model.tok_embeddings.weight.device
 
-    def refresh_weights(self) -> None:
-        """Match the model's current weights (rebuilds quantized copies; cheap otherwise)."""
-        self.weights.refresh()
+    def refresh_weights(self, changed: Optional[set[str]] = None) -> None:
+        """Match the model's current weights (rebuilds quantized copies; cheap otherwise).
+        `changed`: the projection keys whose weights changed (None: `self.changed_projections`,
+        which a LoRA generator sets to its merge's targets; None there too: all)."""
+        self.weights.refresh(only=changed if changed is not None else self.changed_projections)
         self.proj = self.weights.proj
 
     def slot_cache(self, slots: int, length: int) -> SlotCache:

@@ -17,7 +17,8 @@ Where the fused buffers live depends on who else uses the model:
   * **copied** (a model being trained, e.g. the synchronous actor's): the fused buffers are
     copies, rebuilt at the start of every `generate()` call, so in-place updates by the
     optimizer are always seen.
-  * **quantized** (`int8`/`fp8`): copies, rebuilt by `GenerationEngine.refresh_weights()`.
+  * **quantized** (`int8`/`fp8`): copies, rebuilt by `GenerationEngine.refresh_weights()`
+    (only the projections it names as changed: a LoRA generator's targets).
     Stacking rows does not change per-output-channel scales, so a fused quantized
     projection equals the three separate ones.
 If a parameter of an adopted model is later re-pointed by someone else (its storage no longer
@@ -161,16 +162,23 @@ class EngineWeights:
             self.refresh()
         return self.proj
 
-    def refresh(self) -> None:
+    def refresh(self, only: Optional[set[str]] = None) -> None:
         """Make the projections match the model's weights now: rebuild copies (quantized or
-        trained model); for an adopted model nothing to do unless its storage was re-pointed."""
+        trained model); for an adopted model nothing to do unless its storage was re-pointed.
+        `only`: the projection keys (`0.qkv`, ...) whose weights changed since the last build,
+        the others are kept (a LoRA merge rewrites its targets alone: generation/lora_merge.py)."""
         if self.quantization == "none" and self.adoptable():
             if not self._built or any(p.data_ptr() != ptr for p, ptr in self._aliases):
                 self._adopt()
             return
-        self.proj, self._aliases = {}, []
+        if not self._built:
+            only = None
+        if only is None:
+            self.proj, self._aliases = {}, []
         quantized = self.quantization != "none"
         for key, linears in _groups(self.model):
+            if only is not None and key not in only:
+                continue
             single = linears[0] if len(linears) == 1 else None
             bias = _stacked_bias(linears)
             if quantized and key != "output":  # the output head stays full precision

@@ -67,12 +67,19 @@ def generator_weight_bytes(m: ModelArgs, *, tp: int, dtype: str, quantization: s
 
 
 def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization: str,
-                     batch: int, prompt_tokens: int, seq_tokens: int, slots: int = 2) -> MemoryEstimate:
+                     batch: int, prompt_tokens: int, seq_tokens: int, slots: int = 2,
+                     adapter_params: int = 0, target_params: int = 0) -> MemoryEstimate:
     """`slots`: weight copies held. A generator role holds two DDMA slots (it computes from one
     while the next version lands in the other, transport/ddma.py); the synchronous actor's
-    engine one (colocated_memory). int8 adds its quantized copy of the block linears."""
+    engine one (colocated_memory). int8 adds its quantized copy of the block linears.
+    LoRA (`adapter_params` > 0, plan/lora.py): one copy of the weights it built, the DDMA slots
+    of the adapters alone, and the base copy of the `target_params` it merges from."""
     b = DTYPE_BYTES[dtype]
-    weights = slots * generator_weight_bytes(m, tp=tp, dtype=dtype, quantization=quantization)
+    if adapter_params:
+        weights = (generator_weight_bytes(m, tp=tp, dtype=dtype, quantization=quantization)
+                   + slots * adapter_params * b + target_params * b)
+    else:
+        weights = slots * generator_weight_bytes(m, tp=tp, dtype=dtype, quantization=quantization)
     if quantization == "int8":
         weights += (m.num_params() - embedding_params(m) - norm_params(m)) * QUANT_BYTES["int8"] / tp
     weights /= pp
@@ -88,7 +95,10 @@ def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization
 
 def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
                    micro_batch: int, seq_tokens: int, activation_checkpointing: bool,
-                   reference: bool = False) -> MemoryEstimate:
+                   reference: bool = False, adapter_params: int = 0) -> MemoryEstimate:
+    """LoRA (`adapter_params` > 0): the frozen base plus the adapters as weights (fp32, as
+    executors/trainer_model.py builds them), gradients and AdamW state for the adapters only,
+    and no reference copy (the reference is the base: `models.lora.adapters_disabled`)."""
     n = m.num_params()
     b = DTYPE_BYTES[dtype]
     shard = fsdp * tp * pp
@@ -112,7 +122,11 @@ def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
     # sharded exactly like the trained weights; its FSDP gathers come after the policy's forward
     # has resharded, so they reuse the gather term above. Its forward's fp32 log-probabilities
     # over the vocabulary sit beside the policy's activations.
-    ref = n * b / shard if reference else 0.0
+    ref = n * b / shard if reference and not adapter_params else 0.0
+    if adapter_params:
+        weights += adapter_params * MASTER_BYTES / shard
+        gradients = adapter_params * MASTER_BYTES / shard
+        optimizer = adapter_params * 8 / shard
     if reference:
         act += tokens * m.vocab_size * 4 / tp
     return MemoryEstimate(weights / GIB, gradients / GIB, optimizer / GIB, act / GIB, 0.0, ref / GIB)

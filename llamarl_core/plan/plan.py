@@ -17,6 +17,7 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.layout import row_tokens
 from llamarl_core.config.schema import LlamaRLConfig
 from llamarl_core.config.streaming import is_sync, stream_groups_active
+from llamarl_core.plan import lora as lora_plan
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.plan import memory as mem
 from llamarl_core.plan.commands import role_commands
@@ -104,6 +105,7 @@ class LaunchPlan:
     run_id: str | None = None
     controller: ControllerAddress | None = None  # the TCPStore every rank and node reaches
     config: dict | None = None          # ... and the resolved config as written (config.yaml's)
+    weight_sync: dict | None = None     # async: what one generator rank receives per version (plan/lora.py)
 
     def role(self, name: str) -> RolePlan | None:
         return next((r for r in self.roles if r.name == name), None)
@@ -118,6 +120,7 @@ class LaunchPlan:
             "nodes": self.nodes, "model": {"preset": self.model_preset, "num_params": self.num_params},
             "roles": [r.to_json() for r in self.roles], "warnings": self.warnings,
             "predicted_step_s": self.predicted,
+            **({"weight_sync": self.weight_sync} if self.weight_sync is not None else {}),
             **({"set_by_recipe": self.set_by_recipe} if self.set_by_recipe is not None else {}),
             **run,
         }
@@ -129,7 +132,8 @@ class LaunchPlan:
         return cls(d["recipe"], d["mode"], d["device"], d["total_devices"], d["world_size"], d["nodes"],
                    d["model"]["preset"], d["model"]["num_params"], [RolePlan.from_json(r) for r in d["roles"]],
                    d["warnings"], d["predicted_step_s"], d.get("set_by_recipe"), d.get("run_dir"), d.get("run_id"),
-                   ControllerAddress(address["host"], address["port"]) if address else None, d.get("config"))
+                   ControllerAddress(address["host"], address["port"]) if address else None, d.get("config"),
+                   d.get("weight_sync"))
 
 
 def _device_spec(cfg: LlamaRLConfig) -> DeviceSpec:
@@ -153,15 +157,19 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
     seq_tokens = row_tokens(gen, cfg.env)  # a prompt and its completion, or a whole episode
     env_workers = cfg.env.workers if cfg.env.enabled else None
     gen_par = {"tp": g.tp, "dp": g.num_devices // (g.tp * g.pp), "fsdp": 1, "pp": g.pp}
+    adapters = lora_plan.adapter_params(model, cfg.model.lora)  # 0 without LoRA
     gen_mem = mem.generator_memory(model, tp=g.tp, pp=g.pp, dtype=g.dtype, quantization=g.quantization,
                                    batch=g.max_batch_size, prompt_tokens=gen.max_prompt_tokens,
-                                   seq_tokens=seq_tokens, slots=1 if sync else g.weight_slots)
+                                   seq_tokens=seq_tokens, slots=1 if sync else g.weight_slots,
+                                   # the sync actor's engine shares the trained module: no adapter sync
+                                   adapter_params=0 if sync else adapters,
+                                   target_params=0 if sync else lora_plan.target_params(model, cfg.model.lora))
 
     def trainer_mem(fsdp: int):
         return mem.trainer_memory(model, fsdp=fsdp, tp=t.tp, pp=t.pp, dtype=t.dtype,
                                   micro_batch=t.micro_batch_size, seq_tokens=seq_tokens,
                                   activation_checkpointing=t.activation_checkpointing,
-                                  reference=alg.kl_coef > 0)
+                                  reference=alg.kl_coef > 0, adapter_params=adapters)
 
     compute_devices = g.num_devices + t.num_devices
     _check_cpu_processes(cfg, spec, compute_devices)
@@ -201,6 +209,9 @@ def make_plan(cfg: LlamaRLConfig, run_dir: str | None = None, require_data: bool
                       accelerators(cfg, compute_devices) if spec.is_gpu else compute_devices,
                       compute_devices + res.reward.num_devices, nodes, model_name,
                       model.num_params(), roles, warnings=data_warnings)
+    if not sync:
+        full = mem.generator_weight_bytes(model, tp=g.tp, dtype=g.dtype, quantization=g.quantization)
+        plan.weight_sync = lora_plan.sync_bytes(model, cfg.model.lora, g.dtype, full)
     if spec.name == "cpu" and compute_devices > spec.devices_per_node:
         plan.warnings.append(f"{compute_devices} compute processes on {spec.devices_per_node} CPU cores: "
                              f"they will time-share cores")

@@ -114,6 +114,13 @@ def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     if m.ffn_dim % g.tp:
         raise ConfigError(f"resources.generator.tp={g.tp} does not divide the model's "
                           f"ffn_dim={m.ffn_dim} (MLP columns)")
+    lora = cfg.model.lora
+    if lora.enabled and g.tp > 1:  # the generator builds its base unsharded (executors/adapter_sync.py)
+        raise ConfigError(f"model.lora.rank={lora.rank} with resources.generator.tp={g.tp}: LoRA generators "
+                          f"merge adapters into an unsharded base; use tp=1")
+    if lora.enabled and g.quantization == "fp8":
+        raise ConfigError(f"model.lora.rank={lora.rank} with resources.generator.quantization=fp8: the fp8 "
+                          f"engine takes its weights quantized over the sync; use none or int8")
     if g.tp > 1 and cfg.env.enabled:  # a replica's ranks would each wait on their own environments
         raise ConfigError(f"resources.generator.tp={g.tp} with an environment (env.entry / env.tools): "
                           f"episodes run on unsharded generators only; use tp=1")
