@@ -36,7 +36,10 @@ MASTER_DTYPE = "float32"
 
 
 def loads_sharded(model: ModelConfig, t: TrainerResources, world: int) -> bool:
-    return bool(model.checkpoint) and t.strategy == "fsdp2" and world > 1
+    """Whether each rank reads only its shard: a checkpoint, FSDP2, and more than one rank per
+    shard group (fsdp2 with resources.trainer.fsdp=1 is built as DDP replicas, each whole)."""
+    fsdp, _ = trainer_sharding(t, world)
+    return bool(model.checkpoint) and t.strategy == "fsdp2" and fsdp > 1
 
 
 def build_trainer_model(ctx: RoleRuntime, model_cfg: ModelConfig, t: TrainerResources, seed: int):
