@@ -2,13 +2,16 @@
 
     checkpoints/step_<N>/            N = trainer steps done (= policy version = metrics step)
       trainer/                       model + optimizer through torch.distributed.checkpoint,
-                                     one shard file per trainer rank (sharded as trained)
+                                     one shard file per trainer rank (sharded as trained);
+                                     a LoRA run's holds the adapters and their optimizer state
+                                     only (the frozen base is model.checkpoint's, rebuilt on resume)
       rng/rank_<r>.json              torch and Python RNG states of trainer rank r (JSON)
       state.json                     step, policy_version, lr_steps (the LR schedule's position),
                                      next_chunk per generator replica (data position of the last
                                      TRAINED chunk + 1), extra chunks per replica (controller state;
                                      "dropped" before #46),
-                                     held-out accuracy by version
+                                     held-out accuracy by version, and for a LoRA run
+                                     "lora": {rank, alpha, dropout, target_modules}
       STABLE                         written last; a checkpoint without it is never loaded
       config.json, tokenizer         written first by the trainer (save_model_files): the step is
                                      a model too (models/step_checkpoint.py reads its shards)
@@ -36,10 +39,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from llamarl_core.checkpoint import safe_dcp
 from llamarl_core.checkpoint.safe_dcp import UnsafeCheckpoint
+from llamarl_core.models.lora import lora_settings
 
 STABLE = "STABLE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -139,9 +143,21 @@ def prune(run_dir: str, keep: int) -> list[str]:
 
 
 # ---- save / load (collective over the trainer group) -----------------------------------
+def _options(model) -> StateDictOptions:
+    """Frozen parameters (a LoRA run's base) are left out: they never change during the run."""
+    return StateDictOptions(ignore_frozen_params=True, strict=False) if _lora(model) else StateDictOptions()
+
+
+def _lora(model) -> dict | None:
+    return lora_settings(getattr(model, "module", model))
+
+
 def save(path: str, model, optimizer, group, rank: int, state: dict, keep: int, run_dir: str) -> None:
     """Every trainer rank calls this; rank 0 writes state.json, then STABLE, then prunes."""
-    msd, osd = get_state_dict(model, optimizer)
+    msd, osd = get_state_dict(model, optimizer, options=_options(model))
+    lora = _lora(model)
+    if lora is not None:
+        state = {**state, "lora": lora}
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(path, "trainer"),
              process_group=group)
     os.makedirs(os.path.join(path, "rng"), exist_ok=True)
@@ -162,7 +178,8 @@ def load(path: str, model, optimizer, group, rank: int) -> dict:
     """Restore model, optimizer and this rank's RNG in place; returns state.json."""
     if not is_stable(path):
         raise FileNotFoundError(f"checkpoint {path} has no {STABLE} marker (interrupted write)")
-    msd, osd = get_state_dict(model, optimizer)
+    options = _options(model)
+    msd, osd = get_state_dict(model, optimizer, options=options)
     state_dict = {"model": msd, "optim": osd}
     state = read_state(path)
     try:
@@ -172,7 +189,7 @@ def load(path: str, model, optimizer, group, rank: int) -> dict:
         causes = {str(getattr(f, "exception", f)).strip().splitlines()[-1] for f in e.failures.values()}
         raise ValueError(f"checkpoint {path} could not be loaded: {'; '.join(sorted(causes))}") from None
     set_state_dict(model, optimizer, model_state_dict=state_dict["model"],
-                   optim_state_dict=state_dict["optim"])
+                   optim_state_dict=state_dict["optim"], options=options)
     rng = rng_path(path, rank)
     if os.path.exists(rng):  # absent when resumed on more trainer ranks than saved
         torch_state, python_state = read_rng(rng)

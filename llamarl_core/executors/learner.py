@@ -4,6 +4,11 @@ Plain PyTorch on a model that may be wrapped for data parallelism by the runtime
 FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
 exact tokens the generator sampled, under the generator's sampling distribution (temperature,
 top-k, top-p: `generation.sampling`), so that with equal weights π/μ = 1.
+
+With LoRA (models/lora.py) the optimizer holds only the adapters, and the KL reference is free:
+the same module run with its adapters off (`adapters_disabled`), no second model. That forward
+is a plain forward of the wrapped module, so FSDP2's gathers and DDP's hooks run on every rank
+alike.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from llamarl_core.algorithms.optimizer import policy_optimizer
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings
 from llamarl_core.generation.sampling import chunked_policy_logprobs
+from llamarl_core.models.lora import adapters_disabled, has_lora, trainable_parameters
 from llamarl_core.wire.rollout import Rollout
 
 
@@ -74,6 +80,10 @@ class Learner:
                  data_parallel: bool = False, eos_ids: tuple[int, ...] = ()):
         self.model, self.cfg, self.ref_model = model, cfg, ref_model
         a = cfg.algorithm
+        raw = getattr(model, "module", model)  # under DDP the wrapped module
+        # LoRA: the reference is this model with its adapters off (ref_model unused, not built)
+        self.lora_reference = raw if has_lora(raw) and a.kl_coef > 0 else None
+        self.params = trainable_parameters(model)  # with LoRA: the adapters only
         # A row whose advantage is exactly 0 (its whole group scored alike) adds exactly 0 to
         # every loss kind's gradient unless a KL or entropy term is on, so one trainer rank
         # skips its forward and backward. Data-parallel ranks run the same number of
@@ -91,8 +101,8 @@ class Learner:
         self.eos_ids = eos_ids
         # fused: one kernel over every parameter (CPU and CUDA; 0.15 s instead of 0.6 s a step
         # for the 135M real model on one CPU thread, same arithmetic within an fp32 ulp)
-        self.optimizer = policy_optimizer(model.parameters(), a.lr, a.weight_decay, "rl", cfg.adam_betas,
-                                          cfg.adam_eps, fused=_fusable(model))
+        self.optimizer = policy_optimizer(self.params, a.lr, a.weight_decay, "rl", cfg.adam_betas,
+                                          cfg.adam_eps, fused=_fusable(self.params))
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
         self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
@@ -180,10 +190,9 @@ class Learner:
                     "loss": 0.0}
             if record_ratios:
                 self._ratios.append(torch.ones(0))
-            for p in self.model.parameters():
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, a.grad_clip)
         sums["grad_norm"] = as_float(grad_norm)
         finite = math.isfinite(sums["grad_norm"]) and (self.data_parallel or math.isfinite(sums.get("loss", 0.0)))
         if finite:
@@ -192,6 +201,13 @@ class Learner:
             self._skipped_updates += 1
         self.optimizer.zero_grad(set_to_none=True)
         return sums
+
+    def _reference(self):
+        """The KL reference as a context: the separate frozen model, or with LoRA the trained
+        module (wrapped as it is) with its adapters switched off for the block."""
+        if self.lora_reference is None:
+            return contextlib.nullcontext(self.ref_model)
+        return _disabled(self.model, self.lora_reference)
 
     def first_target(self, prompt_lens: torch.Tensor) -> int:
         """The first target position rows with these prompt lengths count (their first completion
@@ -227,17 +243,18 @@ class Learner:
         sides (as TRL and veRL do): the reference is scored untruncated, and so is the policy's
         side of the KL, from the same hidden states, while π/μ keeps the sampling distribution."""
         a = self.cfg.algorithm
-        kl = a.kl_coef > 0 and self.ref_model is not None
+        kl = a.kl_coef > 0 and (self.ref_model is not None or self.lora_reference is not None)
         truncated = bool(self.top_k) or self.top_p < 1.0
+        ref = None
+        if kl:  # log softmax(logits / T) at the targets, no truncation; before the policy's forward,
+            # so the module runs whole forwards one after the other (FSDP2 gathers, DDP hooks)
+            with torch.no_grad(), self._reference() as ref_model:
+                ref, _, _ = ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False, start=start))
         logprobs, entropy, whole = self.model(tokens, head=self._head(
             tokens[:, 1:], a.entropy_coef > 0, start=start, untruncated=kl and truncated))  # [m, L'-1] each
         if record_ratios:  # the batch's pi/mu as sampled: the first update's only
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
-        ref = None
-        if kl:
-            with torch.no_grad():  # log softmax(logits / T) at the targets, no truncation
-                ref, _, _ = self.ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False, start=start))
         low, high = a.clip_range()
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
@@ -245,11 +262,16 @@ class Learner:
                          staleness=staleness)
 
 
-def _fusable(model: torch.nn.Module) -> bool:
+def _fusable(params: list[torch.nn.Parameter]) -> bool:
     """Whether AdamW's fused kernel takes these parameters: fp32/16 tensors on CPU or CUDA (a
     DTensor shard included: torchtitan's default). Anything else keeps the per-tensor loop."""
-    params = list(model.parameters())
     return bool(params) and all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
+
+
+@contextlib.contextmanager
+def _disabled(model: torch.nn.Module, raw: torch.nn.Module):
+    with adapters_disabled(raw):
+        yield model
 
 
 def _mean(values: torch.Tensor) -> float:

@@ -39,9 +39,10 @@ from llamarl_core.executors.rl_step import rl_step
 from llamarl_core.executors.setup import encode_prompts, load_split, reward_name
 from llamarl_core.executors.trainer_model import build_reference_model, build_trainer_model
 from llamarl_core.generation.params import stop_ids
-from llamarl_core.models import save_model_files, save_pretrained, save_streamed
+from llamarl_core.models import save_model_files, save_streamed
 from llamarl_core.models.dtypes import TORCH_DTYPES
 from llamarl_core.models.export import export_dtype
+from llamarl_core.models.lora import is_adapter, lora_scales, merge_adapters
 from llamarl_core.observe.end_reason import EndReason, trainer_end
 from llamarl_core.observe.learning_signal import RewardsAllErrored
 from llamarl_core.observe.metrics_log import MetricsLog, TrainedExamplesLog, TrainedSamplesLog
@@ -72,9 +73,10 @@ class TrainerExecutor:
         self.group = ctx.groups.get(ctx.role)
         self.rank, self.world = ctx.local_rank, len(ctx.ranks(ctx.role))
         # The KL reference is the policy RL starts from (refreshed after the warm start), sharded
-        # like the trainer: trainer_model.py.
+        # like the trainer: trainer_model.py. With LoRA none is built: the learner runs the
+        # trained module with its adapters off (the base).
         self.ref = (build_reference_model(self.model, ctx.device, TORCH_DTYPES[resources.dtype])
-                    if algorithm.kl_coef > 0 else None)
+                    if algorithm.kl_coef > 0 and not model.lora.enabled else None)
         eos_ids = stop_ids(self.tokenizer)  # what the engine stops on: a completion ending there is not cut
         self.learner = Learner(self.model, learner_cfg, self.ref, data_parallel=self.world > 1, eos_ids=eos_ids)
         self.train_prompts = encode_prompts(data, generation, load_split(data, "train"), self.tokenizer)
@@ -161,7 +163,8 @@ class TrainerExecutor:
             warmstart_steps(self.model, w, self.run_cfg.seed, seqs, self.tokenizer.pad_id, self.rank,
                             self.world, log=lambda m: print(m, flush=True),
                             on_step=self._progress("warmstart"), adam=self.learner.cfg)
-        if self.ref is not None:  # KL to where RL starts, not to the weights before the warm start
+        # KL to where RL starts, not to the weights before the warm start (with LoRA: to the base)
+        if self.ref is not None:
             copy_weights(self.ref, self.model)
         self.checkpoint(WARMSTART_CHECKPOINT)
         if self.rank == 0:
@@ -222,26 +225,26 @@ class TrainerExecutor:
         return hasattr(self.model, "reshard")
 
     def checkpoint(self, name: str, dtype: torch.dtype | None = None) -> None:
-        """An HF checkpoint, weights in `dtype` (default: as trained). Under FSDP2 the parameters
-        are gathered one tensor at a time into the file being written, so no rank ever holds the
-        full model (70B/405B)."""
+        """An HF checkpoint, weights in `dtype` (default: as trained); a LoRA model's written
+        merged (W + s·B@A, no adapter names: models/lora.py `merge_adapters`). Under FSDP2 the
+        parameters are gathered one tensor at a time into the file being written, so no rank
+        ever holds the full model (70B/405B)."""
         path = os.path.join(self.ctx.run_dir, "checkpoints", name)
         dtype = dtype or TORCH_DTYPES[self.resources.dtype]
+        raw = unwrap(self.model)
+        shapes = {n: tuple(p.shape) for n, p in raw.named_parameters() if not is_adapter(n)}
         if self._sharded():
-            raw = unwrap(self.model)
-            shapes = {n: tuple(p.shape) for n, p in raw.named_parameters()}
             tensors = iter_full_tensors(self.model, keep=self.rank == 0)
             if self.rank != 0:
                 for _ in tensors:  # take part in every gather
                     pass
                 return
-            with self.ctx.timeline.span("checkpoint"):
-                save_streamed(tensors, shapes, dtype, raw.args, self.tokenizer, path)
+        elif self.rank != 0:  # DDP replicas hold the same weights
             return
-        if self.rank != 0:  # DDP replicas hold the same weights
-            return
+        else:
+            tensors = ((n, p.detach()) for n, p in raw.named_parameters())
         with self.ctx.timeline.span("checkpoint"):
-            save_pretrained(unwrap(self.model), self.tokenizer, path, dtype=dtype)
+            save_streamed(merge_adapters(tensors, lora_scales(raw)), shapes, dtype, raw.args, self.tokenizer, path)
 
     def export_final(self) -> None:
         """checkpoints/final in export.dtype (auto: the dtype of the checkpoint the run started from)."""

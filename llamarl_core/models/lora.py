@@ -141,3 +141,71 @@ def adapters_disabled(model: nn.Module):
     finally:
         for m, on in zip(modules, before):
             m.adapters_enabled = on
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters the optimizer steps: all of them, or with LoRA only the adapters (the base
+    is frozen by `apply_lora`), so Adam keeps no state for the base."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def hold_base_in(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """The frozen base in `dtype` (the trainer's compute dtype), adapters left as they are (fp32):
+    a frozen weight is never stepped, so it needs no fp32 master copy. Works on the meta device."""
+    for name, p in model.named_parameters():
+        if not is_adapter(name) and not p.requires_grad:
+            p.data = p.data.to(dtype)
+    return model
+
+
+def modules_in_init_order(model: nn.Module, targets) -> list[LoraLinear]:
+    """The `LoraLinear`s in the order `apply_lora` draws their A (blocks, then `targets` as given):
+    a later init (after FSDP2 materialises a meta model) draws the same A from the same seed."""
+    return [layer.get_submodule(TARGET_PATHS[t]) for layer in model.layers for t in targets]
+
+
+def lora_settings(model: nn.Module) -> dict | None:
+    """{"rank", "alpha", "dropout", "target_modules"} of a LoRA model (what a step checkpoint's
+    state.json records, so an export can tell an adapter-only checkpoint), None without LoRA."""
+    found = list(lora_modules(model))
+    if not found:
+        return None
+    m = found[0][1]
+    leaves = {name.rsplit(".", 1)[-1] for name, _ in found}
+    p = m.dropout.p if isinstance(m.dropout, nn.Dropout) else 0.0
+    return {"rank": m.rank, "alpha": m.scale * m.rank, "dropout": p,
+            "target_modules": [t for t in TARGET_PATHS if t in leaves]}
+
+
+def merge_adapters(tensors, scales: dict[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) in parameter order -> the same without adapter names, each LoRA target's
+    weight replaced by W + s·B@A (float32 at least): a plain Hugging Face checkpoint. Streams:
+    a target's weight (and bias) is held only until its lora_A and lora_B, which follow it in
+    parameter order, arrive. `scales`: target module name -> s (`lora_scales`)."""
+    held: list[tuple[str, torch.Tensor]] = []
+    a = None
+    for name, t in tensors:
+        if name.endswith("lora_A.weight"):
+            a = t
+            continue
+        if name.endswith("lora_B.weight"):
+            target = adapter_target(name)
+            w_name, w = held[0]
+            assert w_name == f"{target}.weight", (w_name, name)
+            work = torch.promote_types(w.dtype, torch.float32)
+            yield w_name, w.to(work) + merged_delta(a, t, scales[target], work)
+            yield from held[1:]
+            held, a = [], None
+            continue
+        module = name.rsplit(".", 1)[0]
+        if held or (module in scales and name.endswith(".weight")):
+            held.append((name, t))  # a target's weight (and the bias after it) wait for B
+            continue
+        yield name, t
+    if held:
+        raise ValueError(f"merge_adapters: {held[0][0]} had no adapters after it")
+
+
+def lora_scales(model: nn.Module) -> dict[str, float]:
+    """Target module name -> its scale s, for `merge_adapters` ({} without LoRA: nothing merged)."""
+    return {name: m.scale for name, m in lora_modules(model)}

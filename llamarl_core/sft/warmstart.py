@@ -10,6 +10,11 @@ configurations and seeds) differ only in RL. The trainer role runs `warmstart_st
 ranks and saves the checkpoint; `bench/sync_vs_async.py: run_warmstart` does the same in one
 process (benchmarks), drawing the same batches, so its checkpoint equals a 1-rank trainer's.
 `WarmStart` is one supervised step; `sft_sequences` the task's own (prompt + reference) rows.
+
+With LoRA (model.lora) the warm start trains the adapters only (the base stays frozen) and RL
+goes on training the same adapters. The run's KL reference is then the base (the module with
+its adapters off, executors/learner.py), not "where RL starts" as without LoRA, where the
+reference is refreshed to the warm-started weights; checkpoints/warmstart is written merged.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from llamarl_core.config.schema import DataConfig, GenerationConfig, TrainerSett
 from llamarl_core.data import LoadReport, prompt_format, render_target
 from llamarl_core.data.chat_sft import chat_sequences, load_conversations
 from llamarl_core.generation.sampling import chunked_policy_logprobs
+from llamarl_core.models.lora import trainable_parameters
 
 CHECKPOINT_NAME = "warmstart"  # <run_dir>/checkpoints/warmstart
 
@@ -104,7 +110,8 @@ class WarmStart:
     def __init__(self, model: torch.nn.Module, w: WarmStartConfig, pad_id: int,
                  adam_betas: Optional[tuple] = None, adam_eps: float = TrainerSettings.adam_eps):
         self.model, self.pad_id, self.batch_size = model, pad_id, w.batch_size
-        self.optimizer = policy_optimizer(model.parameters(), w.lr, 0.0, "warmstart", adam_betas, adam_eps)
+        self.params = trainable_parameters(model)  # with LoRA: the adapters only
+        self.optimizer = policy_optimizer(self.params, w.lr, 0.0, "warmstart", adam_betas, adam_eps)
         self.steps, self.base_lr, self.t = w.steps, w.lr, 0
 
     def step(self, seqs: list[tuple[list[int], list[int]]]) -> float:
@@ -124,7 +131,7 @@ class WarmStart:
         nll = -logp                                                                # [B, L-1]
         loss = (nll * loss_mask).sum() / loss_mask.sum()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())
