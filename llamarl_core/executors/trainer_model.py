@@ -28,7 +28,8 @@ from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.models import build_empty, load_tokenizer
 from llamarl_core.models.build import build_model
 from llamarl_core.models.dtypes import TORCH_DTYPES
-from llamarl_core.models.lora import apply_lora, hold_base_in
+from llamarl_core.models.lora import apply_lora, copy_adapters, hold_base_in
+from llamarl_core.models.peft_io import adapter_for
 from llamarl_core.transport.parallel import copy_weights, shard_like, unwrap, wrap_data_parallel
 from llamarl_core.transport.sharded_load import init_adapters, load_sharded, materialize
 
@@ -59,6 +60,9 @@ def build_trainer_model(ctx: RoleRuntime, model_cfg: ModelConfig, t: TrainerReso
     if lora.enabled:  # base frozen, adapters trained (models/lora.py); every rank draws the same A
         apply_lora(raw, lora.rank, lora.scale, lora.target_modules, lora.dropout, seed=seed)
         hold_base_in(raw, TORCH_DTYPES[t.dtype])
+    start = adapter_for(raw, lora.init_from, lora)[1] if lora.init_from else None  # whole tensors
+    if start is not None and not sharded:
+        copy_adapters(raw, start)
     model = wrap_data_parallel(raw, group, t.strategy, device.type, dp=dp,
                                compute_dtype=TORCH_DTYPES[t.dtype],
                                activation_checkpointing=t.activation_checkpointing)
@@ -66,7 +70,7 @@ def build_trainer_model(ctx: RoleRuntime, model_cfg: ModelConfig, t: TrainerReso
         materialize(raw, device)
         load_sharded(raw, model_cfg.checkpoint)
         if lora.enabled:
-            init_adapters(raw, lora.target_modules, seed)
+            init_adapters(raw, lora.target_modules, seed, start)
     return model, raw, tokenizer
 
 

@@ -209,3 +209,11 @@ def merge_adapters(tensors, scales: dict[str, float]) -> Iterator[tuple[str, tor
 def lora_scales(model: nn.Module) -> dict[str, float]:
     """Target module name -> its scale s, for `merge_adapters` ({} without LoRA: nothing merged)."""
     return {name: m.scale for name, m in lora_modules(model)}
+
+
+@torch.no_grad()
+def copy_adapters(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Whole adapter tensors by name (`...wq.lora_A.weight`) into an unsharded LoRA model."""
+    params = dict(model.named_parameters())
+    for name, t in tensors.items():
+        params[name].copy_(t)

@@ -26,7 +26,7 @@ import torch
 from llamarl_core.config.choices import LORA_TARGETS, PEFT_TARGETS
 
 from .checkpoint import hf_to_ours, ours_to_hf
-from .lora import ADAPTER_LEAVES, TARGET_PATHS, adapter_target, is_adapter
+from .lora import ADAPTER_LEAVES, TARGET_PATHS, adapter_target, copy_adapters, is_adapter
 
 CONFIG_FILE, WEIGHTS_FILE = "adapter_config.json", "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."  # PeftModelForCausalLM -> LoraModel -> the HF model
@@ -201,6 +201,15 @@ def load_adapter(model, path, lora) -> AdapterSpec:
     """Copy a PEFT adapter's tensors into `model`'s LoRA layers (`apply_lora` done with `lora`,
     our `model.lora`; before any sharding: parameters are copied whole). Raises ValueError naming
     the mismatching field or key; nothing is copied unless everything matches."""
+    spec, tensors = adapter_for(model, path, lora)
+    copy_adapters(model, tensors)
+    return spec
+
+
+def adapter_for(model, path, lora) -> tuple[AdapterSpec, dict[str, torch.Tensor]]:
+    """A PEFT adapter's tensors (our names, whole) checked against `model`'s LoRA layers: rank,
+    alpha and targets against `lora`, then every key and shape (the global ones: a sharded
+    model's parameters report their full shape). ValueError naming the field or key."""
     spec, tensors = read_adapter(path)
     file = Path(path) / WEIGHTS_FILE
     check_matches(spec, lora, Path(path) / CONFIG_FILE)
@@ -213,7 +222,4 @@ def load_adapter(model, path, lora) -> AdapterSpec:
         if t.shape != params[name].shape:
             raise ValueError(f"{file}: {peft_key(name)} has shape {tuple(t.shape)}, the model's is "
                              f"{tuple(params[name].shape)}")
-    with torch.no_grad():
-        for name, t in tensors.items():
-            params[name].copy_(t)
-    return spec
+    return spec, tensors

@@ -9,6 +9,7 @@ from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import GenerationConfig, LlamaRLConfig
 from llamarl_core.config.streaming import is_sync
 from llamarl_core.models.args import ModelArgs
+from llamarl_core.models.peft_io import check_matches, read_adapter
 from llamarl_core.models.tp_slices import check_tp
 
 
@@ -37,6 +38,7 @@ def validate_parallelism(cfg: LlamaRLConfig, m: ModelArgs) -> None:
     g, t = cfg.resources.generator, cfg.resources.trainer
     _check_tp("resources.generator.tp", g.tp, m)
     _check_generator_built(cfg, m)
+    _check_lora_start(cfg)
     _check_tp("resources.trainer.tp", t.tp, m)
     for key, pp in (("resources.generator.pp", g.pp), ("resources.trainer.pp", t.pp)):
         if m.n_layers % pp:
@@ -96,6 +98,19 @@ def _check_weight_transport(cfg: LlamaRLConfig) -> None:
     if t == "shm" and r.device != "cpu":
         raise ConfigError(f"controller.weight_transport=shm puts the generators' weights in host memory; "
                           f"on resources.device={r.device} use auto (NCCL) or collective")
+
+
+def _check_lora_start(cfg: LlamaRLConfig) -> None:
+    """model.lora.init_from: a PEFT adapter directory whose r, lora_alpha and targets are
+    model.lora's (the tensors' shapes are checked against the model when the trainer loads it)."""
+    lora = cfg.model.lora
+    if not lora.init_from:
+        return
+    try:
+        spec, _ = read_adapter(lora.init_from)
+        check_matches(spec, lora, lora.init_from)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model.lora.init_from: {e}") from None
 
 
 def _check_generator_built(cfg: LlamaRLConfig, m: ModelArgs) -> None:

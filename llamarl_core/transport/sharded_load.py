@@ -51,13 +51,18 @@ def load_sharded(model: torch.nn.Module, checkpoint_dir: str) -> int:
 
 
 @torch.no_grad()
-def init_adapters(model: torch.nn.Module, targets, seed: int) -> None:
+def init_adapters(model: torch.nn.Module, targets, seed: int,
+                  start: dict[str, torch.Tensor] | None = None) -> None:
     """PEFT's init of every LoRA adapter of a materialised (maybe sharded) model: A drawn whole,
     in `apply_lora`'s order from a generator seeded with `seed` (run.seed), each rank keeping its
-    part; B = 0."""
+    part; B = 0. `start`: whole adapter tensors by name (model.lora.init_from) instead."""
     generator = torch.Generator().manual_seed(seed)
+    names = {id(p): n for n, p in model.named_parameters()}
     for m in modules_in_init_order(model, targets):
         a, b = m.lora_A.weight, m.lora_B.weight
-        full = init_a(a.shape, generator)
-        (a.to_local() if isinstance(a, DTensor) else a).copy_(local_slice(a, full))
-        (b.to_local() if isinstance(b, DTensor) else b).zero_()
+        full_a = init_a(a.shape, generator)
+        full_b = torch.zeros(b.shape)
+        if start is not None:
+            full_a, full_b = start[names[id(a)]], start[names[id(b)]]
+        (a.to_local() if isinstance(a, DTensor) else a).copy_(local_slice(a, full_a))
+        (b.to_local() if isinstance(b, DTensor) else b).copy_(local_slice(b, full_b))
