@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from llamarl_core.checkpoint import safe_dcp
 from llamarl_core.checkpoint.safe_dcp import UnsafeCheckpoint
-from llamarl_core.models.lora import lora_settings
+from llamarl_core.models.lora import is_adapter, lora_settings
 
 STABLE = "STABLE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -152,9 +152,19 @@ def _lora(model) -> dict | None:
     return lora_settings(getattr(model, "module", model))
 
 
+def _model_state(model, optimizer, options: StateDictOptions):
+    """(model, optimizer) state dicts to save or fill; a LoRA run's model part is its adapters
+    alone: `ignore_frozen_params` still yields a tied head (`output.weight`, torch 2.13: the tie's
+    second name escapes the filter), which would put the whole embedding in every step."""
+    msd, osd = get_state_dict(model, optimizer, options=options)
+    if _lora(model) is not None:
+        msd = {k: v for k, v in msd.items() if is_adapter(k)}
+    return msd, osd
+
+
 def save(path: str, model, optimizer, group, rank: int, state: dict, keep: int, run_dir: str) -> None:
     """Every trainer rank calls this; rank 0 writes state.json, then STABLE, then prunes."""
-    msd, osd = get_state_dict(model, optimizer, options=_options(model))
+    msd, osd = _model_state(model, optimizer, _options(model))
     lora = _lora(model)
     if lora is not None:
         state = {**state, "lora": lora}
@@ -179,7 +189,7 @@ def load(path: str, model, optimizer, group, rank: int) -> dict:
     if not is_stable(path):
         raise FileNotFoundError(f"checkpoint {path} has no {STABLE} marker (interrupted write)")
     options = _options(model)
-    msd, osd = get_state_dict(model, optimizer, options=options)
+    msd, osd = _model_state(model, optimizer, options)
     state_dict = {"model": msd, "optim": osd}
     state = read_state(path)
     try:
