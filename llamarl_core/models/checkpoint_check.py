@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from .checkpoint import _IGNORED_RE, _weight_files, build_empty, hf_to_ours, ours_to_hf
+from .lora import is_adapter
 from .step_checkpoint import check_shard_sizes, is_step_checkpoint, step_shapes
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -55,6 +56,9 @@ def check_checkpoint(path) -> None:
     """Raise (ValueError, KeyError, FileNotFoundError) naming the file and tensor when the
     weights on disk do not fit config.json; reads config.json and the headers only."""
     path = Path(path)
+    if is_step_checkpoint(path) and any(is_adapter(n) for n in step_shapes(path)):
+        raise ValueError(f"{path} is a LoRA run's step: it holds the adapters alone, not a model; "
+                         f"`llamarl export {path} OUT --merged` writes one (without --merged: a PEFT adapter)")
     model, args = build_empty(path)  # meta device: shapes, no memory
     if is_step_checkpoint(path):  # a run's resumable checkpoint: shapes from the DCP metadata
         _check_step(path, {n: tuple(p.shape) for n, p in model.named_parameters()})

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
+import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
 from llamarl_core.checkpoint import checkpoints
 from llamarl_core.models.args import get_preset
+from llamarl_core.models.checkpoint_check import check_checkpoint
 from llamarl_core.models.llama import Llama
 from llamarl_core.models.lora import apply_lora, is_adapter
 
@@ -40,3 +42,14 @@ def test_a_tied_lora_model_saves_only_its_adapters_and_loads_them_back(tmp_path)
                          None, 0)
     for (n, a), (_, b) in zip(model.named_parameters(), fresh.named_parameters()):
         assert torch.equal(a, b), n
+
+
+def test_a_lora_step_named_as_a_model_is_refused_with_the_export_command(tmp_path):
+    model = _model()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    path = tmp_path / "checkpoints" / "step_1"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checkpoints.save(str(path), model, opt, None, 0, {"step": 1}, 0, str(tmp_path))
+    with pytest.raises(ValueError, match=r"holds the adapters alone.*llamarl export .*step_1 OUT --merged"):
+        check_checkpoint(path)
