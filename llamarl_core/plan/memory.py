@@ -96,9 +96,9 @@ def generator_memory(m: ModelArgs, *, tp: int, pp: int, dtype: str, quantization
 def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
                    micro_batch: int, seq_tokens: int, activation_checkpointing: bool,
                    reference: bool = False, adapter_params: int = 0) -> MemoryEstimate:
-    """LoRA (`adapter_params` > 0): the frozen base plus the adapters as weights (fp32, as
-    executors/trainer_model.py builds them), gradients and AdamW state for the adapters only,
-    and no reference copy (the reference is the base: `models.lora.adapters_disabled`)."""
+    """LoRA (`adapter_params` > 0): the frozen base in the compute dtype plus the fp32 adapters
+    as weights (executors/trainer_model.py: `hold_base_in`), gradients and AdamW state for the
+    adapters only, and no reference copy (the reference is the base: `models.lora.adapters_disabled`)."""
     n = m.num_params()
     b = DTYPE_BYTES[dtype]
     shard = fsdp * tp * pp
@@ -124,7 +124,7 @@ def trainer_memory(m: ModelArgs, *, fsdp: int, tp: int, pp: int, dtype: str,
     # over the vocabulary sit beside the policy's activations.
     ref = n * b / shard if reference and not adapter_params else 0.0
     if adapter_params:
-        weights += adapter_params * MASTER_BYTES / shard
+        weights = n * b / shard + gather + adapter_params * MASTER_BYTES / shard
         gradients = adapter_params * MASTER_BYTES / shard
         optimizer = adapter_params * 8 / shard
     if reference:
