@@ -37,7 +37,7 @@ from llamarl_core.bench.provenance import ROOT, ended, git_commit, machine
 from llamarl_core.config.choices import LORA_TARGETS
 from llamarl_core.generation import GenerationEngine, SamplingParams
 from llamarl_core.generation.fused import BLOCK_PROJECTIONS
-from llamarl_core.models.lora import TARGET_PATHS, init_a, merged_delta
+from llamarl_core.models.lora import TARGET_PATHS, init_a, merged
 
 DEFAULT_CHECKPOINT = ROOT / "models" / "smollm2-135m"
 
@@ -81,7 +81,7 @@ def merge(model, base: dict, adapters: Adapters, scale: float) -> None:
     """One sync's merge: W = W_base + s·B@A into every target's weight (the engine's storage)."""
     for path, (a, b) in adapters.items():
         w = model.get_submodule(path).weight
-        torch.add(base[path], merged_delta(a, b, scale, w.dtype), out=w.data)
+        merged(base[path], a, b, scale, out=w.data)  # the generator's own rule (generation/lora_merge.py)
 
 
 @torch.no_grad()

@@ -3,7 +3,7 @@
 With `model.lora.rank > 0` only the adapters travel (executors/adapter_sync.py). The generator
 builds the frozen base itself (the checkpoint, or the preset under run.seed, as the trainer
 does) and keeps a copy of the base weight of every LoRA target linear; each adopted version is
-then merged *from that copy*: W ← W_base + s·B@A (`models.lora.merged_delta`), written in place
+then merged *from that copy*: W ← W_base + s·B@A (`models.lora.merged`), written in place
 into the linear's `.weight`, which the engine's fused buffers alias (generation/fused.py:
 adopted storage). Merging from the copy, never from the previous merged weight, keeps every
 version exact: no rounding drifts in over versions, and B = 0 gives back the base bit for bit.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from llamarl_core.models.lora import TARGET_PATHS, merged_delta
+from llamarl_core.models.lora import TARGET_PATHS, merged
 
 # our projection name -> the engine's projection key suffix (fused.BLOCK_PROJECTIONS)
 ENGINE_PROJECTION = {"wq": "qkv", "wk": "qkv", "wv": "qkv", "wo": "wo", "w1": "w13", "w3": "w13", "w2": "w2"}
@@ -61,7 +61,6 @@ class LoraMerge:
     def apply(self, adapters: dict[str, torch.Tensor]) -> None:
         """`adapters`: `<target>.lora_A.weight` / `.lora_B.weight` of every target (any dtype)."""
         with torch.no_grad():
-            for path, lin in self.linears.items():
-                delta = merged_delta(adapters[f"{path}.lora_A.weight"], adapters[f"{path}.lora_B.weight"],
-                                     self.scale, torch.float32)  # [out, in]
-                lin.weight.copy_((self.base[path].float() + delta).to(lin.weight.dtype))
+            for path, lin in self.linears.items():  # one addmm per target, from the base, into the weight
+                merged(self.base[path], adapters[f"{path}.lora_A.weight"], adapters[f"{path}.lora_B.weight"],
+                       self.scale, out=lin.weight)

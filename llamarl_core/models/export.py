@@ -31,7 +31,7 @@ from .checkpoint import _IGNORED_RE, _weight_files, build_empty, checkpoint_tens
 from .checkpoint_check import check_checkpoint
 from .dtypes import TORCH_DTYPES
 from .hf_config import read_config
-from .lora import adapter_target, is_adapter, merged_delta
+from .lora import adapter_target, is_adapter, merged
 from .step_checkpoint import check_shard_sizes, is_step_checkpoint, step_shapes, step_tensors
 from .tokenizer import load_tokenizer
 
@@ -148,5 +148,5 @@ def _merged(tensors, scale: float, pairs: dict):
     """The base's tensors with W + s·B@A (in float32) where an adapter targets W."""
     for name, w in tensors:
         if name in pairs:
-            w = w.float() + merged_delta(*pairs[name], scale, torch.float32)
+            w = merged(w.float(), *pairs[name], scale)
         yield name, w

@@ -65,15 +65,12 @@ class LoraLinear(nn.Module):
         b = self.lora_B.weight.to(x.dtype)
         return y + F.linear(F.linear(self.dropout(x), a), b) * self.scale  # [..., r] -> [..., out]
 
-    def delta(self) -> torch.Tensor:
-        """s · B @ A, [out, in], in the weight's dtype (detached)."""
-        return merged_delta(self.lora_A.weight.detach(), self.lora_B.weight.detach(), self.scale,
-                            self.weight.dtype)
-
     def merged_weight(self) -> torch.Tensor:
-        """W + s · B @ A (detached; W alone while the adapters are off)."""
+        """W + s · B @ A (detached, `merged`; W alone while the adapters are off)."""
         w = self.weight.detach()
-        return w + self.delta() if self.adapters_enabled else w
+        if not self.adapters_enabled:
+            return w
+        return merged(w, self.lora_A.weight.detach(), self.lora_B.weight.detach(), self.scale)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, rank={self.rank}, scale={self.scale:g}"
@@ -85,10 +82,17 @@ def init_a(shape, generator: torch.Generator | None = None) -> torch.Tensor:
     return torch.empty(shape).uniform_(-bound, bound, generator=generator)
 
 
-def merged_delta(a: torch.Tensor, b: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
-    """s · B @ A ([out, r] @ [r, in] -> [out, in]), computed in float32 at least, then `dtype`."""
-    work = torch.promote_types(a.dtype, torch.float32)
-    return (b.to(work) @ a.to(work)).mul_(scale).to(dtype)
+def merged(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float,
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """W + s · B @ A ([out, in] + s · [out, r] @ [r, in]), in the weight's dtype: the one merge
+    rule (the trainer's merged engine weights and checkpoints, the generator's merge of each
+    version, `llamarl export --merged`), so all of them agree bit for bit. One `addmm` in float32
+    (at least; a 16-bit weight is merged in float32 and rounded once); `out`: written in place."""
+    work = torch.promote_types(w.dtype, torch.float32)
+    if w.dtype == a.dtype == b.dtype == work:
+        return torch.addmm(w, b, a, alpha=scale, **({"out": out} if out is not None else {}))
+    result = torch.addmm(w.to(work), b.to(work), a.to(work), alpha=scale).to(w.dtype)
+    return out.copy_(result) if out is not None else result
 
 
 def apply_lora(model: nn.Module, rank: int, scale: float, targets, dropout: float = 0.0,
@@ -193,7 +197,7 @@ def merge_adapters(tensors, scales: dict[str, float]) -> Iterator[tuple[str, tor
             w_name, w = held[0]
             assert w_name == f"{target}.weight", (w_name, name)
             work = torch.promote_types(w.dtype, torch.float32)
-            yield w_name, w.to(work) + merged_delta(a, t, scales[target], work)
+            yield w_name, merged(w.to(work), a, t, scales[target])
             yield from held[1:]
             held, a = [], None
             continue
