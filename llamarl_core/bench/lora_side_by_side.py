@@ -34,6 +34,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--max-time-s", type=float, default=900.0, help="run.max_time_s of each run (default 900)")
     p.add_argument("--note", default="", help="machine, load, what ran beside")
+    p.add_argument("--runs", default=None, help="summarize the two finished runs under this directory (named by "
+                   "recipe, as this bench leaves them) instead of training")
     p.add_argument("overrides", nargs="*", help="key=value overrides passed to both runs")
     return p
 
@@ -42,7 +44,9 @@ def sync_stats(run_dir: Path) -> dict:
     """Per sync (median over the run's metrics lines that carry one): bytes and seconds."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     syncs = [m for m in lines if "sync/bytes" in m]
-    return {"syncs": len(syncs),
+    plan_file = run_dir / "plan.json"
+    plan = (json.loads(plan_file.read_text()).get("weight_sync") or {}) if plan_file.is_file() else {}
+    return {"syncs": len(syncs), "planned_bytes_per_version": plan.get("bytes_per_version"),  # llamarl plan's figure
             "bytes_per_sync": statistics.median(m["sync/bytes"] for m in syncs) if syncs else None,
             "seconds_per_sync": statistics.median(m["sync/seconds"] for m in syncs) if syncs else None}
 
@@ -78,6 +82,9 @@ def assemble(full: dict, lora: dict, max_time_s: float) -> dict:
                                 "ratio": _ratio(lora["sync"]["bytes_per_sync"], full["sync"]["bytes_per_sync"])},
         "sync_seconds_per_sync": {"full": full["sync"]["seconds_per_sync"], "lora": lora["sync"]["seconds_per_sync"],
                                   "ratio": _ratio(lora["sync"]["seconds_per_sync"], full["sync"]["seconds_per_sync"])},
+        # what moved per sync against the tensors it had to move (the plan's figure: the adapters' own bytes)
+        "sync_bytes_vs_planned": {"full": _ratio(full["sync"]["bytes_per_sync"], full["sync"]["planned_bytes_per_version"]),
+                                  "lora": _ratio(lora["sync"]["bytes_per_sync"], lora["sync"]["planned_bytes_per_version"])},
         "busy_share": {"full": full["busy_share"], "lora": lora["busy_share"]},
         "rl_steps": {"full": full["rl_steps"], "lora": lora["rl_steps"]},
     }
@@ -85,11 +92,15 @@ def assemble(full: dict, lora: dict, max_time_s: float) -> dict:
             "runs": {"full": full, "lora": lora}}
 
 
+def _train_words(recipe: str, max_time_s: float, overrides: list[str], run_dir: Path) -> list[str]:
+    return [f"recipe={recipe}", f"run.max_time_s={max_time_s:g}", f"run.dir={run_dir}", *overrides]
+
+
 def train_and_watch(recipe: str, max_time_s: float, overrides: list[str], work_dir: Path, note: str) -> dict:
     """One `llamarl train` run from the repo root (the recipes' paths are relative), its workers'
     peak RSS watched beside it; its summary."""
     run_dir = work_dir / recipe
-    words = [f"recipe={recipe}", f"run.max_time_s={max_time_s:g}", f"run.dir={run_dir}", *overrides]
+    words = _train_words(recipe, max_time_s, overrides, run_dir)
     watcher = threading.Thread(target=watch, args=(run_dir, run_dir / "peak_rss.json", 2.0, max_time_s + 3600),
                                daemon=True)
     watcher.start()
@@ -108,6 +119,10 @@ def run(args, command: str) -> int:
     work_dir = Path(args.work_dir)
     runs = {}
     for name, recipe in RECIPES.items():
+        if args.runs:
+            words = _train_words(recipe, args.max_time_s, args.overrides, Path(args.runs) / recipe)
+            runs[name] = run_summary(Path(args.runs) / recipe, "llamarl train " + " ".join(words), args.note)
+            continue
         print(f"{name}: llamarl train recipe={recipe} run.max_time_s={args.max_time_s:g} (log: "
               f"{work_dir / recipe}.log)", flush=True)
         runs[name] = train_and_watch(recipe, args.max_time_s, args.overrides, work_dir, args.note)
@@ -122,8 +137,9 @@ def _print(c: dict) -> None:
     def fmt(x):
         return "-" if x is None else f"{x:.3g}"
     print(f"{'':<26}{'full':>10}{'lora':>10}{'lora/full':>11}")
-    for key in ("trainer_train_s_per_step", "trainer_peak_rss_gib", "sync_bytes_per_sync", "sync_seconds_per_sync"):
+    for key in ("trainer_train_s_per_step", "trainer_peak_rss_gib", "sync_bytes_per_sync", "sync_seconds_per_sync",
+                "sync_bytes_vs_planned"):
         v = c[key]
-        print(f"{key:<26}{fmt(v['full']):>10}{fmt(v['lora']):>10}{fmt(v['ratio']):>11}")
+        print(f"{key:<26}{fmt(v['full']):>10}{fmt(v['lora']):>10}{fmt(v.get('ratio')):>11}")
     g = c["accuracy_gain_points"]
     print(f"{'accuracy gain (points)':<26}{fmt(g['full']):>10}{fmt(g['lora']):>10}{g['lora_minus_full']:>+10.1f}")

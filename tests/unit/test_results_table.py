@@ -73,9 +73,9 @@ def test_a_changed_headline_value_fails_check_on_the_readme_and_a_rewrite_fixes_
 
 def test_the_headline_has_one_line_per_headline_in_order_each_linking_its_jsons():
     lines = [line for line in rt.headline(RESULTS).splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [line.split(" | ")[0][2:] for line in lines] == list(rt.HEADLINES) and len(lines) == 6
+    assert [line.split(" | ")[0][2:] for line in lines] == list(rt.HEADLINES) and len(lines) == 7
     links = [re.findall(r"\]\(benchmarks/results/([\w.]+)\)", line) for line in lines]
-    assert links == [["real_model_cpu.json"], ["agent_calc_cpu.json"], ["streaming_cpu.json"],
+    assert links == [["real_model_cpu.json"], ["agent_calc_cpu.json"], ["lora_vs_full_cpu.json"], ["streaming_cpu.json"],
                      ["sync_vs_async_cpu.json"], ["simulator_405b_math.json"], ["generation_real_cpu.json"]]
     assert all((RESULTS / name).exists() for names in links for name in names)
 
@@ -192,7 +192,7 @@ def test_every_rows_command_is_llamarl_bench_with_a_known_name_whose_options_par
     assert len(bench) >= 20  # most rows are reproduced by a bench; the others by `llamarl train`
     assert {c.split()[2] for c in bench} == {"sync-vs-async", "quality", "weight-sync", "generation",
                                              "generation-real", "launch", "slots", "streaming", "trainer",
-                                             "env-busy", "agent"}
+                                             "env-busy", "agent", "lora-apply", "lora-trainer", "lora"}
     assert {claim: p for claim, c in commands.items() if c and (p := bench_command_problem(c))} == {}
     capsys.readouterr()  # argparse's error lines, had any command failed
 
