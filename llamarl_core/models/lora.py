@@ -154,7 +154,8 @@ def adapters_disabled(model: nn.Module):
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The parameters the optimizer steps: all of them, or with LoRA only the adapters (the base
     is frozen by `apply_lora`), so Adam keeps no state for the base."""
-    return [p for p in model.parameters() if p.requires_grad]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return trainable or list(model.parameters())  # a model frozen by its caller (tests): as before LoRA
 
 
 def hold_base_in(model: nn.Module, dtype: torch.dtype) -> nn.Module:
