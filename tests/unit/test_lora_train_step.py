@@ -88,6 +88,16 @@ def test_a_lora_linear_gradient_equals_the_hand_derived_one():
     assert layer.weight.grad is None
 
 
+def _merged_copy(lora) -> torch.nn.Module:
+    """A plain base model holding `lora`'s merged weights W + s·B@A."""
+    merged = _base()
+    with torch.no_grad():
+        params = dict(merged.named_parameters())
+        for name, m in lora_modules(lora):
+            params[f"{name}.weight"].copy_(m.merged_weight())
+    return merged
+
+
 def _grads_of_a_step(model, learner) -> dict:
     got = {}
     learner.optimizer.step = lambda: got.update({n: p.grad.clone() for n, p in model.named_parameters()
@@ -100,11 +110,7 @@ def test_the_rl_loss_gradient_of_the_adapters_follows_from_the_merged_weights_gr
     # W' = W + s B A, so dL/dB = s (dL/dW') Aᵀ and dL/dA = s Bᵀ (dL/dW'), with dL/dW' taken from
     # the plain model holding the merged weights, through the same RL loss on the same batch.
     lora = _lora(nonzero_b=True)
-    merged = _base()
-    with torch.no_grad():
-        params = dict(merged.named_parameters())
-        for name, m in lora_modules(lora):
-            params[f"{name}.weight"].copy_(m.merged_weight())
+    merged = _merged_copy(lora)
     lora_grads = _grads_of_a_step(lora, _learner(lora))
     full_grads = _grads_of_a_step(merged, _learner(merged))
     assert set(lora_grads) == {n for n, _ in lora.named_parameters() if is_adapter(n)}
@@ -132,11 +138,7 @@ def test_the_kl_to_the_base_is_zero_at_step_0_and_the_separate_reference_otherwi
     # B != 0: the free reference (adapters off) scores as a separate base model does, with the
     # same policy (the merged weights) on the same batch
     lora = _lora(nonzero_b=True)
-    merged = _base()
-    with torch.no_grad():
-        params = dict(merged.named_parameters())
-        for name, m in lora_modules(lora):
-            params[f"{name}.weight"].copy_(m.merged_weight())
+    merged = _merged_copy(lora)
     learner = _learner(lora, *kl)
     assert learner.lora_reference is lora and learner.ref_model is None
     got = train_on(learner, _batch(), torch.zeros(8))
