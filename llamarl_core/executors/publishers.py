@@ -16,7 +16,6 @@ from llamarl_core.executors.context import RoleRuntime
 from llamarl_core.executors.weights import WeightSyncConfig, generator_epoch, make_sender
 from llamarl_core.generation.fp8_weights import engine_quantizes
 from llamarl_core.models.dtypes import TORCH_DTYPES
-from llamarl_core.models.lora import is_adapter
 from llamarl_core.transport import checksums
 from llamarl_core.transport.membership import MembershipChanged
 from llamarl_core.transport.parallel import full_state, local_shards, unwrap
@@ -66,8 +65,7 @@ class WeightSync:
 
     def _local(self) -> dict:
         """This rank's rows of what travels: every parameter, or the adapters (LoRA)."""
-        local = local_shards(self.model, self.world, self.rank)
-        return {n: t for n, t in local.items() if is_adapter(n)} if self.cfg.adapters_only else local
+        return {n: t for n, t in local_shards(self.model, self.world, self.rank).items() if self.cfg.travels(n)}
 
     def publish(self, version: int) -> dict:
         cfg, ctx = self.cfg, self.ctx
@@ -77,8 +75,7 @@ class WeightSync:
                 ctx.control.publish_version(version)
         if cfg.checksums:  # a test aid: gathers the full weights (never on the sync path)
             state = full_state(self.model, self.strategy)
-            if cfg.adapters_only:  # what the generators received: the adapters
-                state = {n: t for n, t in state.items() if is_adapter(n)}
+            state = {n: t for n, t in state.items() if cfg.travels(n)}  # what the generators received
             if self.rank == 0:
                 wire = TORCH_DTYPES[cfg.generator_dtype]
                 state = {n: t.to(wire) for n, t in state.items()}

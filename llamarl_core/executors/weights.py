@@ -45,11 +45,14 @@ class WeightSyncConfig:
     checksums: bool = False  # run.weight_checksums: record a sha256 of the weights at every sync
     adapters_only: bool = False  # model.lora.rank > 0: only the LoRA adapters travel (adapter_sync.py)
 
+    def travels(self, name: str) -> bool:
+        """Whether parameter `name` is sent at a sync: every one, or with LoRA the adapters alone."""
+        return not self.adapters_only or is_adapter(name)
+
 
 def synced_shapes(cfg: WeightSyncConfig, model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Name → (full shape, dtype) of what the trainer sends: every parameter, or the adapters alone."""
-    named = {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters()}
-    return {n: v for n, v in named.items() if is_adapter(n)} if cfg.adapters_only else named
+    return {n: (tuple(p.shape), p.dtype) for n, p in model.named_parameters() if cfg.travels(n)}
 
 
 def generator_epoch(ctx: RoleRuntime) -> int:

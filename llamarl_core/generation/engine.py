@@ -73,11 +73,10 @@ class GenerationEngine:
     def device(self) -> torch.device:
         return self.model.tok_embeddings.weight.device
 
-    def refresh_weights(self, changed: Optional[set[str]] = None) -> None:
-        """Match the model's current weights (rebuilds quantized copies; cheap otherwise).
-        `changed`: the projection keys whose weights changed (None: `self.changed_projections`,
-        which a LoRA generator sets to its merge's targets; None there too: all)."""
-        self.weights.refresh(only=changed if changed is not None else self.changed_projections)
+    def refresh_weights(self) -> None:
+        """Match the model's current weights (rebuilds quantized copies; cheap otherwise): only
+        `changed_projections` when set (a LoRA generator's merge targets), else all."""
+        self.weights.refresh(only=self.changed_projections)
         self.proj = self.weights.proj
 
     def slot_cache(self, slots: int, length: int) -> SlotCache:
