@@ -18,6 +18,9 @@ and a token whose ratio exceeds rho still gets gradient ``rho * A * grad log pi`
              r = pi/mu (eps_high > eps_low is DAPO's clip-higher, arXiv 2503.14476 section 3.1).
 - ``clamp``: ``-min(pi/mu, rho) * A`` with the ratio differentiated: gradient
              ``r*A*grad log pi`` below the cap and exactly 0 above it.
+- ``gspo``:  ppo's clipped objective on GSPO's sequence ratio s_i = exp(mean_t log(pi/mu))
+             (arXiv 2507.18071; algorithms/gspo.py).
+``dual_clip_c`` (ppo, gspo) bounds the objective below by c*A where A < 0 (algorithms/dual_clip.py).
 
 Several updates per batch (``old_logprobs`` = log pi_old, the trainer's policy before the
 batch's first update): the ratio splits as pi/mu = (pi/pi_old) * (pi_old/mu), the decoupled
@@ -28,25 +31,39 @@ PPO clips:
 - ``aipo``:  ``-w * r * A``            (gradient ``w * r * A * grad log pi``; = AIPO at r = 1)
 - ``pg``:    ``-r * A``                (on-policy surrogate; = pg at r = 1)
 - ``ppo``:   ``-w * min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)``
+- ``gspo``:  as ppo with r the sequence ratio exp(mean_t log(pi/pi_old)), w still per token
 - ``clamp``: unchanged, ``-min(pi/mu, rho) * A`` (its cap is on the whole ratio)
 
 Optional terms: ``kl_coef * k3(pi || ref)`` with k3 = exp(ref - logp) - (ref - logp) - 1,
 and ``-entropy_coef * entropy``. Both sides of the KL must be log-probs of one distribution:
 ``kl_logprobs`` (the policy's, untruncated, when the sampling truncates) replaces ``logprobs``
 in it, so that pi = ref gives exactly 0. Metrics are plain floats computed under no_grad.
+
+``length_norm_tokens`` (Dr.GRPO, Liu et al. 2025, arXiv 2503.20783 section 3.1): the loss is the
+counted tokens' sum over (rows with tokens x this constant) instead of over the tokens counted,
+so a sequence's weight no longer shrinks with its length (TRL ``loss_type="dr_grpo"``).
 """
 from __future__ import annotations
 
 import torch
 
+from llamarl_core.algorithms.dual_clip import clipped_objective
+from llamarl_core.algorithms.gspo import sequence_ratio
 from llamarl_core.algorithms.metrics import as_float, importance_metrics
 from llamarl_core.config.choices import AGGREGATIONS, LOSS_KINDS
 from llamarl_core.config.schema import AlgorithmConfig  # the keyword defaults: one source
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
-    """Masked mean over all tokens, or over each sequence's tokens then over sequences."""
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str,
+              length_norm_tokens: int | None = None) -> torch.Tensor:
+    """Masked mean over all tokens, or over each sequence's tokens then over sequences; with
+    `length_norm_tokens` (token_mean only) the token sum over rows-with-tokens x that constant."""
+    if length_norm_tokens is not None and aggregation == "token_mean":
+        rows = (mask.sum(dim=-1) > 0).to(per_token.dtype).sum()  # [] rows with any counted token
+        return (per_token * mask).sum() / (rows * length_norm_tokens).clamp(min=1.0)  # []
+    if length_norm_tokens is not None:
+        raise ValueError(f"length_norm_tokens applies to aggregation='token_mean', got {aggregation!r}")
     if aggregation == "token_mean":
         return (per_token * mask).sum() / mask.sum().clamp(min=1.0)  # []
     if aggregation == "sequence_mean":
@@ -68,6 +85,8 @@ def aipo_loss(
     kind: str = AlgorithmConfig.name,
     clip_eps: float = AlgorithmConfig.clip_eps,  # PPO clip, lower side (and the upper one unless clip_eps_high is given)
     clip_eps_high: float | None = None,
+    dual_clip_c: float | None = AlgorithmConfig.dual_clip_c,  # ppo/gspo: objective >= c*A where A < 0
+    length_norm_tokens: int | None = None,  # Dr.GRPO's constant (generation.max_new_tokens); None: token counts
     old_logprobs: torch.Tensor | None = None,  # [B, T] log pi_old, when a batch gets several updates
     ref_logprobs: torch.Tensor | None = None,  # [B, T] reference-policy log-probs
     kl_logprobs: torch.Tensor | None = None,  # [B, T] the policy's log-probs on the reference's distribution
@@ -88,19 +107,23 @@ def aipo_loss(
     ratio = torch.exp(log_ratio)  # [B, T] pi/mu, differentiable
     lo, hi = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
     clip_ratio = ratio  # [B, T] the ratio PPO clips (and ppo_clip_frac counts)
+    dual = None  # [B, T] where the dual-clip bound is active (ppo/gspo with dual_clip_c)
     if old_logprobs is not None and kind != "clamp":
         old = old_logprobs.detach().to(logprobs.dtype)  # [B, T]
         w = torch.exp((old - behavior).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).clamp(max=rho)  # [B, T]
-        clip_ratio = torch.exp((logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # [B, T] pi/pi_old
-        per_token = _decoupled(kind, clip_ratio, w, advantages, lo, hi)  # [B, T]
+        update_log = (logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T] log pi/pi_old
+        clip_ratio = sequence_ratio(update_log, mask) if kind == "gspo" else torch.exp(update_log)  # [B, T]
+        per_token, dual = _decoupled(kind, clip_ratio, w, advantages, lo, hi, dual_clip_c)  # [B, T]
     elif kind == "aipo":
         weight = ratio.detach().clamp(max=rho)  # [B, T] stopgrad(min(r, rho))
         per_token = -weight * advantages * logprobs  # [B, T]
     elif kind == "pg":
         per_token = -advantages * logprobs  # [B, T]
-    elif kind == "ppo":
-        clipped = ratio.clamp(lo, hi)  # [B, T]
-        per_token = -torch.minimum(ratio * advantages, clipped * advantages)  # [B, T]
+    elif kind in ("ppo", "gspo"):
+        if kind == "gspo":
+            clip_ratio = sequence_ratio(log_ratio, mask)  # [B, T] s_i on each token of sequence i
+        objective, dual = clipped_objective(clip_ratio, advantages, lo, hi, dual_clip_c)  # [B, T]
+        per_token = -objective  # [B, T]
     else:  # clamp
         per_token = -ratio.clamp(max=rho) * advantages  # [B, T]
     metrics: dict[str, float] = {}
@@ -117,7 +140,9 @@ def aipo_loss(
         metrics["entropy"] = _masked_mean(entropy.detach().to(logprobs.dtype), mask)
     else:  # E_{a~mu}[-log pi(a)]: the policy's entropy, estimated on the sampled tokens for free
         metrics["entropy"] = _masked_mean(-logprobs.detach(), mask)
-    loss = aggregate(per_token, mask, aggregation)  # []
+    loss = aggregate(per_token, mask, aggregation, length_norm_tokens)  # []
+    if dual is not None:
+        metrics["dual_clip_frac"] = _masked_mean(dual.to(mask.dtype), mask)
     metrics.update(importance_metrics(ratio.detach(), mask, rho, clip_eps, staleness, clip_eps_high=clip_eps_high,
                                       clip_ratio=clip_ratio.detach()))
     metrics["loss"] = as_float(loss.detach())
@@ -125,14 +150,16 @@ def aipo_loss(
 
 
 def _decoupled(kind: str, r: torch.Tensor, w: torch.Tensor, advantages: torch.Tensor,
-               lo: float, hi: float) -> torch.Tensor:
-    """Per-token loss of several updates per batch: update ratio r = pi/pi_old (differentiable),
-    fixed behaviour weight w = min(pi_old/mu, rho) (detached)."""
+               lo: float, hi: float, dual_clip_c: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token loss of several updates per batch: update ratio r = pi/pi_old (differentiable;
+    gspo: the sequence's), fixed behaviour weight w = min(pi_old/mu, rho) (detached); and where
+    the dual clip is active."""
     if kind == "aipo":
-        return -w * r * advantages  # [B, T]
+        return -w * r * advantages, None  # [B, T]
     if kind == "pg":
-        return -r * advantages  # [B, T]
-    return -w * torch.minimum(r * advantages, r.clamp(lo, hi) * advantages)  # [B, T] ppo
+        return -r * advantages, None  # [B, T]
+    objective, dual = clipped_objective(r, advantages, lo, hi, dual_clip_c)  # [B, T] ppo, gspo
+    return -w * objective, dual  # [B, T]
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from llamarl_core.config.hardware import DEVICES
 
-LOSS_KINDS = ("aipo", "pg", "ppo", "clamp")              # algorithm.name
+LOSS_KINDS = ("aipo", "pg", "ppo", "clamp", "gspo")      # algorithm.name
+DUAL_CLIP_KINDS = ("ppo", "gspo")                        # the kinds algorithm.dual_clip_c applies to
 ADVANTAGE_MODES = ("mean", "loo", "std")                 # algorithm.advantage
 # the modes that subtract the group's mean: a group of one sample has advantage 0, nothing to learn
 GROUP_RELATIVE_ADVANTAGES = ("mean", "loo", "std")
 AGGREGATIONS = ("token_mean", "sequence_mean")           # algorithm.aggregation
+LENGTH_NORMS = ("tokens", "constant")                    # algorithm.length_norm (constant: Dr.GRPO)
 OVERLONG_MODES = ("keep", "filter", "penalty")           # algorithm.overlong
 LR_SCHEDULES = ("constant", "linear", "cosine")          # algorithm.lr_schedule
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

@@ -15,7 +15,7 @@ from llamarl_core.config.choices import (ADVANTAGE_MODES, TOOL_PARSERS, AGGREGAT
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
-                                         EVAL_POLICIES, SPLITS, GROUP_RELATIVE_ADVANTAGES,
+                                         EVAL_POLICIES, SPLITS, GROUP_RELATIVE_ADVANTAGES, DUAL_CLIP_KINDS, LENGTH_NORMS,
                                          LORA_TARGETS, PEFT_TARGETS)
 from llamarl_core.config.errors import ConfigError
 
@@ -211,11 +211,12 @@ class ResourcesConfig:
 @dataclass
 class AlgorithmConfig:
     """The RL objective and its knobs; docs/ALGORITHMS.md gives each one's formula and source."""
-    name: str = "aipo"                   # aipo | pg | ppo | clamp
+    name: str = "aipo"                   # aipo | pg | ppo | clamp | gspo
     rho: float = 4.0                     # AIPO importance-ratio cap
     clip_eps: float = 0.2                # PPO/GRPO clip range, both sides (the symmetric shorthand)
     clip_eps_low: Optional[float] = None   # DAPO clip-higher: ratio >= 1 - clip_eps_low; None = clip_eps
     clip_eps_high: Optional[float] = None  # ratio <= 1 + clip_eps_high; None = clip_eps
+    dual_clip_c: Optional[float] = None  # dual-clip PPO: for A < 0 the objective is at least c*A; > 1; None = off (ppo, gspo)
     group_size: int = 8                  # samples per prompt
     prompts_per_step: int = 32           # prompts per step (its batch; mini_batches optimizer steps)
     lr: float = 2e-4                     # the RL learning rate (AdamW)
@@ -230,6 +231,8 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0            # weight of the entropy bonus subtracted from the loss
     advantage: str = "mean"              # mean | loo | std
     aggregation: str = "token_mean"      # token_mean | sequence_mean
+    length_norm: str = "tokens"          # tokens (divide by the counted tokens) | constant (Dr.GRPO:
+                                         # each sequence's token sum / generation.max_new_tokens)
     dynamic_sampling: bool = False       # DAPO: train only groups whose rewards differ, resampling to fill the step
     max_resample_rounds: int = 4         # dynamic sampling: extra chunks per generator replica per step, at most
     overlong: str = "keep"               # completions cut at generation.max_new_tokens: keep | filter | penalty
@@ -240,6 +243,7 @@ class AlgorithmConfig:
         _check_choice("algorithm.name", self.name, LOSS_KINDS)
         _check_choice("algorithm.advantage", self.advantage, ADVANTAGE_MODES)
         _check_choice("algorithm.aggregation", self.aggregation, AGGREGATIONS)
+        _check_choice("algorithm.length_norm", self.length_norm, LENGTH_NORMS)
         _check_choice("algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_choice("algorithm.overlong", self.overlong, OVERLONG_MODES)
         _check_positive("algorithm.group_size", self.group_size)
@@ -258,6 +262,7 @@ class AlgorithmConfig:
         if self.min_lr_ratio > 1:
             raise ConfigError(f"algorithm.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         self._check_clip()
+        self._check_loss_options()
         if self.dynamic_sampling and self.group_size < 2:
             raise ConfigError("algorithm.dynamic_sampling=true needs algorithm.group_size >= 2: a group of "
                               "one sample always scores alike and would always be dropped")
@@ -286,6 +291,19 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm.clip_eps={self.clip_eps} contradicts algorithm.clip_eps_low="
                               f"{self.clip_eps_low} and algorithm.clip_eps_high={self.clip_eps_high}: "
                               f"with both bounds set the symmetric clip_eps has no effect; drop it")
+
+    def _check_loss_options(self) -> None:
+        """dual_clip_c bounds a clipped objective (ppo, gspo) and must sit above the clip range's
+        top; the constant length normaliser replaces token counts, which sequence_mean has none of."""
+        if self.dual_clip_c is not None:
+            _check_number("algorithm.dual_clip_c", self.dual_clip_c, above=1)
+            if self.name not in DUAL_CLIP_KINDS:
+                raise ConfigError(f"algorithm.dual_clip_c={self.dual_clip_c} needs algorithm.name in "
+                                  f"{DUAL_CLIP_KINDS}, got algorithm.name={self.name}: only they clip a ratio")
+        if self.length_norm == "constant" and self.aggregation == "sequence_mean":
+            raise ConfigError("algorithm.length_norm=constant contradicts algorithm.aggregation=sequence_mean: "
+                              "Dr.GRPO divides each sequence's token sum by the constant, not by its length; "
+                              "use algorithm.aggregation=token_mean")
 
     def clip_range(self) -> tuple[float, float]:
         """(eps_low, eps_high): PPO keeps the ratio in [1 - eps_low, 1 + eps_high]."""

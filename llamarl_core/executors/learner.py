@@ -256,8 +256,10 @@ class Learner:
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
         low, high = a.clip_range()
+        constant = self.cfg.generation.max_new_tokens if a.length_norm == "constant" else None  # Dr.GRPO
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
-                         clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
+                         clip_eps=low, clip_eps_high=high, dual_clip_c=a.dual_clip_c, length_norm_tokens=constant,
+                         old_logprobs=old, ref_logprobs=ref,
                          kl_logprobs=whole, kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef,
                          staleness=staleness)
 

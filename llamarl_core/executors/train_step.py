@@ -12,7 +12,8 @@
                                then each update's micro-batches; clip, optimizer step, metrics
 
 Every micro-batch, early or not, is `_run`: the `n` shortest waiting rows, cut to their longest
-row, loss times its token count (row count under aggregation=sequence_mean) over `divisor`.
+row, loss times its token count (row count under aggregation=sequence_mean or length_norm=constant)
+over `divisor`.
 Without `early` the divisor is the update's count, known before the first backward (data-
 parallel ranks all-reduce during backward, so each rank's gradient must be final then). Early,
 the count is known only when the last group arrived, hence divisor 1 and the scale in `finish`:
@@ -48,7 +49,9 @@ class TrainStep:
                              f"x mini_batches is {a.updates_per_batch * a.mini_batches}")
         self.learner, self.early, self.micro = learner, early, learner.cfg.micro_batch_size
         self.lr = learner.begin_step()
-        self.token_mean = a.aggregation == "token_mean"
+        # micro-batches weigh by their tokens, or by their rows: under sequence_mean, and under
+        # length_norm=constant, whose loss is a token sum over rows x a constant (exact when summed)
+        self.token_mean = a.aggregation == "token_mean" and a.length_norm == "tokens"
         self.rows: list[tuple[Rollout, int]] = []  # every row of the step, as (its rollout, its index)
         # per row of the step, [N] each
         self.prompt_lens, self.completion_lens = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
