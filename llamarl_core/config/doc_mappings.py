@@ -86,13 +86,17 @@ TRL = Source(
         M("min_p / repetition_penalty", (), "Use `generation.top_p` / `generation.top_k`."),
         M("chat_template_kwargs", ("data.chat_template_kwargs",),
           "Passed to `apply_chat_template`, e.g. `{enable_thinking: false}`."),
-        M("loss_type", ("algorithm.aggregation",),
+        M("loss_type", ("algorithm.aggregation", "algorithm.length_norm"),
           "`grpo` = `sequence_mean`; `dapo` (TRL's default) and `bnpo` = `token_mean`, every token of the "
-          "update weighted alike. `dr_grpo`, `cispo`, `sapo`, `luspo`, `vespo`: not supported."),
+          "update weighted alike; `dr_grpo` = `token_mean` with `length_norm=constant` (the token sum over "
+          "rows x `generation.max_new_tokens`). `cispo`, `sapo`, `luspo`, `vespo`: not supported."),
         M("scale_rewards", ("algorithm.advantage",),
           "`group` (default) = `std`, `none` = `mean`; `batch`: not supported. Ours divides by the "
           "population std + 1e-6, TRL by the sample std + 1e-4. `loo` is RLOO's baseline."),
-        M("importance_sampling_level", (), "Ours is per token (TRL's `token`); `sequence` (GSPO) is not supported."),
+        M("importance_sampling_level", ("algorithm.name=gspo",),
+          "`token` = `ppo`; `sequence` (GSPO) = `gspo`, the same gradient; TRL's GSPO recipe pairs it with "
+          "`loss_type=grpo` (our `aggregation=sequence_mean`) and epsilon 3e-4 / epsilon_high 4e-4 "
+          "(`clip_eps_low` / `clip_eps_high`)."),
         M("mask_truncated_completions", ("algorithm.overlong=filter",),
           "`algorithm.overlong=penalty` is DAPO's soft length penalty instead."),
         M("entropy_coef", ("algorithm.entropy_coef",), ""),
@@ -178,8 +182,9 @@ VERL = Source(
           "sampling (`rollout_rs`): not supported."),
         M("algorithm.rollout_correction.rollout_is_threshold", ("algorithm.rho",), "veRL 2.0, ours 4.0."),
         M(A + "policy_loss.loss_mode", ("algorithm.name",),
-          "`vanilla` = `ppo`; `gspo`, `sapo`, `gpg`, `clip_cov`, `kl_cov`, `geo_mean`, `cispo` and the rest: "
-          "not supported. Ours adds `aipo` (default), `pg`, `clamp`."),
+          "`vanilla` = `ppo` (with `dual_clip_c=3`), `gspo` = `gspo` (veRL always aggregates it "
+          "seq-mean-token-mean: ours with `aggregation=sequence_mean`); `sapo`, `gpg`, `clip_cov`, `kl_cov`, "
+          "`geo_mean`, `cispo` and the rest: not supported. Ours adds `aipo` (default), `pg`, `clamp`."),
         M(A + "optim.lr", ("algorithm.lr",), "veRL 1e-6, ours 2e-4."),
         M(A + "optim.weight_decay", ("algorithm.weight_decay",), "veRL 0.01, ours 0."),
         M(A + "optim.betas", ("trainer.adam_betas",), ""),
@@ -198,15 +203,19 @@ VERL = Source(
         M(A + "clip_ratio", ("algorithm.clip_eps", PPO), "The clipped surrogate is ours with `algorithm.name=ppo`."),
         M(A + "clip_ratio_low", ("algorithm.clip_eps_low", PPO), ""),
         M(A + "clip_ratio_high", ("algorithm.clip_eps_high", PPO), ""),
-        M(A + "clip_ratio_c", (), "Dual-clip PPO."),
+        M(A + "clip_ratio_c", ("algorithm.dual_clip_c",),
+          "Dual-clip PPO: veRL's vanilla loss always applies it (3.0); ours is off unless set, for "
+          "`ppo` and `gspo` (veRL's gspo has none)."),
         M(A + "use_kl_loss", ("algorithm.kl_coef",), "false = `kl_coef=0` (our default)."),
         M(A + "kl_loss_coef", ("algorithm.kl_coef",), "veRL 0.001 (when `use_kl_loss`), ours 0."),
         M(A + "kl_loss_type", (), "Ours is k3 always: veRL's `low_var_kl` (its default; veRL also clamps it "
           "to ±10). `kl`, `abs`, `mse`, `full`: not supported.", none="`low_var_kl` only"),
         M(A + "entropy_coeff", ("algorithm.entropy_coef",), ""),
         M(A + "loss_agg_mode", ("algorithm.aggregation",),
-          "`token-mean` (default in both) = `token_mean`, `seq-mean-token-mean` = `sequence_mean`; "
-          "`token-sum`, `seq-mean-token-sum`, `seq-mean-token-sum-norm`: not supported."),
+          "`token-mean` (default in both) = `token_mean`, `seq-mean-token-mean` = `sequence_mean`, "
+          "`seq-mean-token-sum-norm` (Dr.GRPO) = `length_norm=constant` (veRL divides by the padded response "
+          "length or `loss_scale_factor`, ours by `generation.max_new_tokens`); `token-sum`, `seq-mean-token-sum`: "
+          "not supported."),
         M(A + "strategy", ("resources.trainer.strategy",),
           "`fsdp` / `fsdp2` = `fsdp2` (shard group: `resources.trainer.fsdp`); `megatron`: not supported; "
           "ours adds `ddp`."),
