@@ -1,5 +1,5 @@
 """Every value the config accepts for algorithm.name, .advantage and .aggregation trains in a
-real `llamarl train` run (both modes). No run of its own: four runs other tests make anyway
+real `llamarl train` run (both modes). No run of its own: five runs other tests make anyway
 carry one combination each (a 2-step run costs ~15 s of start-up on 2 cores), and the test
 here checks that those carriers, as their modules define them, cover every value:
 
@@ -7,13 +7,15 @@ here checks that those carriers, as their modules define them, cover every value
     sync  k = 0   ppo   std   token_mean      test_rl_knobs_train's sync run
     async k = 1   pg    loo   sequence_mean   test_family_training's llama3 run
     async k = 1   clamp mean  sequence_mean   test_family_training's qwen3 run
+    sync  k = 0   gspo  mean  token_mean      test_loss_options_train's run
 
 (test_choices_train runs one learner step of every value in-process.)"""
 from llamarl_core.config.choices import ADVANTAGE_MODES, AGGREGATIONS, LOSS_KINDS
 
 KEYS = ("name", "advantage", "aggregation", "max_offpolicy_steps")
 COMBOS = [dict(zip(KEYS, c)) for c in (("aipo", "mean", "token_mean", 0), ("ppo", "std", "token_mean", 0),
-                                       ("pg", "loo", "sequence_mean", 1), ("clamp", "mean", "sequence_mean", 1))]
+                                       ("pg", "loo", "sequence_mean", 1), ("clamp", "mean", "sequence_mean", 1),
+                                       ("gspo", "mean", "token_mean", 0))]
 
 
 def overrides(combo: dict) -> list[str]:
@@ -41,9 +43,11 @@ def test_the_combinations_cover_every_accepted_value():
 
 def test_the_carrier_runs_train_every_combination():
     import test_family_training
+    import test_loss_options_train
     import test_resume
     import test_rl_knobs_train
 
     carriers = [test_resume.SYNC_OPTS, [*test_rl_knobs_train.COMMON, *test_rl_knobs_train.RUNS["sync"]],
-                test_family_training.ALGORITHMS["llama3"], test_family_training.ALGORITHMS["qwen3"]]
+                test_family_training.ALGORITHMS["llama3"], test_family_training.ALGORITHMS["qwen3"],
+                test_loss_options_train.OPTS]
     assert [_algorithm(words) for words in carriers] == COMBOS
