@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-from llamarl_core.config.choices import (ADVANTAGE_MODES, TOOL_PARSERS, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
+from llamarl_core.config.choices import (ADVANTAGE_MODES, KL_ESTIMATORS, KL_PLACEMENTS, MISMATCH_MODES, TOOL_PARSERS, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
@@ -227,6 +227,10 @@ class AlgorithmConfig:
     weight_decay: float = 0.0            # AdamW's decoupled weight decay
     grad_clip: float = 1.0               # the gradients' global norm is clipped to this
     kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one, sharded like the trainer
+    kl_estimator: str = "k3"             # per-token KL estimate: k1 | k2 | k3 (Schulman 2020)
+    kl_in: str = "loss"                  # where the KL acts: loss (a loss term) | reward (r - kl_coef * sum_t k_t)
+    mismatch: str = "none"               # train-inference mismatch correction: none | tis (token) | mis (sequence)
+    mismatch_cap: float = 2.0            # tis: the weight's cap; mis: sequences with pi_old/mu above it are masked
     entropy_coef: float = 0.0            # weight of the entropy bonus subtracted from the loss
     advantage: str = "mean"              # mean | loo | std
     aggregation: str = "token_mean"      # token_mean | sequence_mean
@@ -258,6 +262,7 @@ class AlgorithmConfig:
         if self.min_lr_ratio > 1:
             raise ConfigError(f"algorithm.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         self._check_clip()
+        self._check_kl_and_mismatch()
         if self.dynamic_sampling and self.group_size < 2:
             raise ConfigError("algorithm.dynamic_sampling=true needs algorithm.group_size >= 2: a group of "
                               "one sample always scores alike and would always be dropped")
@@ -286,6 +291,30 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm.clip_eps={self.clip_eps} contradicts algorithm.clip_eps_low="
                               f"{self.clip_eps_low} and algorithm.clip_eps_high={self.clip_eps_high}: "
                               f"with both bounds set the symmetric clip_eps has no effect; drop it")
+
+    def _check_kl_and_mismatch(self) -> None:
+        """A knob that would have no effect is refused, naming the key that makes it so."""
+        _check_choice("algorithm.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _check_choice("algorithm.kl_in", self.kl_in, KL_PLACEMENTS)
+        _check_choice("algorithm.mismatch", self.mismatch, MISMATCH_MODES)
+        _check_number("algorithm.mismatch_cap", self.mismatch_cap, above=0)
+        default = {f.name: f.default for f in fields(self)}
+        for key in ("kl_estimator", "kl_in"):
+            if getattr(self, key) != default[key] and self.kl_coef == 0:
+                raise ConfigError(f"algorithm.{key}={getattr(self, key)} with algorithm.kl_coef=0: there is no "
+                                  f"KL term; set algorithm.kl_coef > 0")
+        if self.mismatch_cap != default["mismatch_cap"] and self.mismatch == "none":
+            raise ConfigError(f"algorithm.mismatch_cap={self.mismatch_cap} with algorithm.mismatch=none: the cap "
+                              f"is unused; set algorithm.mismatch=tis or mis")
+        if self.mismatch != "none" and self.name == "clamp":
+            raise ConfigError(f"algorithm.mismatch={self.mismatch} with algorithm.name=clamp: clamp caps the "
+                              f"whole ratio pi/mu itself; use name=ppo, pg or aipo")
+        if self.mismatch == "tis" and self.name == "aipo":
+            raise ConfigError("algorithm.mismatch=tis with algorithm.name=aipo: AIPO is TIS already "
+                              "(its weight min(pi/mu, rho)); its cap is algorithm.rho")
+        if self.mismatch == "mis" and self.name == "aipo" and self.rho != default["rho"]:
+            raise ConfigError(f"algorithm.rho={self.rho} with algorithm.mismatch=mis: AIPO's truncated weight is "
+                              f"replaced by the MIS weight, whose cap is algorithm.mismatch_cap; drop rho")
 
     def clip_range(self) -> tuple[float, float]:
         """(eps_low, eps_high): PPO keeps the ratio in [1 - eps_low, 1 + eps_high]."""
