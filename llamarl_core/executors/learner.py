@@ -21,6 +21,7 @@ import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
+from llamarl_core.algorithms.kl import kl_reward_penalty
 from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.algorithms.metrics import MAX_METRICS, SUM_METRICS, as_float, combine_updates
 from llamarl_core.algorithms.nonfinite import NonFiniteGuard
@@ -66,14 +67,15 @@ def maybe_no_sync(model, last: bool):
 class Learner:
     """The pieces of an RL step (executors/train_step.py runs it). Where each knob of `algorithm` acts:
 
-        rewards      overlong=penalty adds DAPO's length penalty   (algorithms/overlong.py)
+        rewards      overlong=penalty adds DAPO's length penalty   (algorithms/overlong.py);
+                     kl_in=reward subtracts kl_coef * sum_t k(pi_old, ref)_t  (kl_in_reward)
         advantages   group-relative, `advantage`                   (algorithms/advantages.py)
         mask         overlong=filter drops truncated rows' tokens
         lr           warm-up, then `lr_schedule`                    (algorithms/lr_schedule.py)
         pi_old       one no-grad forward, when updates_per_batch x mini_batches > 1  (train_step.py)
         updates      updates_per_batch passes x mini_batches optimizer steps, each one
                      length-sorted micro-batches with gradient accumulation  (train_step.py)
-        loss         aipo_loss: `name`, rho, clip range, KL, entropy (algorithms/aipo.py)
+        loss         aipo_loss: `name`, rho, clip range, KL, mismatch, entropy (algorithms/aipo.py)
     """
 
     def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, ref_model: torch.nn.Module | None = None,
@@ -146,12 +148,16 @@ class Learner:
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
 
-    def prepare(self, batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def prepare(self, batch: Rollout, kl_penalty: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per row of whole groups: (training rewards, advantages, filtered by overlong=filter,
-        trained: not skipped for a zero advantage), all [N] and all computed per group."""
+        trained: not skipped for a zero advantage), all [N] and all computed per group.
+        `kl_penalty` [N]: kl_in=reward's (`kl_in_reward`), subtracted before the advantages."""
         a, gen = self.cfg.algorithm, self.cfg.generation
         rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, gen.max_new_tokens,
                                    a.overlong_buffer_tokens)                       # [N]
+        if kl_penalty is not None:
+            rewards = rewards - kl_penalty.to(rewards.dtype)                       # [N]
         advantages = compute_advantages(rewards, a.group_size, a.advantage)       # [N]
         n = batch.num_rows
         filtered = (truncated_rows(batch.tokens, batch.prompt_lens, batch.completion_lens, gen.max_new_tokens,
@@ -160,9 +166,11 @@ class Learner:
                    else torch.ones(n, dtype=torch.bool))                           # [N]
         return rewards, advantages, filtered, trained
 
-    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float, prepared=None) -> dict:
+    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float, prepared=None,
+                      kl_reward=None) -> dict:
         """The step's metrics of its rows, trained or not (staleness is the batch's property);
-        `prepared`: `prepare(batch)` when the caller has it already."""
+        `prepared`: `prepare(batch)` when the caller has it already; `kl_reward`: kl_in=reward's
+        (penalty [N], [masked KL sum, token count]) of the same rows."""
         a = self.cfg.algorithm
         rewards, advantages, filtered, trained = prepared or self.prepare(batch)
         n = batch.num_rows
@@ -171,8 +179,12 @@ class Learner:
             lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
             completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
             uniform_groups_frac=uniform_groups_frac(rewards, a.group_size))
+        penalty = torch.zeros_like(rewards) if kl_reward is None else kl_reward[0].to(rewards.dtype)  # [N]
+        if kl_reward is not None:
+            out["kl_reward_penalty_mean"] = _mean(penalty)
+            out["kl"] = as_float(kl_reward[1][0] / kl_reward[1][1].clamp(min=1.0))
         if a.overlong == "penalty":
-            out["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
+            out["overlong_penalty_mean"] = _mean(rewards + penalty - batch.rewards)
         if a.overlong == "filter":
             out["overlong_filtered_frac"] = _mean(filtered)
         return out
@@ -234,6 +246,29 @@ class Learner:
             return tuple(pad(x) for x in out)
         return head
 
+    @torch.no_grad()
+    def kl_in_reward(self, groups: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """kl_in=reward: per row, kl_coef * sum_t k(pi_old, ref)_t over its counted tokens [n]
+        (pi_old: these weights, before the step's first update: the trainer steps only after
+        every group was added), the [masked KL sum, token count] and log pi_old [n, L'-1] under
+        the sampling distribution (train_step.py reuses it as the pi_old pass). Both sides of
+        the KL untruncated, as in the loss (`micro_loss`)."""
+        a = self.cfg.algorithm
+        tokens, _, mask = completion_targets(groups)                               # [n, L'], [n, L'-1]
+        truncated = bool(self.top_k) or self.top_p < 1.0
+        device = model_device(self.model)
+        penalty, sums, old = torch.zeros(groups.num_rows), torch.zeros(2), torch.zeros(mask.shape)
+        for rows in torch.split(torch.arange(groups.num_rows), self.cfg.micro_batch_size):
+            t = tokens[rows].to(device)                                            # [m, L']
+            start = self.first_target(groups.prompt_lens[rows])
+            with self._reference() as ref_model:
+                ref, _, _ = ref_model(t, head=self._head(t[:, 1:], sampling=False, start=start))
+            logprobs, _, whole = self.model(t, head=self._head(t[:, 1:], start=start, untruncated=truncated))
+            policy = whole if truncated else logprobs                              # [m, L'-1]
+            p, s = kl_reward_penalty(policy, ref, mask[rows].to(device), a.kl_estimator, a.kl_coef)
+            penalty[rows], sums, old[rows] = p.cpu(), sums + s.cpu(), logprobs.float().cpu()
+        return penalty, sums, old
+
     def micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
                    start: int = 0):
         """One micro-batch's loss (before any scaling by its share of the step) and its metrics; the
@@ -243,7 +278,7 @@ class Learner:
         sides (as TRL and veRL do): the reference is scored untruncated, and so is the policy's
         side of the KL, from the same hidden states, while π/μ keeps the sampling distribution."""
         a = self.cfg.algorithm
-        kl = a.kl_coef > 0 and (self.ref_model is not None or self.lora_reference is not None)
+        kl = a.kl_coef > 0 and a.kl_in == "loss" and (self.ref_model is not None or self.lora_reference is not None)
         truncated = bool(self.top_k) or self.top_p < 1.0
         ref = None
         if kl:  # log softmax(logits / T) at the targets, no truncation; before the policy's forward,
@@ -258,7 +293,8 @@ class Learner:
         low, high = a.clip_range()
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=low, clip_eps_high=high, old_logprobs=old, ref_logprobs=ref,
-                         kl_logprobs=whole, kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef,
+                         kl_logprobs=whole, kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, mismatch=a.mismatch,
+                         mismatch_cap=a.mismatch_cap, entropy=entropy, entropy_coef=a.entropy_coef,
                          staleness=staleness)
 
 
