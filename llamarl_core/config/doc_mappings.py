@@ -58,7 +58,12 @@ TRL = Source(
         M("learning_rate", ("algorithm.lr",), "TRL's default is 1e-6, ours 2e-4."),
         M("beta", ("algorithm.kl_coef",),
           "k3 KL to a frozen reference, in the loss; 0 (both defaults) loads no reference. TRL multiplies "
-          "it by the ratio by default (`use_bias_correction_kl`); ours does not."),
+          "it by the ratio by default (`use_bias_correction_kl`); ours does not. TRL has only k3 in the "
+          "loss; ours also `algorithm.kl_estimator=k1|k2` and `algorithm.kl_in=reward`."),
+        M("vllm_importance_sampling_correction / vllm_importance_sampling_mode", ("algorithm.mismatch",),
+          "`token_truncate` = `tis`, `sequence_mask` = `mis` (under `algorithm.name=ppo`, TRL's loss); "
+          "`token_mask`, `sequence_truncate`: not supported. Ours' default `aipo` is token TIS already."),
+        M("vllm_importance_sampling_cap", ("algorithm.mismatch_cap",), "2.0 in both."),
         M("epsilon", ("algorithm.clip_eps", PPO),
           "TRL's lower bound, and the upper one without `epsilon_high`; ours `clip_eps` is both sides, "
           "`algorithm.clip_eps_low` the lower alone."),
@@ -169,14 +174,22 @@ VERL = Source(
           "`reinforce_plus_plus`, `remax` and the rest: not supported (no critic)."),
         M("algorithm.norm_adv_by_std_in_grpo", ("algorithm.advantage",),
           "true = `std`, false = `mean`. Ours divides by the population std, veRL by the sample std (+ 1e-6 both)."),
-        M("algorithm.use_kl_in_reward", (), "KL is a loss term in ours: `algorithm.kl_coef`."),
+        M("algorithm.use_kl_in_reward", ("algorithm.kl_in",),
+          "true = `kl_in=reward` (r - kl_coef × Σ_t k_t, before the advantages); false = `kl_in=loss` (ours' default)."),
+        M("algorithm.kl_penalty", ("algorithm.kl_estimator",),
+          "With `use_kl_in_reward`: `kl`/`k1` = `k1`, `mse`/`k2` = `k2`, `low_var_kl`/`k3` = `k3`; `abs`, `full`: "
+          "not supported."),
+        M("algorithm.kl_ctrl.kl_coef", ("algorithm.kl_coef", "algorithm.kl_in"),
+          "Fixed coefficient only (`kl_ctrl.type=fixed`); the adaptive controller: not supported."),
         M("algorithm.filter_groups.enable", ("algorithm.dynamic_sampling",), ""),
         M("algorithm.filter_groups.max_num_gen_batches", ("algorithm.max_resample_rounds",),
           "veRL counts generation batches (≤ 0: no limit); ours extra chunks per generator replica per step."),
-        M("algorithm.rollout_correction.rollout_is", ("algorithm.name=aipo",),
-          "`token` truncated IS: AIPO's min(π/μ, ρ) weight, on by default. `sequence` and rejection "
-          "sampling (`rollout_rs`): not supported."),
-        M("algorithm.rollout_correction.rollout_is_threshold", ("algorithm.rho",), "veRL 2.0, ours 4.0."),
+        M("algorithm.rollout_correction.rollout_is", ("algorithm.name=aipo", "algorithm.mismatch"),
+          "`token` truncated IS: AIPO's min(π/μ, ρ) weight (on by default), or `mismatch=tis` under ppo/pg; "
+          "`sequence` with rejection of sequences above the cap: `mismatch=mis` (TRL's `sequence_mask`). "
+          "veRL's other rejection-sampling modes (`rollout_rs`): not supported."),
+        M("algorithm.rollout_correction.rollout_is_threshold", ("algorithm.rho", "algorithm.mismatch_cap"),
+          "`rho` for AIPO (veRL 2.0, ours 4.0), `mismatch_cap` for `mismatch=tis|mis` (2.0 in both)."),
         M(A + "policy_loss.loss_mode", ("algorithm.name",),
           "`vanilla` = `ppo`; `gspo`, `sapo`, `gpg`, `clip_cov`, `kl_cov`, `geo_mean`, `cispo` and the rest: "
           "not supported. Ours adds `aipo` (default), `pg`, `clamp`."),
@@ -201,8 +214,9 @@ VERL = Source(
         M(A + "clip_ratio_c", (), "Dual-clip PPO."),
         M(A + "use_kl_loss", ("algorithm.kl_coef",), "false = `kl_coef=0` (our default)."),
         M(A + "kl_loss_coef", ("algorithm.kl_coef",), "veRL 0.001 (when `use_kl_loss`), ours 0."),
-        M(A + "kl_loss_type", (), "Ours is k3 always: veRL's `low_var_kl` (its default; veRL also clamps it "
-          "to ±10). `kl`, `abs`, `mse`, `full`: not supported.", none="`low_var_kl` only"),
+        M(A + "kl_loss_type", ("algorithm.kl_estimator",),
+          "`kl`/`k1` = `k1`, `mse`/`k2` = `k2`, `low_var_kl`/`k3` = `k3` (default in both; veRL also clamps it "
+          "to ±10). `abs`, `full`: not supported."),
         M(A + "entropy_coeff", ("algorithm.entropy_coef",), ""),
         M(A + "loss_agg_mode", ("algorithm.aggregation",),
           "`token-mean` (default in both) = `token_mean`, `seq-mean-token-mean` = `sequence_mean`; "
