@@ -13,9 +13,11 @@ from llamarl_cli.main import main
 from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import load_config
 from llamarl_core.config.schema import GenerationConfig
+from llamarl_core.generation import GenerationEngine
 from llamarl_core.generation.params import SamplingParams
 from llamarl_core.generation.sampling import (chunked_policy_logprobs, first_positions, penalize, sample_next,
                                               sampling_logprobs)
+from llamarl_core.models import ByteTokenizer, Llama, ModelArgs
 
 V = 50
 
@@ -126,3 +128,32 @@ def test_invalid_values_are_refused_naming_the_key(override, message, capsys):
 
 def test_the_plan_accepts_both_options(capsys):
     assert main(["plan", "generation.min_p=0.1", "generation.repetition_penalty=1.1"]) == 0, capsys.readouterr().err
+
+
+ARGS = ModelArgs(vocab_size=260, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96,
+                 max_seq_len=96, rope_theta=10000.0)
+TOK = ByteTokenizer()
+# groups of 4 copies (prefilled once); 1 in 8 byte values ends a row, so rows end at different
+# steps: continuous batching refills freed slots and static batching compacts
+GROUPS = [TOK.encode(t, add_bos=True) for t in ("aaaa bbbb: 12+34=", "q", "mid len") for _ in range(4)]
+PENALISED = SamplingParams(max_new_tokens=20, temperature=1.0, min_p=0.02, repetition_penalty=3.0,
+                           stop_token_ids=tuple(range(0, 256, 8)), ignore_eos=True)
+
+
+@pytest.mark.parametrize("batching,batch_size", [("continuous", 5), ("static", 5)])
+def test_each_engine_row_is_penalised_by_its_own_prompt_and_tokens_whoever_shares_its_step(batching, batch_size):
+    torch.manual_seed(1)
+    model = Llama(ARGS).eval().requires_grad_(False)
+    alone = GenerationEngine(model, TOK, max_batch_size=1).generate(GROUPS, PENALISED, seed=9)
+    shared = GenerationEngine(model, TOK, max_batch_size=batch_size, batching=batching).generate(
+        GROUPS, PENALISED, seed=9)
+    assert [c.token_ids for c in shared] == [c.token_ids for c in alone]
+    for prompt, c in zip(GROUPS, shared):  # μ by the definition: the full forward, each position's own prefix
+        ids = torch.tensor([prompt + c.token_ids])
+        logits = model(ids)[0, len(prompt) - 1:-1]                            # [n, V]
+        seen = torch.stack([_seen(ids[:, :len(prompt) + i], ARGS.vocab_size)[0] for i in range(len(c.token_ids))])
+        _, want = sampling_logprobs(logits, 1.0, 0, 1.0, 0.02, 3.0, seen, tokens=ids[0, len(prompt):])
+        torch.testing.assert_close(torch.tensor(c.logprobs), want, atol=1e-5, rtol=0)
+    plain = GenerationEngine(model, TOK, max_batch_size=batch_size, batching=batching).generate(
+        GROUPS, SamplingParams(20, 1.0, stop_token_ids=PENALISED.stop_token_ids, ignore_eos=True), seed=9)
+    assert [c.token_ids for c in plain] != [c.token_ids for c in shared]     # the options changed the draws
