@@ -88,7 +88,10 @@ TRL = Source(
         M("temperature", ("generation.temperature",), "Ours must be > 0: the loss needs the sampler's probabilities."),
         M("top_p", ("generation.top_p",), ""),
         M("top_k", ("generation.top_k",), "0 = off, in both."),
-        M("min_p / repetition_penalty", (), "Use `generation.top_p` / `generation.top_k`."),
+        M("min_p", ("generation.min_p",), "0 = off, in both; applied after temperature, before top-k/top-p "
+          "(vLLM's order)."),
+        M("repetition_penalty", ("generation.repetition_penalty",),
+          "1 = off, in both; CTRL's rule on the raw logits of prompt and completion tokens (vLLM's)."),
         M("chat_template_kwargs", ("data.chat_template_kwargs",),
           "Passed to `apply_chat_template`, e.g. `{enable_thinking: false}`."),
         M("loss_type", ("algorithm.aggregation",),
@@ -234,6 +237,10 @@ VERL = Source(
         M(R + "temperature", ("generation.temperature",), ""),
         M(R + "top_p", ("generation.top_p",), ""),
         M(R + "top_k", ("generation.top_k",), "veRL -1 (vLLM) = off; ours 0."),
+        M(R + "min_p", ("generation.min_p",), "Not in veRL's rollout YAML: `+" + R + "min_p=...` is passed "
+          "to vLLM's SamplingParams; 0 = off in both."),
+        M(R + "repetition_penalty", ("generation.repetition_penalty",), "Not in veRL's rollout YAML: `+" + R
+          + "repetition_penalty=...` is passed to vLLM's SamplingParams; 1 = off in both."),
         M(R + "tensor_model_parallel_size", ("resources.generator.tp",), ""),
         M(R + "dtype", ("resources.generator.dtype",), ""),
         M(R + "gpu_memory_utilization", (),

@@ -347,6 +347,10 @@ class GenerationConfig:
     temperature: float = 1.0             # sampling temperature of the training rollouts; > 0
     top_p: float = 1.0                   # nucleus sampling: keep the smallest token set of this mass; 1 = off
     top_k: int = 0                       # keep the k most likely tokens; 0 = off
+    min_p: float = 0.0                   # keep tokens of at least min_p x the most likely one's probability
+                                         # (after temperature, before top-k/top-p, as vLLM); 0 = off; in [0, 1)
+    repetition_penalty: float = 1.0      # CTRL: a prompt or completion token's raw logit / this if > 0,
+                                         # x this if < 0 (before temperature, as vLLM); 1 = off; > 0
     stop_strings: List[str] = field(default_factory=list)  # a completion ends at the first of these
     max_prompt_tokens: int = 64          # longest prompt in tokens; a longer one is refused before launch
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
@@ -365,6 +369,16 @@ class GenerationConfig:
         _check_positive("generation.top_k", self.top_k, 0)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
+        if not 0 <= self.min_p < 1:
+            raise ConfigError(f"generation.min_p={self.min_p} must be in [0, 1) (0 = off)")
+        if not self.repetition_penalty > 0 or not math.isfinite(self.repetition_penalty):
+            raise ConfigError(f"generation.repetition_penalty={self.repetition_penalty} must be > 0 (1 = off)")
+
+    def changes_distribution(self) -> bool:
+        """Whether the sampling distribution is other than softmax(logits / T): the one rule for
+        when the KL (defined on the plain softmax, as TRL and veRL do) needs its own untruncated
+        log-probs instead of the sampling ones (executors/learner.py)."""
+        return bool(self.top_k) or self.top_p < 1 or self.min_p > 0 or self.repetition_penalty != 1
 
 
 # `data.instruction`'s default per data set (`data.name`, or `eval.data` for `llamarl eval`):

@@ -192,7 +192,7 @@ class TrainStep:
             ids, w = self._take(self.micro)
             tokens = self._inputs(ids, w)[0].to(old.device)                       # [m, w]
             start = learner.first_target(self.prompt_lens[ids])
-            logprobs, _, _ = learner.model(tokens, head=learner._head(tokens[:, 1:], start=start))
+            logprobs, _, _ = learner.model(tokens, head=learner._head(tokens[:, 1:], start=start, inputs=tokens))
             old[ids, :w - 1] = logprobs.float()
         return old
 
