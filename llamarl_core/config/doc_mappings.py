@@ -43,11 +43,13 @@ TRL = Source(
           "A local Hugging Face directory; nothing is downloaded at run time."),
         M("train_dataset / eval_dataset (GRPOTrainer arguments)", ("data.path", "data.eval_path"),
           "Files or `save_to_disk` folders; held-out rows default to a split of `data.path`."),
-        M("reward_funcs (GRPOTrainer argument)", ("data.reward",),
+        M("reward_funcs (GRPOTrainer argument)", ("data.reward", "data.rewards"),
           "One function: a built-in name or `module:function` / `file.py:function`, called as "
           "`score(completion, example) -> float`, or on lists with `score.batch = True` (docs/REWARDS.md). "
-          "Several: sum them in yours."),
-        M("reward_weights", (), "Weight the terms inside your reward function."),
+          "Several: `data.rewards=[{fn: ..., weight: ...}, ...]`; `data.reward` stays the held-out accuracy's."),
+        M("reward_weights", ("data.rewards",),
+          "Each term's `weight`: reward = sum_i weight_i * r_i, as TRL; a failed term scores 0 (TRL: a None is "
+          "dropped by nansum). Per term: `reward/<name>_mean` (TRL: `rewards/<func>/mean`)."),
         M("peft_config (GRPOTrainer argument): LoraConfig r / lora_alpha / lora_dropout",
           ("model.lora.rank", "model.lora.alpha", "model.lora.dropout"),
           "LoRA on the policy; only the adapters are trained, checkpointed and synced (docs/LORA.md)."),
@@ -172,6 +174,9 @@ VERL = Source(
         M("custom_reward_function.path / .name", ("data.reward",),
           "`data.reward=path/to/file.py:name`; ours is called as `score(completion, example) -> float` "
           "(docs/REWARDS.md), not `compute_score(data_source, solution_str, ground_truth, extra_info)`."),
+        M("reward_model + custom_reward_function (combined in your compute_score)", ("data.rewards",),
+          "veRL has one reward function per run; ours weighs several: "
+          "`data.rewards=[{fn: gsm8k, weight: 1}, {fn: file.py:fmt, weight: 0.2}]` (docs/REWARDS.md)."),
         M("algorithm.adv_estimator", ("algorithm.advantage",),
           "`grpo` = `std` (or `mean` with `norm_adv_by_std_in_grpo=false`); `rloo` = `loo`; `gae`, "
           "`reinforce_plus_plus`, `remax` and the rest: not supported (no critic)."),

@@ -8,6 +8,7 @@ counts, memory). Key names under `resources`, `algorithm` and `run` are a user c
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
@@ -25,7 +26,7 @@ def _check_choice(key: str, value, choices) -> None:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(str, choices))}")
 
 
-def _check_reward(value: str) -> None:
+def _check_reward(value: str, key: str = "data.reward") -> None:
     """A built-in name, or `package.module:function` / `path/to/file.py:function`: the syntax only.
     Whether it imports is checked before launch in a subprocess (runtime/data_check.py), never here:
     a user's reward code runs only in reward workers."""
@@ -34,8 +35,43 @@ def _check_reward(value: str) -> None:
     target, sep, attr = str(value).rpartition(":")
     is_module = all(part.isidentifier() for part in target.split("."))
     if not sep or not attr.isidentifier() or not target or not (target.endswith(".py") or is_module):
-        raise ConfigError(f"data.reward={value!r} is not one of auto, {', '.join(BUILTIN_REWARDS)}, "
+        raise ConfigError(f"{key}={value!r} is not one of auto, {', '.join(BUILTIN_REWARDS)}, "
                           f"package.module:function or path/to/file.py:function")
+
+
+@dataclass
+class RewardTerm:
+    """One term of `data.rewards`: the training reward is sum_i weight_i * fn_i (docs/REWARDS.md)."""
+    fn: str = "auto"                     # any value data.reward accepts (a built-in or module:function)
+    weight: float = 1.0                  # its factor in the sum; 0 = logged only, not trained on
+    name: Optional[str] = None           # its metric reward/<name>_mean; default the built-in's or
+                                         # the function's name (a unique identifier)
+
+    def label(self) -> str:
+        """`name`, or what `fn` names: the built-in, or the function after the last ':'."""
+        return self.name if self.name is not None else str(self.fn).rpartition(":")[2]
+
+
+def _check_reward_terms(terms: list) -> None:
+    """Each `data.rewards[i]`: a reward spec, a finite weight, a unique identifier for a name; and
+    some weight not 0 (else every sample scores 0 and nothing is learned)."""
+    seen: dict[str, int] = {}
+    for i, term in enumerate(terms):
+        if isinstance(term, dict):  # built in Python rather than loaded: the same checks
+            term = RewardTerm(**term)
+        _check_reward(term.fn, f"data.rewards[{i}].fn")
+        if isinstance(term.weight, bool) or not isinstance(term.weight, (int, float)) or not math.isfinite(term.weight):
+            raise ConfigError(f"data.rewards[{i}].weight={term.weight!r} must be a finite number")
+        name = term.label()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(f"data.rewards[{i}].name={name!r} must be an identifier (letters, digits, _): "
+                              f"it names the metric reward/<name>_mean")
+        if name in seen:
+            raise ConfigError(f"data.rewards[{i}].name={name!r} is already data.rewards[{seen[name]}]'s name: "
+                              f"set a unique data.rewards[{i}].name")
+        seen[name] = i
+    if terms and not any(float(t["weight"] if isinstance(t, dict) else t.weight) != 0 for t in terms):
+        raise ConfigError(f"data.rewards: every weight is 0 ({len(terms)} terms): every sample would score 0")
 
 
 # apply_chat_template's own arguments, which llamarl sets (a prompt ends in the generation prompt, as text)
@@ -396,7 +432,11 @@ class DataConfig:
                                          # (required for gsm8k/math500/generic)
     eval_path: Optional[str] = None      # held-out data; defaults to a split of `path`
     reward: str = "auto"                 # auto (from name) | arith | gsm8k | math | package.module:function
-                                         # | path/to/file.py:function (docs/REWARDS.md, "Your reward")
+                                         # | path/to/file.py:function (docs/REWARDS.md, "Your reward");
+                                         # with data.rewards set, the held-out accuracy's reward only
+    rewards: List[RewardTerm] = field(default_factory=list)  # [] = train on `reward`; else the training
+                                         # reward is sum_i weight_i * fn_i, e.g. '[{fn: gsm8k, weight: 1.0},
+                                         # {fn: examples/format_reward.py:has_answer_line, weight: 0.2}]'
     prompt_key: Optional[str] = None     # the row field holding the prompt (default: generic "prompt",
                                          # gsm8k "question", math500 "problem")
     answer_key: Optional[str] = None     # the row field holding the reference answer (default "answer")
@@ -423,6 +463,7 @@ class DataConfig:
         _check_choice("data.template", self.template, PROMPT_TEMPLATES)
         _check_choice("data.on_error", self.on_error, ON_ERROR_MODES)
         _check_reward(self.reward)
+        _check_reward_terms(self.rewards)
         _check_choice("data.solution_style", self.solution_style, SOLUTION_STYLES)
         _check_positive("data.num_train_examples", self.num_train_examples)
         if self.num_eval_examples is not None:
