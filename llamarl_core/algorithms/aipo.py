@@ -34,8 +34,13 @@ PPO clips:
 - ``gspo``:  as ppo with r the sequence ratio exp(mean_t log(pi/pi_old)), w still per token
 - ``clamp``: unchanged, ``-min(pi/mu, rho) * A`` (its cap is on the whole ratio)
 
-Optional terms: ``kl_coef * k3(pi || ref)`` with k3 = exp(ref - logp) - (ref - logp) - 1,
-and ``-entropy_coef * entropy``. Both sides of the KL must be log-probs of one distribution:
+Train-inference mismatch (``mismatch`` = tis | mis, algorithms/mismatch.py): the kind's loss
+is taken on the update ratio r = pi/pi_old (pi_old = ``old_logprobs``, else the current log-probs
+detached) and multiplied per token by the detached mismatch weight, which replaces AIPO's
+min(pi_old/mu, rho). So ppo + tis at one update per batch has AIPO's gradient with rho = C.
+
+Optional terms: ``kl_coef * k(pi || ref)`` with k the ``kl_estimator`` (algorithms/kl.py; k3 by
+default), and ``-entropy_coef * entropy``. Both sides of the KL must be log-probs of one distribution:
 ``kl_logprobs`` (the policy's, untruncated, when the sampling truncates) replaces ``logprobs``
 in it, so that pi = ref gives exactly 0. Metrics are plain floats computed under no_grad.
 
@@ -49,7 +54,9 @@ import torch
 
 from llamarl_core.algorithms.dual_clip import clipped_objective
 from llamarl_core.algorithms.gspo import sequence_ratio
+from llamarl_core.algorithms.kl import kl_estimate
 from llamarl_core.algorithms.metrics import as_float, importance_metrics
+from llamarl_core.algorithms.mismatch import mismatch_weight
 from llamarl_core.config.choices import AGGREGATIONS, LOSS_KINDS
 from llamarl_core.config.schema import AlgorithmConfig  # the keyword defaults: one source
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps r finite so r*A never becomes inf*0 = NaN
@@ -92,6 +99,9 @@ def aipo_loss(
     kl_logprobs: torch.Tensor | None = None,  # [B, T] the policy's log-probs on the reference's distribution
                                               # (untruncated, with grad); None: `logprobs`
     kl_coef: float = AlgorithmConfig.kl_coef,
+    kl_estimator: str = AlgorithmConfig.kl_estimator,
+    mismatch: str = AlgorithmConfig.mismatch,
+    mismatch_cap: float = AlgorithmConfig.mismatch_cap,
     entropy: torch.Tensor | None = None,  # [B, T] per-token policy entropy
     entropy_coef: float = AlgorithmConfig.entropy_coef,
     staleness: torch.Tensor | None = None,  # [B] policy versions behind, per sequence
@@ -108,7 +118,18 @@ def aipo_loss(
     lo, hi = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
     clip_ratio = ratio  # [B, T] the ratio PPO clips (and ppo_clip_frac counts)
     dual = None  # [B, T] where the dual-clip bound is active (ppo/gspo with dual_clip_c)
-    if old_logprobs is not None and kind != "clamp":
+    metrics: dict[str, float] = {}
+    if mismatch != "none":  # the behaviour correction is the mismatch weight, the ratio pi/pi_old
+        if kind == "clamp":
+            raise ValueError("mismatch corrections apply to aipo, pg, ppo and gspo, not clamp")
+        old = (logprobs if old_logprobs is None else old_logprobs).detach().to(logprobs.dtype)  # [B, T]
+        w, mm = mismatch_weight(old, behavior, mask, mismatch, mismatch_cap)  # [B, T]
+        metrics.update(mm)
+        update_log = (logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T] log pi/pi_old
+        clip_ratio = sequence_ratio(update_log, mask) if kind == "gspo" else torch.exp(update_log)  # [B, T]
+        per_token, dual = _decoupled(kind, clip_ratio, 1.0, advantages, lo, hi, dual_clip_c)  # [B, T]
+        per_token = w.to(logprobs.dtype) * per_token  # [B, T]
+    elif old_logprobs is not None and kind != "clamp":
         old = old_logprobs.detach().to(logprobs.dtype)  # [B, T]
         w = torch.exp((old - behavior).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).clamp(max=rho)  # [B, T]
         update_log = (logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T] log pi/pi_old
@@ -126,11 +147,9 @@ def aipo_loss(
         per_token = -objective  # [B, T]
     else:  # clamp
         per_token = -ratio.clamp(max=rho) * advantages  # [B, T]
-    metrics: dict[str, float] = {}
     if ref_logprobs is not None:
         policy = logprobs if kl_logprobs is None else kl_logprobs.to(logprobs.dtype)  # [B, T]
-        ref_minus_log = ref_logprobs.detach().to(logprobs.dtype) - policy  # [B, T]
-        kl = torch.exp(ref_minus_log) - ref_minus_log - 1.0  # [B, T] k3, >= 0
+        kl = kl_estimate(policy, ref_logprobs, kl_estimator)  # [B, T]
         if kl_coef:
             per_token = per_token + kl_coef * kl  # [B, T]
         metrics["kl"] = _masked_mean(kl.detach(), mask)
@@ -149,7 +168,7 @@ def aipo_loss(
     return loss, metrics
 
 
-def _decoupled(kind: str, r: torch.Tensor, w: torch.Tensor, advantages: torch.Tensor,
+def _decoupled(kind: str, r: torch.Tensor, w: torch.Tensor | float, advantages: torch.Tensor,
                lo: float, hi: float, dual_clip_c: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token loss of several updates per batch: update ratio r = pi/pi_old (differentiable;
     gspo: the sequence's), fixed behaviour weight w = min(pi_old/mu, rho) (detached); and where

@@ -14,6 +14,9 @@ from llamarl_core.config.hardware import DEVICES
 
 LOSS_KINDS = ("aipo", "pg", "ppo", "clamp", "gspo")      # algorithm.name
 DUAL_CLIP_KINDS = ("ppo", "gspo")                        # the kinds algorithm.dual_clip_c applies to
+KL_ESTIMATORS = ("k1", "k2", "k3")                       # algorithm.kl_estimator (Schulman 2020)
+KL_PLACEMENTS = ("loss", "reward")                       # algorithm.kl_in
+MISMATCH_MODES = ("none", "tis", "mis")                  # algorithm.mismatch
 ADVANTAGE_MODES = ("mean", "loo", "std")                 # algorithm.advantage
 # the modes that subtract the group's mean: a group of one sample has advantage 0, nothing to learn
 GROUP_RELATIVE_ADVANTAGES = ("mean", "loo", "std")

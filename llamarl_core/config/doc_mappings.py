@@ -43,11 +43,13 @@ TRL = Source(
           "A local Hugging Face directory; nothing is downloaded at run time."),
         M("train_dataset / eval_dataset (GRPOTrainer arguments)", ("data.path", "data.eval_path"),
           "Files or `save_to_disk` folders; held-out rows default to a split of `data.path`."),
-        M("reward_funcs (GRPOTrainer argument)", ("data.reward",),
+        M("reward_funcs (GRPOTrainer argument)", ("data.reward", "data.rewards"),
           "One function: a built-in name or `module:function` / `file.py:function`, called as "
           "`score(completion, example) -> float`, or on lists with `score.batch = True` (docs/REWARDS.md). "
-          "Several: sum them in yours."),
-        M("reward_weights", (), "Weight the terms inside your reward function."),
+          "Several: `data.rewards=[{fn: ..., weight: ...}, ...]`; `data.reward` stays the held-out accuracy's."),
+        M("reward_weights", ("data.rewards",),
+          "Each term's `weight`: reward = sum_i weight_i * r_i, as TRL; a failed term scores 0 (TRL: a None is "
+          "dropped by nansum). Per term: `reward/<name>_mean` (TRL: `rewards/<func>/mean`)."),
         M("peft_config (GRPOTrainer argument): LoraConfig r / lora_alpha / lora_dropout",
           ("model.lora.rank", "model.lora.alpha", "model.lora.dropout"),
           "LoRA on the policy; only the adapters are trained, checkpointed and synced (docs/LORA.md)."),
@@ -58,7 +60,12 @@ TRL = Source(
         M("learning_rate", ("algorithm.lr",), "TRL's default is 1e-6, ours 2e-4."),
         M("beta", ("algorithm.kl_coef",),
           "k3 KL to a frozen reference, in the loss; 0 (both defaults) loads no reference. TRL multiplies "
-          "it by the ratio by default (`use_bias_correction_kl`); ours does not."),
+          "it by the ratio by default (`use_bias_correction_kl`); ours does not. TRL has only k3 in the "
+          "loss; ours also `algorithm.kl_estimator=k1|k2` and `algorithm.kl_in=reward`."),
+        M("vllm_importance_sampling_correction / vllm_importance_sampling_mode", ("algorithm.mismatch",),
+          "`token_truncate` = `tis`, `sequence_mask` = `mis` (under `algorithm.name=ppo`, TRL's loss); "
+          "`token_mask`, `sequence_truncate`: not supported. Ours' default `aipo` is token TIS already."),
+        M("vllm_importance_sampling_cap", ("algorithm.mismatch_cap",), "2.0 in both."),
         M("epsilon", ("algorithm.clip_eps", PPO),
           "TRL's lower bound, and the upper one without `epsilon_high`; ours `clip_eps` is both sides, "
           "`algorithm.clip_eps_low` the lower alone."),
@@ -83,7 +90,10 @@ TRL = Source(
         M("temperature", ("generation.temperature",), "Ours must be > 0: the loss needs the sampler's probabilities."),
         M("top_p", ("generation.top_p",), ""),
         M("top_k", ("generation.top_k",), "0 = off, in both."),
-        M("min_p / repetition_penalty", (), "Use `generation.top_p` / `generation.top_k`."),
+        M("min_p", ("generation.min_p",), "0 = off, in both; applied after temperature, before top-k/top-p "
+          "(vLLM's order)."),
+        M("repetition_penalty", ("generation.repetition_penalty",),
+          "1 = off, in both; CTRL's rule on the raw logits of prompt and completion tokens (vLLM's)."),
         M("chat_template_kwargs", ("data.chat_template_kwargs",),
           "Passed to `apply_chat_template`, e.g. `{enable_thinking: false}`."),
         M("loss_type", ("algorithm.aggregation", "algorithm.length_norm"),
@@ -168,19 +178,30 @@ VERL = Source(
         M("custom_reward_function.path / .name", ("data.reward",),
           "`data.reward=path/to/file.py:name`; ours is called as `score(completion, example) -> float` "
           "(docs/REWARDS.md), not `compute_score(data_source, solution_str, ground_truth, extra_info)`."),
+        M("reward_model + custom_reward_function (combined in your compute_score)", ("data.rewards",),
+          "veRL has one reward function per run; ours weighs several: "
+          "`data.rewards=[{fn: gsm8k, weight: 1}, {fn: file.py:fmt, weight: 0.2}]` (docs/REWARDS.md)."),
         M("algorithm.adv_estimator", ("algorithm.advantage",),
           "`grpo` = `std` (or `mean` with `norm_adv_by_std_in_grpo=false`); `rloo` = `loo`; `gae`, "
           "`reinforce_plus_plus`, `remax` and the rest: not supported (no critic)."),
         M("algorithm.norm_adv_by_std_in_grpo", ("algorithm.advantage",),
           "true = `std`, false = `mean`. Ours divides by the population std, veRL by the sample std (+ 1e-6 both)."),
-        M("algorithm.use_kl_in_reward", (), "KL is a loss term in ours: `algorithm.kl_coef`."),
+        M("algorithm.use_kl_in_reward", ("algorithm.kl_in",),
+          "true = `kl_in=reward` (r - kl_coef × Σ_t k_t, before the advantages); false = `kl_in=loss` (ours' default)."),
+        M("algorithm.kl_penalty", ("algorithm.kl_estimator",),
+          "With `use_kl_in_reward`: `kl`/`k1` = `k1`, `mse`/`k2` = `k2`, `low_var_kl`/`k3` = `k3`; `abs`, `full`: "
+          "not supported."),
+        M("algorithm.kl_ctrl.kl_coef", ("algorithm.kl_coef", "algorithm.kl_in"),
+          "Fixed coefficient only (`kl_ctrl.type=fixed`); the adaptive controller: not supported."),
         M("algorithm.filter_groups.enable", ("algorithm.dynamic_sampling",), ""),
         M("algorithm.filter_groups.max_num_gen_batches", ("algorithm.max_resample_rounds",),
           "veRL counts generation batches (≤ 0: no limit); ours extra chunks per generator replica per step."),
-        M("algorithm.rollout_correction.rollout_is", ("algorithm.name=aipo",),
-          "`token` truncated IS: AIPO's min(π/μ, ρ) weight, on by default. `sequence` and rejection "
-          "sampling (`rollout_rs`): not supported."),
-        M("algorithm.rollout_correction.rollout_is_threshold", ("algorithm.rho",), "veRL 2.0, ours 4.0."),
+        M("algorithm.rollout_correction.rollout_is", ("algorithm.name=aipo", "algorithm.mismatch"),
+          "`token` truncated IS: AIPO's min(π/μ, ρ) weight (on by default), or `mismatch=tis` under ppo/pg; "
+          "`sequence` with rejection of sequences above the cap: `mismatch=mis` (TRL's `sequence_mask`). "
+          "veRL's other rejection-sampling modes (`rollout_rs`): not supported."),
+        M("algorithm.rollout_correction.rollout_is_threshold", ("algorithm.rho", "algorithm.mismatch_cap"),
+          "`rho` for AIPO (veRL 2.0, ours 4.0), `mismatch_cap` for `mismatch=tis|mis` (2.0 in both)."),
         M(A + "policy_loss.loss_mode", ("algorithm.name",),
           "`vanilla` = `ppo` (with `dual_clip_c=3`), `gspo` = `gspo` (veRL always aggregates it "
           "seq-mean-token-mean: ours with `aggregation=sequence_mean`); `sapo`, `gpg`, `clip_cov`, `kl_cov`, "
@@ -208,8 +229,9 @@ VERL = Source(
           "`ppo` and `gspo` (veRL's gspo has none)."),
         M(A + "use_kl_loss", ("algorithm.kl_coef",), "false = `kl_coef=0` (our default)."),
         M(A + "kl_loss_coef", ("algorithm.kl_coef",), "veRL 0.001 (when `use_kl_loss`), ours 0."),
-        M(A + "kl_loss_type", (), "Ours is k3 always: veRL's `low_var_kl` (its default; veRL also clamps it "
-          "to ±10). `kl`, `abs`, `mse`, `full`: not supported.", none="`low_var_kl` only"),
+        M(A + "kl_loss_type", ("algorithm.kl_estimator",),
+          "`kl`/`k1` = `k1`, `mse`/`k2` = `k2`, `low_var_kl`/`k3` = `k3` (default in both; veRL also clamps it "
+          "to ±10). `abs`, `full`: not supported."),
         M(A + "entropy_coeff", ("algorithm.entropy_coef",), ""),
         M(A + "loss_agg_mode", ("algorithm.aggregation",),
           "`token-mean` (default in both) = `token_mean`, `seq-mean-token-mean` = `sequence_mean`, "
@@ -229,6 +251,10 @@ VERL = Source(
         M(R + "temperature", ("generation.temperature",), ""),
         M(R + "top_p", ("generation.top_p",), ""),
         M(R + "top_k", ("generation.top_k",), "veRL -1 (vLLM) = off; ours 0."),
+        M(R + "min_p", ("generation.min_p",), "Not in veRL's rollout YAML: `+" + R + "min_p=...` is passed "
+          "to vLLM's SamplingParams; 0 = off in both."),
+        M(R + "repetition_penalty", ("generation.repetition_penalty",), "Not in veRL's rollout YAML: `+" + R
+          + "repetition_penalty=...` is passed to vLLM's SamplingParams; 1 = off in both."),
         M(R + "tensor_model_parallel_size", ("resources.generator.tp",), ""),
         M(R + "dtype", ("resources.generator.dtype",), ""),
         M(R + "gpu_memory_utilization", (),

@@ -8,10 +8,11 @@ counts, memory). Key names under `resources`, `algorithm` and `run` are a user c
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-from llamarl_core.config.choices import (ADVANTAGE_MODES, TOOL_PARSERS, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
+from llamarl_core.config.choices import (ADVANTAGE_MODES, KL_ESTIMATORS, KL_PLACEMENTS, MISMATCH_MODES, TOOL_PARSERS, AGGREGATIONS, DEVICE_TYPES, DTYPES, EXPORT_DTYPES, LOSS_KINDS,
                                          LR_SCHEDULES, OVERLONG_MODES, QUANTIZATIONS, STRATEGIES,
                                          WEIGHT_TRANSPORTS, BATCHING, BUILTIN_REWARDS, DATA_NAMES,
                                          PROMPT_TEMPLATES, WEIGHT_SLOTS, ON_ERROR_MODES, SOLUTION_STYLES,
@@ -25,7 +26,7 @@ def _check_choice(key: str, value, choices) -> None:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(str, choices))}")
 
 
-def _check_reward(value: str) -> None:
+def _check_reward(value: str, key: str = "data.reward") -> None:
     """A built-in name, or `package.module:function` / `path/to/file.py:function`: the syntax only.
     Whether it imports is checked before launch in a subprocess (runtime/data_check.py), never here:
     a user's reward code runs only in reward workers."""
@@ -34,8 +35,43 @@ def _check_reward(value: str) -> None:
     target, sep, attr = str(value).rpartition(":")
     is_module = all(part.isidentifier() for part in target.split("."))
     if not sep or not attr.isidentifier() or not target or not (target.endswith(".py") or is_module):
-        raise ConfigError(f"data.reward={value!r} is not one of auto, {', '.join(BUILTIN_REWARDS)}, "
+        raise ConfigError(f"{key}={value!r} is not one of auto, {', '.join(BUILTIN_REWARDS)}, "
                           f"package.module:function or path/to/file.py:function")
+
+
+@dataclass
+class RewardTerm:
+    """One term of `data.rewards`: the training reward is sum_i weight_i * fn_i (docs/REWARDS.md)."""
+    fn: str = "auto"                     # any value data.reward accepts (a built-in or module:function)
+    weight: float = 1.0                  # its factor in the sum; 0 = logged only, not trained on
+    name: Optional[str] = None           # its metric reward/<name>_mean; default the built-in's or
+                                         # the function's name (a unique identifier)
+
+    def label(self) -> str:
+        """`name`, or what `fn` names: the built-in, or the function after the last ':'."""
+        return self.name if self.name is not None else str(self.fn).rpartition(":")[2]
+
+
+def _check_reward_terms(terms: list) -> None:
+    """Each `data.rewards[i]`: a reward spec, a finite weight, a unique identifier for a name; and
+    some weight not 0 (else every sample scores 0 and nothing is learned)."""
+    seen: dict[str, int] = {}
+    for i, term in enumerate(terms):
+        if isinstance(term, dict):  # built in Python rather than loaded: the same checks
+            term = RewardTerm(**term)
+        _check_reward(term.fn, f"data.rewards[{i}].fn")
+        if isinstance(term.weight, bool) or not isinstance(term.weight, (int, float)) or not math.isfinite(term.weight):
+            raise ConfigError(f"data.rewards[{i}].weight={term.weight!r} must be a finite number")
+        name = term.label()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(f"data.rewards[{i}].name={name!r} must be an identifier (letters, digits, _): "
+                              f"it names the metric reward/<name>_mean")
+        if name in seen:
+            raise ConfigError(f"data.rewards[{i}].name={name!r} is already data.rewards[{seen[name]}]'s name: "
+                              f"set a unique data.rewards[{i}].name")
+        seen[name] = i
+    if terms and not any(float(t["weight"] if isinstance(t, dict) else t.weight) != 0 for t in terms):
+        raise ConfigError(f"data.rewards: every weight is 0 ({len(terms)} terms): every sample would score 0")
 
 
 # apply_chat_template's own arguments, which llamarl sets (a prompt ends in the generation prompt, as text)
@@ -228,6 +264,10 @@ class AlgorithmConfig:
     weight_decay: float = 0.0            # AdamW's decoupled weight decay
     grad_clip: float = 1.0               # the gradients' global norm is clipped to this
     kl_coef: float = 0.0                 # KL to a frozen reference (k3); > 0 loads one, sharded like the trainer
+    kl_estimator: str = "k3"             # per-token KL estimate: k1 | k2 | k3 (Schulman 2020)
+    kl_in: str = "loss"                  # where the KL acts: loss (a loss term) | reward (r - kl_coef * sum_t k_t)
+    mismatch: str = "none"               # train-inference mismatch correction: none | tis (token) | mis (sequence)
+    mismatch_cap: float = 2.0            # tis: the weight's cap; mis: sequences with pi_old/mu above it are masked
     entropy_coef: float = 0.0            # weight of the entropy bonus subtracted from the loss
     advantage: str = "mean"              # mean | loo | std
     aggregation: str = "token_mean"      # token_mean | sequence_mean
@@ -263,6 +303,7 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         self._check_clip()
         self._check_loss_options()
+        self._check_kl_and_mismatch()
         if self.dynamic_sampling and self.group_size < 2:
             raise ConfigError("algorithm.dynamic_sampling=true needs algorithm.group_size >= 2: a group of "
                               "one sample always scores alike and would always be dropped")
@@ -305,6 +346,30 @@ class AlgorithmConfig:
                               "Dr.GRPO divides each sequence's token sum by the constant, not by its length; "
                               "use algorithm.aggregation=token_mean")
 
+    def _check_kl_and_mismatch(self) -> None:
+        """A knob that would have no effect is refused, naming the key that makes it so."""
+        _check_choice("algorithm.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _check_choice("algorithm.kl_in", self.kl_in, KL_PLACEMENTS)
+        _check_choice("algorithm.mismatch", self.mismatch, MISMATCH_MODES)
+        _check_number("algorithm.mismatch_cap", self.mismatch_cap, above=0)
+        default = {f.name: f.default for f in fields(self)}
+        for key in ("kl_estimator", "kl_in"):
+            if getattr(self, key) != default[key] and self.kl_coef == 0:
+                raise ConfigError(f"algorithm.{key}={getattr(self, key)} with algorithm.kl_coef=0: there is no "
+                                  f"KL term; set algorithm.kl_coef > 0")
+        if self.mismatch_cap != default["mismatch_cap"] and self.mismatch == "none":
+            raise ConfigError(f"algorithm.mismatch_cap={self.mismatch_cap} with algorithm.mismatch=none: the cap "
+                              f"is unused; set algorithm.mismatch=tis or mis")
+        if self.mismatch != "none" and self.name == "clamp":
+            raise ConfigError(f"algorithm.mismatch={self.mismatch} with algorithm.name=clamp: clamp caps the "
+                              f"whole ratio pi/mu itself; use name=ppo, pg or aipo")
+        if self.mismatch == "tis" and self.name == "aipo":
+            raise ConfigError("algorithm.mismatch=tis with algorithm.name=aipo: AIPO is TIS already "
+                              "(its weight min(pi/mu, rho)); its cap is algorithm.rho")
+        if self.mismatch == "mis" and self.name == "aipo" and self.rho != default["rho"]:
+            raise ConfigError(f"algorithm.rho={self.rho} with algorithm.mismatch=mis: AIPO's truncated weight is "
+                              f"replaced by the MIS weight, whose cap is algorithm.mismatch_cap; drop rho")
+
     def clip_range(self) -> tuple[float, float]:
         """(eps_low, eps_high): PPO keeps the ratio in [1 - eps_low, 1 + eps_high]."""
         return (self.clip_eps if self.clip_eps_low is None else self.clip_eps_low,
@@ -336,6 +401,10 @@ class GenerationConfig:
     temperature: float = 1.0             # sampling temperature of the training rollouts; > 0
     top_p: float = 1.0                   # nucleus sampling: keep the smallest token set of this mass; 1 = off
     top_k: int = 0                       # keep the k most likely tokens; 0 = off
+    min_p: float = 0.0                   # keep tokens of at least min_p x the most likely one's probability
+                                         # (after temperature, before top-k/top-p, as vLLM); 0 = off; in [0, 1)
+    repetition_penalty: float = 1.0      # CTRL: a prompt or completion token's raw logit / this if > 0,
+                                         # x this if < 0 (before temperature, as vLLM); 1 = off; > 0
     stop_strings: List[str] = field(default_factory=list)  # a completion ends at the first of these
     max_prompt_tokens: int = 64          # longest prompt in tokens; a longer one is refused before launch
     batching: str = "continuous"         # continuous (refill a finished row's slot) | static
@@ -354,6 +423,16 @@ class GenerationConfig:
         _check_positive("generation.top_k", self.top_k, 0)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"generation.top_p={self.top_p} must be in (0, 1]")
+        if not 0 <= self.min_p < 1:
+            raise ConfigError(f"generation.min_p={self.min_p} must be in [0, 1) (0 = off)")
+        if not self.repetition_penalty > 0 or not math.isfinite(self.repetition_penalty):
+            raise ConfigError(f"generation.repetition_penalty={self.repetition_penalty} must be > 0 (1 = off)")
+
+    def changes_distribution(self) -> bool:
+        """Whether the sampling distribution is other than softmax(logits / T): the one rule for
+        when the KL (defined on the plain softmax, as TRL and veRL do) needs its own untruncated
+        log-probs instead of the sampling ones (executors/learner.py)."""
+        return bool(self.top_k) or self.top_p < 1 or self.min_p > 0 or self.repetition_penalty != 1
 
 
 # `data.instruction`'s default per data set (`data.name`, or `eval.data` for `llamarl eval`):
@@ -371,7 +450,11 @@ class DataConfig:
                                          # (required for gsm8k/math500/generic)
     eval_path: Optional[str] = None      # held-out data; defaults to a split of `path`
     reward: str = "auto"                 # auto (from name) | arith | gsm8k | math | package.module:function
-                                         # | path/to/file.py:function (docs/REWARDS.md, "Your reward")
+                                         # | path/to/file.py:function (docs/REWARDS.md, "Your reward");
+                                         # with data.rewards set, the held-out accuracy's reward only
+    rewards: List[RewardTerm] = field(default_factory=list)  # [] = train on `reward`; else the training
+                                         # reward is sum_i weight_i * fn_i, e.g. '[{fn: gsm8k, weight: 1.0},
+                                         # {fn: examples/format_reward.py:has_answer_line, weight: 0.2}]'
     prompt_key: Optional[str] = None     # the row field holding the prompt (default: generic "prompt",
                                          # gsm8k "question", math500 "problem")
     answer_key: Optional[str] = None     # the row field holding the reference answer (default "answer")
@@ -398,6 +481,7 @@ class DataConfig:
         _check_choice("data.template", self.template, PROMPT_TEMPLATES)
         _check_choice("data.on_error", self.on_error, ON_ERROR_MODES)
         _check_reward(self.reward)
+        _check_reward_terms(self.rewards)
         _check_choice("data.solution_style", self.solution_style, SOLUTION_STYLES)
         _check_positive("data.num_train_examples", self.num_train_examples)
         if self.num_eval_examples is not None:

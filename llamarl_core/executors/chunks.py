@@ -51,7 +51,8 @@ class ChunkGenerator:
                                        quantization=quantization, batching=gen.batching,
                                        token_sync=token_sync)
         self.params = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
-                                     top_p=gen.top_p, top_k=gen.top_k,
+                                     top_p=gen.top_p, top_k=gen.top_k, min_p=gen.min_p,
+                                     repetition_penalty=gen.repetition_penalty,
                                      stop_strings=tuple(gen.stop_strings))
         self.tokens_generated = 0
         self._episodes = None  # (EnvPool, ChatDelta) once the first episode starts (env.enabled)

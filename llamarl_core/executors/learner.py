@@ -2,8 +2,8 @@
 
 Plain PyTorch on a model that may be wrapped for data parallelism by the runtime (DDP or
 FSDP2): this module never imports torch.distributed. The trainer recomputes log π on the
-exact tokens the generator sampled, under the generator's sampling distribution (temperature,
-top-k, top-p: `generation.sampling`), so that with equal weights π/μ = 1.
+exact tokens the generator sampled, under the generator's sampling distribution (repetition
+penalty, temperature, min-p, top-k, top-p: `generation.sampling`), so that with equal weights π/μ = 1.
 
 With LoRA (models/lora.py) the optimizer holds only the adapters, and the KL reference is free:
 the same module run with its adapters off (`adapters_disabled`), no second model. That forward
@@ -21,13 +21,14 @@ import torch
 
 from llamarl_core.algorithms import aipo_loss, compute_advantages, importance_metrics
 from llamarl_core.algorithms.dynamic_sampling import uniform_groups_frac
+from llamarl_core.algorithms.kl import kl_reward_penalty
 from llamarl_core.algorithms.lr_schedule import lr_at
 from llamarl_core.algorithms.metrics import MAX_METRICS, SUM_METRICS, as_float, combine_updates
 from llamarl_core.algorithms.nonfinite import NonFiniteGuard
 from llamarl_core.algorithms.optimizer import policy_optimizer
 from llamarl_core.algorithms.overlong import training_rewards, truncated_rows
 from llamarl_core.config.schema import AlgorithmConfig, GenerationConfig, TrainerSettings
-from llamarl_core.generation.sampling import chunked_policy_logprobs
+from llamarl_core.generation.sampling import chunked_policy_logprobs, first_positions
 from llamarl_core.models.lora import adapters_disabled, has_lora, trainable_parameters
 from llamarl_core.wire.rollout import Rollout
 
@@ -66,14 +67,15 @@ def maybe_no_sync(model, last: bool):
 class Learner:
     """The pieces of an RL step (executors/train_step.py runs it). Where each knob of `algorithm` acts:
 
-        rewards      overlong=penalty adds DAPO's length penalty   (algorithms/overlong.py)
+        rewards      overlong=penalty adds DAPO's length penalty   (algorithms/overlong.py);
+                     kl_in=reward subtracts kl_coef * sum_t k(pi_old, ref)_t  (kl_in_reward)
         advantages   group-relative, `advantage`                   (algorithms/advantages.py)
         mask         overlong=filter drops truncated rows' tokens
         lr           warm-up, then `lr_schedule`                    (algorithms/lr_schedule.py)
         pi_old       one no-grad forward, when updates_per_batch x mini_batches > 1  (train_step.py)
         updates      updates_per_batch passes x mini_batches optimizer steps, each one
                      length-sorted micro-batches with gradient accumulation  (train_step.py)
-        loss         aipo_loss: `name`, rho, clip range, KL, entropy (algorithms/aipo.py)
+        loss         aipo_loss: `name`, rho, clip range, KL, mismatch, entropy (algorithms/aipo.py)
     """
 
     def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, ref_model: torch.nn.Module | None = None,
@@ -105,6 +107,7 @@ class Learner:
                                           cfg.adam_eps, fused=_fusable(self.params))
         g = cfg.generation  # temperature > 0: the config refuses greedy RL (no behaviour policy)
         self.temperature, self.top_k, self.top_p = g.temperature, g.top_k, g.top_p
+        self.min_p, self.repetition_penalty = g.min_p, g.repetition_penalty
         self.steps_done = 0  # RL steps: the LR schedule's position (state.json's lr_steps)
         # micro-batches of similar lengths (train_step.py); `False`: the old layout, every micro-batch
         # padded to the step's longest row, for `llamarl bench trainer`
@@ -146,12 +149,16 @@ class Learner:
         self.histograms = {"trainer/is_ratio": torch.cat(self._ratios), "trainer/staleness": staleness}
         return sums
 
-    def prepare(self, batch: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def prepare(self, batch: Rollout, kl_penalty: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per row of whole groups: (training rewards, advantages, filtered by overlong=filter,
-        trained: not skipped for a zero advantage), all [N] and all computed per group."""
+        trained: not skipped for a zero advantage), all [N] and all computed per group.
+        `kl_penalty` [N]: kl_in=reward's (`kl_in_reward`), subtracted before the advantages."""
         a, gen = self.cfg.algorithm, self.cfg.generation
         rewards = training_rewards(batch.rewards, batch.completion_lens, a.overlong, gen.max_new_tokens,
                                    a.overlong_buffer_tokens)                       # [N]
+        if kl_penalty is not None:
+            rewards = rewards - kl_penalty.to(rewards.dtype)                       # [N]
         advantages = compute_advantages(rewards, a.group_size, a.advantage)       # [N]
         n = batch.num_rows
         filtered = (truncated_rows(batch.tokens, batch.prompt_lens, batch.completion_lens, gen.max_new_tokens,
@@ -160,9 +167,11 @@ class Learner:
                    else torch.ones(n, dtype=torch.bool))                           # [N]
         return rewards, advantages, filtered, trained
 
-    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float, prepared=None) -> dict:
+    def batch_metrics(self, batch: Rollout, staleness: torch.Tensor, lr: float, prepared=None,
+                      kl_reward=None) -> dict:
         """The step's metrics of its rows, trained or not (staleness is the batch's property);
-        `prepared`: `prepare(batch)` when the caller has it already."""
+        `prepared`: `prepare(batch)` when the caller has it already; `kl_reward`: kl_in=reward's
+        (penalty [N], [masked KL sum, token count]) of the same rows."""
         a = self.cfg.algorithm
         rewards, advantages, filtered, trained = prepared or self.prepare(batch)
         n = batch.num_rows
@@ -171,8 +180,12 @@ class Learner:
             lr=lr, reward_mean=_mean(batch.rewards), advantage_abs_mean=_mean(advantages.abs()),
             completion_tokens=float(batch.completion_lens.sum()), trained_rows_frac=_mean(trained),
             uniform_groups_frac=uniform_groups_frac(rewards, a.group_size))
+        penalty = torch.zeros_like(rewards) if kl_reward is None else kl_reward[0].to(rewards.dtype)  # [N]
+        if kl_reward is not None:
+            out["kl_reward_penalty_mean"] = _mean(penalty)
+            out["kl"] = as_float(kl_reward[1][0] / kl_reward[1][1].clamp(min=1.0))
         if a.overlong == "penalty":
-            out["overlong_penalty_mean"] = _mean(rewards - batch.rewards)
+            out["overlong_penalty_mean"] = _mean(rewards + penalty - batch.rewards)
         if a.overlong == "filter":
             out["overlong_filtered_frac"] = _mean(filtered)
         return out
@@ -217,22 +230,52 @@ class Learner:
         return max(0, int(prompt_lens.min()) - 1)
 
     def _head(self, targets: torch.Tensor, entropy: bool = False, sampling: bool = True, start: int = 0,
-              untruncated: bool = False):
+              untruncated: bool = False, inputs: Optional[torch.Tensor] = None):
         """The model's `head`: log-probs of `targets` [m, w-1] (and the entropy, and with
         `untruncated` their untruncated log-probs: `chunked_policy_logprobs`) chunk by chunk
         from the hidden states, never the [m, L'-1, V] logits (generation.sampling). Positions
         before `start` are not computed: they come back as zeros (no gradient), which the loss's
         mask never counts. At 45 prompt and 18 completion tokens that is 1.3x faster a
         micro-batch of the real model (the head is a quarter of its FLOPs, run three times:
-        forward, recomputed, backward)."""
+        forward, recomputed, backward). With a repetition penalty, `inputs` [m, w] are the whole
+        rows (prompt and completion): each position's seen tokens."""
         top_k, top_p = (self.top_k, self.top_p) if sampling else (0, 1.0)
+        min_p, penalty = (self.min_p, self.repetition_penalty) if sampling else (0.0, 1.0)
 
         def head(h, output):
+            seen_from = None
+            if penalty != 1.0:  # hidden position i (absolute start + i) has seen inputs[:, :start + i + 1]
+                seen_from = first_positions(inputs, output.weight.shape[0]) - start  # [m, V]
             out = chunked_policy_logprobs(h[:, start:-1], output, targets[:, start:], self.temperature,
-                                          top_k, top_p, entropy, untruncated)
+                                          top_k, top_p, entropy, untruncated, min_p=min_p,
+                                          repetition_penalty=penalty, seen_from=seen_from)
             pad = lambda x: x if x is None or not start else torch.nn.functional.pad(x, (start, 0))  # noqa: E731
             return tuple(pad(x) for x in out)
         return head
+
+    @torch.no_grad()
+    def kl_in_reward(self, groups: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """kl_in=reward: per row, kl_coef * sum_t k(pi_old, ref)_t over its counted tokens [n]
+        (pi_old: these weights, before the step's first update: the trainer steps only after
+        every group was added), the [masked KL sum, token count] and log pi_old [n, L'-1] under
+        the sampling distribution (train_step.py reuses it as the pi_old pass). Both sides of
+        the KL untruncated, as in the loss (`micro_loss`)."""
+        a = self.cfg.algorithm
+        tokens, _, mask = completion_targets(groups)                               # [n, L'], [n, L'-1]
+        truncated = self.cfg.generation.changes_distribution()
+        device = model_device(self.model)
+        penalty, sums, old = torch.zeros(groups.num_rows), torch.zeros(2), torch.zeros(mask.shape)
+        for rows in torch.split(torch.arange(groups.num_rows), self.cfg.micro_batch_size):
+            t = tokens[rows].to(device)                                            # [m, L']
+            start = self.first_target(groups.prompt_lens[rows])
+            with self._reference() as ref_model:
+                ref, _, _ = ref_model(t, head=self._head(t[:, 1:], sampling=False, start=start))
+            logprobs, _, whole = self.model(t, head=self._head(t[:, 1:], start=start, untruncated=truncated,
+                                                                      inputs=t))
+            policy = whole if truncated else logprobs                              # [m, L'-1]
+            p, s = kl_reward_penalty(policy, ref, mask[rows].to(device), a.kl_estimator, a.kl_coef)
+            penalty[rows], sums, old[rows] = p.cpu(), sums + s.cpu(), logprobs.float().cpu()
+        return penalty, sums, old
 
     def micro_loss(self, tokens, behavior, mask, advantages, staleness, old=None, record_ratios=True,
                    start: int = 0):
@@ -243,15 +286,15 @@ class Learner:
         sides (as TRL and veRL do): the reference is scored untruncated, and so is the policy's
         side of the KL, from the same hidden states, while π/μ keeps the sampling distribution."""
         a = self.cfg.algorithm
-        kl = a.kl_coef > 0 and (self.ref_model is not None or self.lora_reference is not None)
-        truncated = bool(self.top_k) or self.top_p < 1.0
+        kl = a.kl_coef > 0 and a.kl_in == "loss" and (self.ref_model is not None or self.lora_reference is not None)
+        truncated = self.cfg.generation.changes_distribution()
         ref = None
         if kl:  # log softmax(logits / T) at the targets, no truncation; before the policy's forward,
             # so the module runs whole forwards one after the other (FSDP2 gathers, DDP hooks)
             with torch.no_grad(), self._reference() as ref_model:
                 ref, _, _ = ref_model(tokens, head=self._head(tokens[:, 1:], sampling=False, start=start))
-        logprobs, entropy, whole = self.model(tokens, head=self._head(
-            tokens[:, 1:], a.entropy_coef > 0, start=start, untruncated=kl and truncated))  # [m, L'-1] each
+        logprobs, entropy, whole = self.model(tokens, head=self._head(  # [m, L'-1] each
+            tokens[:, 1:], a.entropy_coef > 0, start=start, untruncated=kl and truncated, inputs=tokens))
         if record_ratios:  # the batch's pi/mu as sampled: the first update's only
             self._ratios.append(torch.exp(logprobs.detach().float() - behavior.float())[mask > 0])  # [n]
         adv = advantages[:, None].expand_as(logprobs)                              # [m, L'-1]
@@ -260,7 +303,8 @@ class Learner:
         return aipo_loss(logprobs, behavior, adv, mask, a.rho, a.aggregation, kind=a.name,
                          clip_eps=low, clip_eps_high=high, dual_clip_c=a.dual_clip_c, length_norm_tokens=constant,
                          old_logprobs=old, ref_logprobs=ref,
-                         kl_logprobs=whole, kl_coef=a.kl_coef, entropy=entropy, entropy_coef=a.entropy_coef,
+                         kl_logprobs=whole, kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, mismatch=a.mismatch,
+                         mismatch_cap=a.mismatch_cap, entropy=entropy, entropy_coef=a.entropy_coef,
                          staleness=staleness)
 
 

@@ -27,10 +27,10 @@ from llamarl_core.config.schema import DataConfig, ModelConfig, RewardResources,
 from llamarl_core.executors import rejoin
 from llamarl_core.executors.context import RoleRuntime, Stopped
 from llamarl_core.executors.routing import chunk_slices_for_trainers
-from llamarl_core.executors.setup import load_split, reward_name
+from llamarl_core.executors.setup import load_split, reward_terms
 from llamarl_core.models.build import tokenizer_of
 from llamarl_core.observe.learning_signal import last_line
-from llamarl_core.rewards import RewardPool
+from llamarl_core.rewards.weighted import WeightedRewards
 from llamarl_core.transport.channels import (TAG_TO_REWARD, TAG_TO_TRAINER_BASE, Arrivals, AsyncReceiver,
                                              AsyncSender, LinkBroken, get_any)
 from llamarl_core.wire.assembly import ChunkAssembly
@@ -49,12 +49,14 @@ class RewardExecutor:
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
         self.tokenizer = tokenizer_of(model)
         r = resources
-        self.pool = RewardPool(reward_name(data), num_workers=r.workers, timeout_s=r.timeout_s, max_abs=max_abs,
-                               on_progress=ctx.progress)
+        # data.rewards' terms (per-term metrics: reported), or data.reward alone (weight 1)
+        self.pool = WeightedRewards(reward_terms(data), num_workers=r.workers, timeout_s=r.timeout_s,
+                                    max_abs=max_abs, on_progress=ctx.progress)
+        self.report_terms = bool(data.rewards)
         # What a verifier compares against: the reference, or for a custom reward the whole row.
         examples = load_split(data, "train")
-        self.references = ([ex.as_dict() for ex in examples] if self.pool.spec.custom
-                           else [ex.reference for ex in examples])
+        self.references = [ex.reference for ex in examples]
+        self.rows = [ex.as_dict() for ex in examples] if self.pool.custom else None
         self.reported: set[str] = set()  # the pool's first error / timeout, once each in this log
         # Sync mode (k = 0) has no generator or trainer role: the colocated actor ranks are both.
         self.num_replicas = ctx.generator_replicas
@@ -117,16 +119,21 @@ class RewardExecutor:
         self.scored += rollout.num_rows
         part = rollout
         rollout = self.assembly.add(rollout)  # views of the rows the groups were received into
+        if rollout is not None:  # before its rows go on: a synchronous trainer's line counts this chunk
+            self._set_stats()
         if self.forward_groups and part.chunk_groups:
             self._forward(part, outbox)
         elif rollout is not None:
             for j, lo, hi in self._slices(rollout.replica):
                 self._send(rollout.rows(lo, hi), j, outbox)
-        if rollout is None:
-            return
-        ctx.control.set_stats("reward", ctx.local_rank, {
-            "scored": self.scored, "pool": dict(self.pool.stats), **ctx.timeline.totals(),
-            "first_error": last_line(self.pool.first_error)})  # for the trainer's words (observe/learning_signal.py)
+
+    def _set_stats(self) -> None:
+        pool = self.pool
+        stats = {"scored": self.scored, "pool": pool.stats, **self.ctx.timeline.totals(),
+                 "first_error": last_line(pool.first_error)}  # for the trainer's words (observe/learning_signal.py)
+        if self.report_terms:  # each term's unweighted sum and count so far: reward/<name>_mean
+            stats["terms"] = {n: [pool.term_sums[n], pool.term_counts[n]] for n in pool.names}
+        self.ctx.control.set_stats("reward", self.ctx.local_rank, stats)
 
     def _slices(self, replica: int) -> list[tuple[int, int, int]]:
         """(trainer rank, first row, end row) of each trainer rank's slice of `replica`'s chunks."""
@@ -150,16 +157,18 @@ class RewardExecutor:
 
     def score(self, rollout) -> list[float]:
         """Every row's reward: a row the generator scored already (its environment returned
-        rewards, envs/protocol.py) keeps it; the others (NaN) get `data.reward` of the last
-        assistant turn's text, as the model wrote it."""
+        rewards, envs/protocol.py) keeps it; the others (NaN) get `data.reward` (or the weighted
+        sum of `data.rewards`) of the last assistant turn's text, as the model wrote it."""
         rewards = rollout.rewards.tolist()
         todo = [r for r in range(rollout.num_rows) if math.isnan(rewards[r])]
-        texts, refs = [], []
+        texts, ids = [], []
         for r in todo:
             start, end = rollout.last_turn(r)
             texts.append(self.tokenizer.decode(rollout.tokens[r, start:end].tolist()))
-            refs.append(self.references[int(rollout.example_ids[r])])
-        for r, score in zip(todo, self.pool.score(texts, refs) if todo else []):
+            ids.append(int(rollout.example_ids[r]))
+        rows = [self.rows[i] for i in ids] if self.rows is not None else None
+        scores = self.pool.score(texts, [self.references[i] for i in ids], rows) if todo else []
+        for r, score in zip(todo, scores):
             rewards[r] = score
         self._report_first_failures()
         return rewards

@@ -22,6 +22,15 @@ def reward_name(data: DataConfig) -> str:
     return data.reward if data.reward != "auto" else default_reward(data.name)
 
 
+def reward_terms(data: DataConfig) -> list[tuple[str, str, float]]:
+    """The training reward's terms, (metric name, reward spec, weight) each: `data.rewards` (an
+    `auto` fn resolved like `data.reward`), or `data.reward` alone with weight 1."""
+    if not data.rewards:
+        return [(reward_name(data), reward_name(data), 1.0)]
+    auto = lambda fn: fn if fn != "auto" else default_reward(data.name)  # noqa: E731
+    return [(t.label(), auto(t.fn), float(t.weight)) for t in data.rewards]
+
+
 @dataclass
 class PromptSet:
     examples: list[Example]

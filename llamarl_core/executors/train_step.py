@@ -2,7 +2,10 @@
 
     TrainStep(learner, early)  the step's learning rate; no gradient held yet
     add(groups, staleness)     complete prompt groups: their rewards, advantages and filter flags
-                               (all per group, `Learner.prepare`); the rows kept by reference
+                               (all per group, `Learner.prepare`); the rows kept by reference;
+                               kl_in=reward: first a no-grad pass of policy and reference on them
+                               (`Learner.kl_in_reward`; the weights move only in `finish`, so
+                               per group works early too), its log pi the later pi_old
     run_ready()                early only: while >= micro_batch_size trained rows wait, forward and
                                backward of the shortest micro_batch_size of them
     run_waiting()              early only: all waiting rows now, the last micro-batch short (the
@@ -60,6 +63,7 @@ class TrainStep:
         self.filtered = torch.zeros(0, dtype=torch.bool)
         self.waiting: list[int] = []  # trained rows (indices into `rows`) not yet in a micro-batch
         self.prepared: list[tuple[torch.Tensor, ...]] = []  # each add's `Learner.prepare`, for the metrics
+        self.kl_parts: list[tuple[torch.Tensor, ...]] = []  # kl_in=reward: each add's `Learner.kl_in_reward`
         self.sums: dict[str, float] = {}
         self.weight_sum, self.micro_batches, self.compute_s = 0.0, 0, 0.0
 
@@ -71,7 +75,10 @@ class TrainStep:
                 self.add(part, stale)
             return
         t0 = time.perf_counter()
-        prepared = self.learner.prepare(groups)
+        kl = self.learner.kl_in_reward(groups) if self.learner.cfg.algorithm.kl_in == "reward" else None
+        prepared = self.learner.prepare(groups, None if kl is None else kl[0])
+        if kl is not None:
+            self.kl_parts.append(kl)
         self.prepared.append(prepared)
         _, advantages, filtered, trained = prepared                                # [n] each
         first = len(self.rows)
@@ -125,7 +132,9 @@ class TrainStep:
                     self.run_waiting(max(1.0, float(counts[rows].sum())), old, record_ratios=not updates)
                     updates.append(learner.optimizer_step(self.sums, self.weight_sum, bool(self.micro_batches),
                                                           record_ratios=not updates))
-        batch_metrics = learner.batch_metrics(batch, staleness, self.lr, prepared)
+        kl_reward = ((torch.cat([k[0] for k in self.kl_parts]), sum(k[1] for k in self.kl_parts))
+                     if self.kl_parts else None)
+        batch_metrics = learner.batch_metrics(batch, staleness, self.lr, prepared, kl_reward)
         self.compute_s += time.perf_counter() - t0
         return learner.step_metrics(updates, batch_metrics, self.compute_s, staleness)
 
@@ -175,12 +184,18 @@ class TrainStep:
         learner = self.learner
         width = int((self.prompt_lens + self.completion_lens).max()) if self.rows else 1  # none: dynamic sampling
         old = torch.zeros(len(self.rows), width - 1, device=model_device(learner.model))  # [N, L'-1]
+        if self.kl_parts:  # kl_in=reward ran this pass already, on every row, before any update
+            first = 0
+            for _, _, part in self.kl_parts:
+                old[first:first + len(part), :part.shape[1]] = part.to(old.device)
+                first += len(part)
+            return old
         self.waiting = trained.nonzero().squeeze(1).tolist()
         while self.waiting:
             ids, w = self._take(self.micro)
             tokens = self._inputs(ids, w)[0].to(old.device)                       # [m, w]
             start = learner.first_target(self.prompt_lens[ids])
-            logprobs, _, _ = learner.model(tokens, head=learner._head(tokens[:, 1:], start=start))
+            logprobs, _, _ = learner.model(tokens, head=learner._head(tokens[:, 1:], start=start, inputs=tokens))
             old[ids, :w - 1] = logprobs.float()
         return old
 

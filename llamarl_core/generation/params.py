@@ -18,6 +18,8 @@ class SamplingParams:
     stop_strings: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    min_p: float = 0.0               # keep tokens of at least min_p x the best one's probability; 0 = off
+    repetition_penalty: float = 1.0  # CTRL's penalty on the prompt's and completion's tokens; 1 = off
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -28,6 +30,10 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1), got {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"SamplingParams.repetition_penalty must be > 0, got {self.repetition_penalty}")
         if any(not s for s in self.stop_strings):
             raise ValueError("SamplingParams.stop_strings must not contain an empty string")
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
@@ -47,8 +53,9 @@ def stop_ids(tokenizer, params: SamplingParams | None = None) -> tuple[int, ...]
 @dataclass
 class Completion:
     """One sampled continuation. `logprobs[i]` is the log-prob of `token_ids[i]` under the
-    distribution it was drawn from (`sampling.sampling_logprobs`: temperature, top-k, top-p,
-    renormalised); greedy completions report log softmax(logits) at T = 1."""
+    distribution it was drawn from (`sampling.sampling_logprobs`: repetition penalty,
+    temperature, min-p, top-k, top-p, renormalised); greedy completions report log
+    softmax(logits) at T = 1."""
 
     token_ids: list[int]
     logprobs: list[float]

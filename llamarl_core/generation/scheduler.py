@@ -29,6 +29,10 @@ so the GPU already runs the next step while the host decides. A row that stopped
 decodes one token more, which is dropped; a row that reaches its length cap (the host knows
 that without a read) leaves its slot at once, its tokens kept aside until its last check.
 
+With a repetition penalty each slot keeps its own seen-token mask (`seen` [slots, V]): set from
+its prompt when admitted (each copy of a prefilled-once group from its own prompt list entry),
+each sampled token added as it is drawn, moved with the slot when rows are compacted.
+
 Admission prefills each distinct prompt once (`prefill_once.GroupPrefill`: a group's G
 copies share one prefill's KV), and every token is drawn with noise keyed by (seed, sample,
 token index), never by slot: which rows share a step does not change what a sample draws.
@@ -78,6 +82,8 @@ class Batch:
         self.logprobs = torch.zeros(B, N + 1, dtype=torch.float32, device=device)
         self.versions = torch.zeros(B, N + 1, dtype=torch.long, device=device)  # per token
         self.next_tok = torch.zeros(B, dtype=torch.long, device=device)
+        # each slot's prompt + completion tokens so far (repetition penalty only; [B, V] once V is known)
+        self.seen: Optional[torch.Tensor] = None
         self.pos = torch.zeros(B, dtype=torch.long, device=device)  # next cache index per slot
         self.sample = [-1] * B        # prompt index in each slot (-1: free)
         self.made = [0] * B           # tokens generated so far per slot
@@ -188,7 +194,12 @@ class Batch:
         device = self.engine.device
         slots_t = torch.tensor(slots, device=device)
         lengths_t = torch.tensor([len(self.prompts[j]) for j in idx], device=device)
-        tok, logp = self._sample(logits, [(j, 0) for j in idx])
+        if self.params.repetition_penalty != 1.0:
+            seen = self._seen(logits.shape[-1])
+            seen[slots_t] = False
+            for s, j in zip(slots, idx):
+                seen[s, torch.tensor(self.prompts[j], device=device)] = True
+        tok, logp = self._sample(logits, [(j, 0) for j in idx], slots_t)
         self.tokens[slots_t, 0], self.logprobs[slots_t, 0] = tok, logp
         self.versions[slots_t, 0] = self.version
         self.next_tok[slots_t], self.pos[slots_t] = tok, lengths_t
@@ -223,7 +234,7 @@ class Batch:
     def _decoded(self, B: int, logits: torch.Tensor):
         """Slots 0..B-1 decoded one token (logits [B, V]): sample it for each running row."""
         tok, logp = self._sample(logits, [(self.sample[s], self.made[s]) if self.sample[s] >= 0
-                                          else None for s in range(B)])
+                                          else None for s in range(B)], torch.arange(B, device=logits.device))
         scratch = self.tokens.shape[1] - 1
         made = torch.tensor([self.made[s] if self.sample[s] >= 0 else scratch for s in range(B)],
                             device=tok.device)
@@ -238,13 +249,23 @@ class Batch:
                 self.made[s] += 1
         return tok, self._stepped(range(B))
 
-    def _sample(self, logits: torch.Tensor, rows: list) -> tuple[torch.Tensor, torch.Tensor]:
-        """rows[r]: (sample index, token index) of row r, or None for a free slot."""
+    def _sample(self, logits: torch.Tensor, rows: list, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows[r]: (sample index, token index) of row r, or None for a free slot; slots [B]: the
+        slot of row r (its seen-token mask). A free slot's token marks its mask harmlessly:
+        admission resets it."""
         seeds = [None if key is None else row_seed(self.seed, *key) for key in rows]
-        tok, logp = sample_next(logits, self.params, seeds)
+        seen = self.seen[slots] if self.seen is not None else None  # [B, V]
+        tok, logp = sample_next(logits, self.params, seeds, seen)
         if self.engine.token_sync is not None:  # TP ranks of a replica take rank 0's tokens
             tok = self.engine.token_sync(tok)
+        if self.seen is not None:
+            self.seen[slots, tok] = True
         return tok, logp
+
+    def _seen(self, vocab: int) -> torch.Tensor:
+        if self.seen is None:
+            self.seen = torch.zeros(self.cache_slots, vocab, dtype=torch.bool, device=self.engine.device)
+        return self.seen
 
     def _stepped(self, slots) -> list:
         """What to check for each of `slots` that just sampled: (prompt, tokens so far, version)
@@ -328,8 +349,9 @@ class Batch:
             filled = max(self._position(s) for s in live) + 1
             self.cache.move(src, dst, filled)
             self.groups.moved(moves)
-            for buf in (self.tokens, self.logprobs, self.versions, self.next_tok, self.pos):
-                buf[dst] = buf[src]
+            for buf in (self.tokens, self.logprobs, self.versions, self.next_tok, self.pos, self.seen):
+                if buf is not None:
+                    buf[dst] = buf[src]
             for lst in (self.sample, self.made):
                 for a, b in moves:
                     lst[b] = lst[a]

@@ -41,6 +41,7 @@ class MetricsLog:
         self.timelines = TimelineTail(run_dir, ("trainer", "generator"))
         self.rl_start: float | None = None  # set by the trainer when its RL loop begins
         self.signal = LearningSignal()  # whether the run can learn: summary.json's warnings
+        self._terms_seen: dict[str, tuple[float, int]] = {}  # data.rewards' term sums at the last line
 
     def role_stats(self) -> dict:
         out: dict = {}
@@ -61,6 +62,7 @@ class MetricsLog:
                 errors = [s["first_error"] for s in stats if s.get("first_error")]
                 if errors:  # text, for LearningSignal's words; not a metric
                     out["reward/first_error"] = errors[0]
+                out.update(self.term_means([s["terms"] for s in stats if s.get("terms")]))
             if role == "generator":
                 out["generator/tokens_per_s"] = sum(s["tokens_per_s"] for s in stats)
                 out["generator/tokens"] = sum(s["tokens"] for s in stats)
@@ -70,6 +72,27 @@ class MetricsLog:
                 syncs = [s["sync"] for s in stats if s.get("sync")]
                 if syncs:
                     out["sync/receive_seconds"] = max(x["seconds"] for x in syncs)
+        return out
+
+    def term_means(self, per_rank: list[dict]) -> dict:
+        """`reward/<name>_mean` per term of data.rewards: its unweighted mean over the samples the
+        reward ranks scored since the previous line (per rank: {name: [sum, count]} so far). In a
+        synchronous run (k = 0) with one trainer rank those are this step's batch, so
+        `reward/mean` = sum_i weight_i * reward/<name_i>_mean; with k >= 1 the reward role may
+        have scored a later chunk too."""
+        totals: dict[str, list[float]] = {}
+        for terms in per_rank:
+            for name, (total, count) in terms.items():
+                acc = totals.setdefault(name, [0.0, 0])
+                acc[0], acc[1] = acc[0] + total, acc[1] + count
+        out = {}
+        for name, (total, count) in totals.items():
+            seen_total, seen_count = self._terms_seen.get(name, (0.0, 0))
+            if count < seen_count:  # a reward rank restarted and counts from 0 again
+                seen_total, seen_count = 0.0, 0
+            if count > seen_count:
+                out[f"reward/{name}_mean"] = (total - seen_total) / (count - seen_count)
+            self._terms_seen[name] = (total, count)
         return out
 
     def write(self, line: dict, histograms: dict[str, torch.Tensor] | None = None) -> dict:

@@ -3,7 +3,8 @@
 `llamarl train` and `llamarl node` (node 0) call `check_data` before the store or any torchrun
 group starts, so a data or reward mistake exits 2 in a second, naming the key, the file and
 the line, instead of a role failing after launch and being restarted for nothing:
-- `data.reward`: a custom `module:function` / `file.py:function` must import and be callable,
+- `data.reward` and each `data.rewards[i].fn`: a custom `module:function` / `file.py:function`
+  must import and be callable,
   checked in a short-lived killable subprocess (the user's code never runs in this process);
   data with no built-in verifier (`data.name=generic`) needs `data.reward`;
 - train and held-out splits, through the same `load_split` the roles call: the file exists,
@@ -123,15 +124,21 @@ def check_chat_template(cfg: LlamaRLConfig, tokenizer, examples) -> None:
 
 
 def checked_reward(cfg: LlamaRLConfig) -> str:
-    """The verifier's name; a custom one must import (checked in a subprocess, never here)."""
-    try:
-        reward = reward_name(cfg.data)
-    except NoVerifier as e:
-        raise ConfigError(str(e)) from None
-    reason = check_importable(reward) if is_custom(reward) else None
-    if reason:
-        raise ConfigError(f"data.reward={reward}: {reason}")
-    return reward
+    """The verifier's name (the held-out accuracy's, and the training reward's unless
+    `data.rewards` is set); it and each `data.rewards[i].fn` must resolve and a custom one
+    import (checked in a subprocess, never here)."""
+    keyed = [("data.reward", cfg.data.reward)] + [(f"data.rewards[{i}].fn", t.fn) for i, t in enumerate(cfg.data.rewards)]
+    resolved = []
+    for key, value in keyed:
+        try:
+            reward = value if value != "auto" else reward_name(cfg.data)
+        except NoVerifier as e:
+            raise ConfigError(f"{key}=auto: {e}" if key != "data.reward" else str(e)) from None
+        reason = check_importable(reward) if is_custom(reward) and reward not in resolved else None
+        if reason:
+            raise ConfigError(f"{key}={reward}: {reason}")
+        resolved.append(reward)
+    return resolved[0]
 
 
 def checked_env(cfg: LlamaRLConfig) -> None:

@@ -15,8 +15,8 @@ CFG = ["algorithm.prompts_per_step=6", "algorithm.group_size=3", "reward.max_abs
 
 def test_the_reward_role_gets_the_steps_shape_and_splits_a_chunk_by_prompt(monkeypatch):
     pools = []
-    monkeypatch.setattr(reward, "RewardPool", lambda name, **kw: pools.append(kw) or SimpleNamespace(
-        spec=SimpleNamespace(custom=False), stats={}))
+    monkeypatch.setattr(reward, "WeightedRewards", lambda terms, **kw: pools.append(kw) or SimpleNamespace(
+        custom=False, stats={}))
     cfg = load_config("cpu_tiny", CFG)
     executor = pipeline.build_role(cfg, {}, RoleRuntime("reward", 0, RANKS, control=None, timeline=None))
     assert (executor.prompts_per_step, executor.group_size, executor.assembly.group_size) == (6, 3, 3)

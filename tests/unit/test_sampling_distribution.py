@@ -1,5 +1,6 @@
-"""μ is the distribution actually sampled from (temperature, top-k, top-p), and the
-trainer's π is the same function of its own logits: on-policy ratios are exactly 1."""
+"""μ is the distribution actually sampled from (repetition penalty, temperature, min-p, top-k,
+top-p), and the trainer's π is the same function of its own logits: on-policy ratios are
+exactly 1."""
 import math
 
 import pytest
@@ -35,28 +36,37 @@ def test_a_target_outside_the_kept_set_scores_finite_with_a_finite_gradient():
     assert torch.isfinite(logits.grad).all()
 
 
-def test_on_policy_ratios_are_one_with_temperature_top_k_and_top_p():
-    cfg = load_config("cpu_tiny", ["generation.temperature=0.7", "generation.top_p=0.9",
-                                   "generation.top_k=20", "algorithm.max_offpolicy_steps=0",
+SETTINGS = {"top_k,top_p": ["generation.top_p=0.9", "generation.top_k=20"],
+            "min_p": ["generation.min_p=0.3"],
+            "repetition_penalty": ["generation.repetition_penalty=1.5"],
+            "all four": ["generation.top_p=0.95", "generation.top_k=30", "generation.min_p=0.2",
+                         "generation.repetition_penalty=1.3"]}
+
+
+@pytest.mark.parametrize("overrides", SETTINGS.values(), ids=SETTINGS.keys())
+def test_on_policy_ratios_are_one_under_every_sampling_option(overrides):
+    cfg = load_config("cpu_tiny", ["generation.temperature=0.7", *overrides, "algorithm.max_offpolicy_steps=0",
                                    "algorithm.prompts_per_step=4", "data.num_train_examples=16"])
     model, tok = build_model(cfg.model, cfg.resources.trainer.dtype, seed=cfg.run.seed)
     torch.manual_seed(1)
-    model.reset_parameters(std=0.05)  # top-k/top-p truncation bites; logits small enough
+    model.reset_parameters(std=0.05)  # truncation bites; logits small enough
     # that the engine's KV-cached logits match the full forward to ~1e-6
     prompts = encode_prompts(cfg.data, cfg.generation, load_split(cfg.data, "train"), tok)
     batch = ChunkGenerator(chunk_config(cfg), model, tok, prompts, replica=0, num_replicas=1).generate(0, 0)
     tokens, behavior, mask = completion_targets(batch)
     with torch.no_grad():
         learner = Learner(model, learner_config(cfg))  # log π as the loss gets it (micro_loss)
-        pi = model(tokens, head=learner._head(tokens[:, 1:]))[0]
+        start = learner.first_target(batch.prompt_lens)  # the head from the first completion position
+        pi = model(tokens, head=learner._head(tokens[:, 1:], start=start, inputs=tokens))[0]
         untruncated = torch.log_softmax(model(tokens)[:, :-1] / 0.7, -1).gather(
             -1, tokens[:, 1:, None]).squeeze(-1)
     counted = mask.bool()
     assert int(counted.sum()) > 100
     ratio = (pi - behavior)[counted].exp()
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
-    # the check has teeth: ignoring truncation would put ratios well below 1
-    assert float((untruncated - behavior)[counted].exp().min()) < 0.9
+    # the check has teeth: ignoring the option would put ratios well away from 1
+    off = (untruncated - behavior)[counted].exp()
+    assert float((off - 1).abs().max()) > 0.1
 
 
 def test_greedy_rl_is_refused_naming_the_key():
