@@ -11,8 +11,8 @@ pytest.importorskip("reasoning_gym")
 
 def test_a_short_run_on_a_reasoning_gym_task_completes_with_rewards_logged(tmp_path):
     run_dir = tmp_path / "run"
-    out = train(run_dir, "run.max_steps=2", "data.name=reasoning_gym", "data.task=leg_counting",
-                "generation.max_prompt_tokens=200", "logging.trained_samples_per_step=4",
+    out = train(run_dir, "run.max_steps=2", "data.name=reasoning_gym", "data.task=basic_arithmetic",
+                "generation.max_prompt_tokens=192", "logging.trained_samples_per_step=4",
                 "logging.tensorboard=false")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = metrics(run_dir)
