@@ -205,6 +205,11 @@ def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:
             check_task(d.task)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        cut = [x for x in cfg.generation.stop_strings if "</answer>" in x]
+        if cut:  # a completion ends before its stop string: the scorer would never see the tag
+            raise ConfigError(f"generation.stop_strings={cut} with data.name=reasoning_gym: the completion is "
+                              f"cut before the stop string, so its closing </answer> tag would be lost and "
+                              f"every answer score 0; drop it (the model ends with its end-of-text token)")
     if d.name in ("gsm8k", "math500", "generic") and not d.path:
         hint = {"gsm8k": "grade_school_math/data/train.jsonl from github.com/openai/grade-school-math",
                 "math500": "prm800k/math_splits/test.jsonl from github.com/openai/prm800k",

@@ -95,6 +95,13 @@ def test_plan_accepts_a_known_task_and_refuses_an_unknown_one_naming_the_listing
     assert len(err) == 1 and "data.task='no_such_task'" in err[0] and "llamarl data tasks" in err[0]
 
 
+def test_a_stop_string_that_would_cut_the_closing_answer_tag_is_refused(capsys):
+    assert main(["plan", "data.name=reasoning_gym", "data.task=leg_counting",
+                 "generation.stop_strings=['</answer>']"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "generation.stop_strings" in err[0] and "data.name=reasoning_gym" in err[0]
+
+
 def test_data_tasks_lists_one_line_per_task_and_exits_0(capsys):
     from reasoning_gym.factory import DATASETS
 
