@@ -10,6 +10,8 @@ and how many exceed `generation.max_prompt_tokens`. `--json`: one JSON object pe
 (`prompt`, `prompt_ids`, `reference`, `reference_reward`), then one `{"summary": {...}}`.
 No model and no torchrun: `llamarl_core.runtime.preview.preview_data` does the work.
 
+    llamarl data tasks    # the reasoning-gym tasks data.task takes, one line each (docs/DATA.md)
+
 With an environment (`env.entry=...` / `env.tools=...`) each example shows its episode's opening
 exactly as the model sees it: the messages its `reset` returned (run in the environment's own
 worker process, never in this one), rendered by the chat template with the tools where the
@@ -106,7 +108,20 @@ def print_episodes(run_dir: str, n: int, console: Console | None = None) -> None
     console.print("model turns: trained (loss mask 1) · ⟦env: ...⟧ (dim): the environment's tokens, masked (0)")
 
 
+def print_tasks() -> int:
+    """One line per reasoning-gym task: its name and the first line of its description."""
+    from llamarl_core.data.reasoning_gym_tasks import task_descriptions
+
+    rows = task_descriptions()
+    width = max(len(name) for name, _ in rows)
+    for name, about in rows:
+        print(f"{name:<{width}}  {about}".rstrip())
+    return EXIT_OK
+
+
 def main(argv) -> int:
+    if list(argv[:1]) == ["tasks"]:
+        return run_guarded(print_tasks)
     parser = make_parser("data", "Show what the model will see: the first n rendered prompts of the "
                          "train split with their token counts, references and the verifier's reward "
                          "for each reference solution, then statistics over the whole split. Runs no "

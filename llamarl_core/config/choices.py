@@ -35,12 +35,13 @@ DDMA_TRANSPORTS = ("collective", "shm", "cuda_ipc")      # what transport/ddma.p
 WEIGHT_TRANSPORTS = ("auto", *DDMA_TRANSPORTS)           # controller.weight_transport
 BATCHING = ("continuous", "static")                      # generation.batching
 PROMPT_TEMPLATES = ("auto", "plain", "chat")             # data.template
-DATA_NAMES = ("arith", "gsm8k", "math500", "generic")    # data.name
+DATA_NAMES = ("arith", "gsm8k", "math500", "generic", "reasoning_gym")  # data.name
 ON_ERROR_MODES = ("raise", "skip")                       # data.on_error (a malformed data line)
 SOLUTION_STYLES = ("columns", "digit_sums", "short")     # data.solution_style (the built-in task)
 # data.reward (beside auto and module:function): the reward registry's names (rewards/specs.py);
 # math_symbolic is the math rule without its text fast path (verifies the rule on real data)
-BUILTIN_REWARDS = ("arith", "gsm8k", "math", "math_symbolic")
+# reasoning_gym: the task's own scorer (data.name=reasoning_gym only), run in reward workers
+BUILTIN_REWARDS = ("arith", "gsm8k", "math", "math_symbolic", "reasoning_gym")
 EVAL_POLICIES = ("model", "reference")                   # eval.policy
 SPLITS = ("train", "test")                               # eval.split, and every loader's split
 WEIGHT_SLOTS = (1, 2)                                    # resources.generator.weight_slots

@@ -440,12 +440,16 @@ class GenerationConfig:
 DEFAULT_INSTRUCTIONS = {
     "gsm8k": "Give the final answer on its own line as '#### <number>'.",
     "math500": "Put the final answer in \\boxed{}.",
+    "reasoning_gym": "Give the final answer inside <answer></answer> tags.",  # what its scorer reads
 }
 
 
 @dataclass
 class DataConfig:
-    name: str = "arith"                  # arith | gsm8k | math500 | generic
+    name: str = "arith"                  # arith | gsm8k | math500 | generic | reasoning_gym (needs data.task)
+    task: Optional[str] = None           # data.name=reasoning_gym: the task (`llamarl data tasks` lists them)
+    task_config: Dict[str, Any] = field(default_factory=dict)  # data.name=reasoning_gym: the task's own
+                                         # config keywords, e.g. {min_digits: 2, max_digits: 2}
     path: Optional[str] = None           # train data: .jsonl/.json/.parquet/.csv or a save_to_disk folder
                                          # (required for gsm8k/math500/generic)
     eval_path: Optional[str] = None      # held-out data; defaults to a split of `path`
@@ -482,6 +486,7 @@ class DataConfig:
         _check_choice("data.on_error", self.on_error, ON_ERROR_MODES)
         _check_reward(self.reward)
         _check_reward_terms(self.rewards)
+        self._check_task()
         _check_choice("data.solution_style", self.solution_style, SOLUTION_STYLES)
         _check_positive("data.num_train_examples", self.num_train_examples)
         if self.num_eval_examples is not None:
@@ -499,6 +504,20 @@ class DataConfig:
         _check_template_kwargs(self.chat_template_kwargs)
         if self.messages_key and self.prompt_key:
             raise ConfigError("data.messages_key and data.prompt_key both say where the prompt is: set one")
+
+    def _check_task(self) -> None:
+        """data.task goes with data.name=reasoning_gym and only with it (whether reasoning-gym knows
+        the task is checked before launch, data/reasoning_gym_tasks.py: importing it is slow)."""
+        gym = self.name == "reasoning_gym"
+        if gym and not (isinstance(self.task, str) and self.task.strip()):
+            raise ConfigError("data.name=reasoning_gym needs data.task=NAME (`llamarl data tasks` lists them)")
+        if not gym and self.task is not None:
+            raise ConfigError(f"data.task={self.task} is for data.name=reasoning_gym, not data.name={self.name}")
+        if not gym and self.task_config:
+            raise ConfigError(f"data.task_config is for data.name=reasoning_gym, not data.name={self.name}")
+        if self.reward == "reasoning_gym" and not gym:
+            raise ConfigError(f"data.reward=reasoning_gym scores reasoning-gym rows: it needs "
+                              f"data.name=reasoning_gym (got data.name={self.name})")
 
     def instruction_for(self, data_name: Optional[str] = None) -> str:
         """`instruction`, its default resolved for `data_name` (default `name`): the one place."""

@@ -26,7 +26,7 @@ _WHERE_TO_GET = {
 DATA_SUFFIXES = (".jsonl", *TABLE_SUFFIXES)
 
 
-_REWARD_BY_DATA = {"arith": "arith", "gsm8k": "gsm8k", "math500": "math"}
+_REWARD_BY_DATA = {"arith": "arith", "gsm8k": "gsm8k", "math500": "math", "reasoning_gym": "reasoning_gym"}
 _REWARD_BY_SOURCE = {"arith": "arith", "gsm8k": "gsm8k", "math": "math"}
 
 
@@ -62,6 +62,8 @@ def resolve_dataset(
     if name == "arith":
         count = DEFAULT_ARITH_SIZES.get(split, 200) if num_examples is None else num_examples
         return arith_examples(split, count, seed, **difficulty)
+    if name == "reasoning_gym":  # needs data.task: a DataConfig's rows come from splits.load_split
+        raise ValueError("data.name=reasoning_gym rows come from data.task: load them with load_split")
     if difficulty:
         raise ValueError(f"difficulty knobs {sorted(difficulty)} only apply to 'arith'")
     if name in _WHERE_TO_GET:

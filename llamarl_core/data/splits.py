@@ -9,13 +9,16 @@ to train on, else exit 2 naming the key); unset, 200 but at most a fifth of the 
 (at least one), so a small file of a user's own task still trains on most of its rows. The
 split is a fixed slice of the file (no shuffle, so no seed): every role, every restart and
 every later eval agrees on it. With `data.eval_path` or the built-in `arith` task (which draws
-each split with `data.seed`) the held-out set is `data.num_eval_examples` rows, unset 200.
+each split with `data.seed`) the held-out set is `data.num_eval_examples` rows, unset 200; so
+with a reasoning-gym task (`data/reasoning_gym_tasks.py`: the held-out rows come from a seed of
+their own, less any question also in train).
 """
 from __future__ import annotations
 
 from llamarl_core.data.datasets import resolve_dataset, split_source
 from llamarl_core.data.example import Example
 from llamarl_core.data.loaders import Keys
+from llamarl_core.data.reasoning_gym_tasks import task_examples
 
 
 def data_keys(d) -> Keys:
@@ -29,7 +32,7 @@ def split_path(data, split: str) -> str | None:
 
 def holds_both_splits(d) -> bool:
     """True when training splits one file itself (no `data.eval_path`, same rows for both)."""
-    return d.name != "arith" and not d.eval_path and (
+    return d.name not in ("arith", "reasoning_gym") and not d.eval_path and (
         split_source(d.name, d.path, "train") == split_source(d.name, d.path, "test"))
 
 
@@ -39,6 +42,9 @@ def load_split(d, split: str) -> list[Example]:
     if d.name == "arith":
         n = d.num_train_examples if split == "train" else eval_count(d)
         return resolve_dataset("arith", None, split, num_examples=n, seed=d.seed, **d.arith_knobs())
+    if d.name == "reasoning_gym":
+        n = d.num_train_examples if split == "train" else eval_count(d)
+        return task_examples(d.task, split, n, d.seed, d.task_config, num_train=d.num_train_examples)
     path = split_path(d, split)
     one_file = holds_both_splits(d)
     n = None if split == "train" or one_file else (eval_count(d) or None)
@@ -55,7 +61,8 @@ MAX_DEFAULT_HELD_OUT_FRACTION = 0.2  # ... but of a one-file data set, at most t
 
 
 def eval_count(d) -> int:
-    """`data.num_eval_examples`, unset → 200: the held-out count of `arith` and of `data.eval_path`."""
+    """`data.num_eval_examples`, unset → 200: the held-out count of `arith`, of a reasoning-gym
+    task and of `data.eval_path`."""
     return DEFAULT_NUM_EVAL_EXAMPLES if d.num_eval_examples is None else d.num_eval_examples
 
 

@@ -44,7 +44,8 @@ def eval_data_name(cfg: LlamaRLConfig) -> str:
 def uses_training_split(cfg: LlamaRLConfig) -> bool:
     """Eval reads the run's own data file, which training split itself (no `data.eval_path`):
     then the rows are `load_split`'s, the rule training used, never the whole file."""
-    return eval_data_name(cfg) == cfg.data.name and holds_both_splits(cfg.data)
+    return eval_data_name(cfg) == cfg.data.name and (
+        holds_both_splits(cfg.data) or cfg.data.name == "reasoning_gym")  # its rows: data.task's
 
 
 def load_eval_examples(cfg: LlamaRLConfig) -> list:

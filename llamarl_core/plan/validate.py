@@ -8,6 +8,7 @@ from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.layout import trainer_sharding
 from llamarl_core.config.schema import GenerationConfig, LlamaRLConfig
 from llamarl_core.config.streaming import is_sync
+from llamarl_core.data.reasoning_gym_tasks import check_task
 from llamarl_core.models.args import ModelArgs
 from llamarl_core.models.peft_io import check_matches, read_adapter
 from llamarl_core.models.tp_slices import check_tp
@@ -199,6 +200,16 @@ def validate_data(cfg: LlamaRLConfig, require_path: bool = True) -> list[str]:
     for key, path in (("data.path", d.path), ("data.eval_path", d.eval_path)):
         if path and not os.path.exists(path):  # a folder: <split>.jsonl files or a save_to_disk dataset
             raise ConfigError(f"{key}={path}: file not found")
+    if d.name == "reasoning_gym":  # generated rows, no file: the task must exist (and the package)
+        try:
+            check_task(d.task)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        cut = [x for x in cfg.generation.stop_strings if "</answer>" in x]
+        if cut:  # a completion ends before its stop string: the scorer would never see the tag
+            raise ConfigError(f"generation.stop_strings={cut} with data.name=reasoning_gym: the completion is "
+                              f"cut before the stop string, so its closing </answer> tag would be lost and "
+                              f"every answer score 0; drop it (the model ends with its end-of-text token)")
     if d.name in ("gsm8k", "math500", "generic") and not d.path:
         hint = {"gsm8k": "grade_school_math/data/train.jsonl from github.com/openai/grade-school-math",
                 "math500": "prm800k/math_splits/test.jsonl from github.com/openai/prm800k",

@@ -6,6 +6,8 @@ argument tuple still to check in a worker with ``isolated(*args)``. A reward who
 ``isolated`` is None (gsm8k, arith) is provably bounded and never needs a process.
 A custom reward (``custom.py``: ``module:function``) is ``custom``: every item goes to a
 worker, which imports the function; its second argument is the example dict, not the reference.
+A built-in whose scorer is third-party code (``reasoning_gym``) is run the same way: ``custom``
+with the ``function`` its workers import.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class RewardSpec:
     isolated: Callable[[str, str], float] | None = None
     warm_up: Callable[[], None] | None = None
     custom: bool = False  # the user's function: imported and called only in a worker process
+    function: str | None = None  # a built-in run as a custom one is: the module:function a worker imports
 
 
 def _to_worker(completion: str, example) -> tuple:
@@ -48,6 +51,9 @@ _REGISTRY: dict[str, RewardSpec] = {
     "math_symbolic": RewardSpec(
         "math_symbolic", prepare_math_symbolic, check_math_equivalence, warm_up_math
     ),
+    # A reasoning-gym task's own scorer: third-party code, so only in a worker, given the row.
+    "reasoning_gym": RewardSpec("reasoning_gym", _to_worker, _only_in_a_worker, custom=True,
+                                function="llamarl_core.rewards.reasoning_gym_score:score"),
 }
 
 

@@ -58,7 +58,7 @@ def worker_main(conn: Connection, reward_name: str, parent_is_main_thread: bool,
 
     logging.disable(logging.WARNING)  # math-verify warns once that its timeouts are off
     if spec.custom:
-        fn = load_function(reward_name)
+        fn = load_function(spec.function or reward_name)
         batch = bool(getattr(fn, "batch", False))
         call = _batch_call(fn, max_abs) if batch else _one_call(fn, max_abs)
         info = {"batch": batch}

@@ -87,6 +87,8 @@ def _load(cfg: LlamaRLConfig, split: str):
     try:
         return load_split(cfg.data, split)
     except (ValueError, FileNotFoundError) as e:  # DataFormatError is a ValueError
+        if cfg.data.name == "reasoning_gym":  # no file: the message names data.task itself
+            raise ConfigError(str(e)) from None
         raise _refused(cfg, _key(cfg, split), split_path(cfg.data, split), e, ": no examples") from None
 
 
