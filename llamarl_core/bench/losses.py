@@ -18,6 +18,7 @@ bench run with `--work-dir DIR` keeps) instead of training. Summary: bench/losse
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import time
@@ -126,7 +127,7 @@ def train_all(recipe: str, overrides: list[str], arms: list[str], seeds: list[in
     """The shared warm start, then every (seed, arm) run in turn; their records."""
     base = load_config(recipe, overrides)
     frozen = freeze_recipe(work_dir, recipe, overrides)
-    warm = shared_warmstart(base, work_dir)
+    warm = shared_warmstart(base, work_dir, log=_log)
     if warm is None:  # the recipe warm starts nothing: RL from its own model.checkpoint
         warm = {"dir": base.model.checkpoint, "steps": 0, "seconds": 0.0}
     start = [f"model.checkpoint={warm['dir']}", "warmstart.steps=0"] if warm["dir"] else []
@@ -134,18 +135,20 @@ def train_all(recipe: str, overrides: list[str], arms: list[str], seeds: list[in
     for seed in seeds:
         for arm in arms:
             run_dir = os.path.join(work_dir, f"{arm}_seed{seed}")
-            print(f"seed {seed}: {arm} ({' '.join(ARMS[arm][0]) or 'recipe as is'})", flush=True)
-            run_one(frozen, [*start, *arm_overrides(arm, seed, seconds), f"run.dir={run_dir}"])
+            _log(f"seed {seed}: {arm} ({' '.join(ARMS[arm][0]) or 'recipe as is'})")
+            run_one(frozen, [*start, *arm_overrides(arm, seed, seconds), f"run.dir={run_dir}"], log=_log)
             records.append(run_record(Path(run_dir), arm, seed, ARMS[arm][0]))
     return records, warm
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)  # a bench of 40 minutes logged to a file: each line as it happens
 
 
 def write(out: str, result: dict) -> None:
     """The JSON, then the figure beside it (needs the optional matplotlib: without it, one line)."""
     Path(out).write_text(json.dumps(result, indent=1) + "\n")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:
         print("llamarl bench: plot skipped: matplotlib is not installed (pip install 'llamarl[bench]')")
         return
     from llamarl_core.bench.losses_plot import plot_losses
