@@ -47,10 +47,12 @@ ARMS = {  # name -> (overrides on the recipe, why this arm)
 # Every run: the time cap binds, not the step count; no resumable checkpoints (minutes of disk
 # writes across 12 runs, and the shared warm start is the only state reused).
 RUN_OVERRIDES = ("run.max_steps=100000", "run.checkpoint_every_steps=0")
-# 12 runs (6 arms x 2 seeds) plus the warm start in about 40 minutes on this 2-core CPU:
-# measured, each run costs about OVERHEAD_S beyond its RL time (process start, the eval before
-# RL, the final export), see docs/ALGORITHMS.md "Loss options side by side".
-DEFAULT_SECONDS = 150.0
+# 12 runs (6 arms x 2 seeds) plus the warm start in about 40 minutes on a 2-core CPU: a run
+# costs about 10 s beyond run.max_time_s (measured: 27.0 s for run.max_time_s=15, of which RL
+# 16.7 s with the last step and final eval; the rest process start, the eval before RL, the
+# export), the warm start 20 s alone and 3 minutes beside other jobs: 12 x (180 + 10) s + 20 s
+# = 38 minutes.
+DEFAULT_SECONDS = 180.0
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -114,7 +116,9 @@ def run(args, command: str) -> int:
     else:
         check_arms(recipe, overrides, arms)
         records, warm = train_all(recipe, overrides, arms, seeds, args.seconds, args.work_dir)
-    result = {**assemble(records, ARMS, args.seconds), "recipe": recipe, "overrides": overrides,
+    caps = {r["max_time_s"] for r in records if r["max_time_s"] is not None}
+    seconds = caps.pop() if args.runs and len(caps) == 1 else args.seconds  # --runs: what the runs had
+    result = {**assemble(records, ARMS, seconds), "recipe": recipe, "overrides": overrides,
               "warmstart": warm, "command": command, "commit": git_commit(), "note": args.note,
               "wall_s": round(time.perf_counter() - t0, 1), "machine": ended(at_start)}
     print_table(result)

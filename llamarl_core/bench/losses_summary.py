@@ -13,6 +13,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from llamarl_core.bench.run_stats import accuracy_curve, read_jsonl, read_timeline, rl_window
 
 
@@ -28,6 +30,8 @@ def run_record(run_dir: Path, arm: str, seed: int, overrides) -> dict:
     """One run: accuracy at the start of RL (after the shared warm start) and at its end, the
     curve, steps, realised staleness, importance-ratio stats and (MIS) the masked token share."""
     summary = json.loads((run_dir / "summary.json").read_text())
+    config = run_dir / "config.yaml"  # the run's resolved config: its own time cap, whatever --seconds says now
+    max_time_s = OmegaConf.load(config).run.max_time_s if config.is_file() else None
     metrics = read_jsonl(str(run_dir / "metrics.jsonl"))
     spans = read_timeline(str(run_dir))
     t0, _ = rl_window(spans)
@@ -39,7 +43,7 @@ def run_record(run_dir: Path, arm: str, seed: int, overrides) -> dict:
     ratio_max = _metric(metrics, "trainer/is_ratio_max")
     return {"arm": arm, "seed": seed, "overrides": list(overrides), "run_dir": str(run_dir),
             "accuracy_start": start, "accuracy_end": end, "gain": round(end - start, 4),
-            "curve": curve, "rl_steps": summary["steps"], "rl_wall_s": summary.get("rl_wall_s"),
+            "curve": curve, "rl_steps": summary["steps"], "max_time_s": max_time_s, "rl_wall_s": summary.get("rl_wall_s"),
             "end_reason": summary.get("end_reason"),
             "staleness_mean": _mean(staleness), "staleness_max": max(_metric(metrics, "trainer/staleness_max"),
                                                                      default=None),

@@ -73,6 +73,7 @@ def _fake_run(root: Path, name: str, before: float, after: float, staleness: lis
                 "trainer/is_ratio_mean": 1.0 + 0.1 * i, "trainer/is_ratio_max": 1.5 + i,
                 "trainer/is_truncated_frac": 0.0, **({"trainer/mismatch_masked_frac": masked[i]} if masked else {})}
                for i, s in enumerate(staleness)]
+    (run / "config.yaml").write_text("run:\n  max_time_s: 15.0\n")  # the run's own time cap
     (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (run / "summary.json").write_text(json.dumps({
         "steps": len(staleness), "rl_wall_s": 4.0, "accuracy_before": before, "accuracy_after": after,
@@ -105,4 +106,4 @@ def test_the_summary_turns_run_directories_into_per_arm_gains_and_staleness(tmp_
     assert run["is_ratio_mean"] == pytest.approx(1.15) and run["is_ratio_max"] == pytest.approx(4.5)
     # RL starts when the version-0 eval ends (6 s); the version-2 eval ends at 10 s: 4 s in
     assert run["curve"] == [{"step": 0, "wall_s": 0.0, "accuracy": 0.5}, {"step": 2, "wall_s": 4.0, "accuracy": 0.8}]
-    assert run["end_reason"] == "max_time_s" and json.loads(json.dumps(out)) == out  # plain JSON
+    assert run["max_time_s"] == 15.0 and run["end_reason"] == "max_time_s" and json.loads(json.dumps(out)) == out  # plain JSON
