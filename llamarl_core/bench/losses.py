@@ -27,6 +27,7 @@ from pathlib import Path
 from llamarl_core.bench.losses_summary import assemble, print_table, run_record
 from llamarl_core.bench.provenance import ended, git_commit, machine
 from llamarl_core.bench.sync_vs_async import freeze_recipe, run_one, shared_warmstart
+from llamarl_core.config.errors import ConfigError  # the CLI's one line and exit 2, no traceback
 from llamarl_core.config.load import DEFAULT_RECIPE, load_config
 
 STALE_K4 = ("algorithm.max_offpolicy_steps=4",)
@@ -73,7 +74,7 @@ def select_arms(names: str) -> list[str]:
     chosen = [n for n in names.split(",") if n]
     unknown = [n for n in chosen if n not in ARMS]
     if unknown or not chosen:
-        raise ValueError(f"--arms: unknown arm(s) {unknown or chosen}; choose from {', '.join(ARMS)}")
+        raise ConfigError(f"--arms: unknown arm(s) {unknown or chosen}; choose from {', '.join(ARMS)}")
     return chosen
 
 
@@ -81,9 +82,9 @@ def parse_seeds(text: str) -> list[int]:
     try:
         seeds = [int(s) for s in text.split(",") if s]
     except ValueError:
-        raise ValueError(f"--seeds {text!r}: comma-separated integers, e.g. 0,1") from None
+        raise ConfigError(f"--seeds {text!r}: comma-separated integers, e.g. 0,1") from None
     if not seeds:
-        raise ValueError("--seeds: at least one seed")
+        raise ConfigError("--seeds: at least one seed")
     return seeds
 
 
@@ -99,7 +100,7 @@ def check_arms(recipe: str, overrides: list[str], arms: list[str], arm_table: di
         try:
             load_config(recipe, [*overrides, *RUN_OVERRIDES, *arm_table[arm][0]])
         except Exception as e:  # ConfigError, or Hydra's for a key the schema lacks
-            raise ValueError(f"arm {arm} ({' '.join(arm_table[arm][0])}) does not load: {e}") from None
+            raise ConfigError(f"arm {arm} ({' '.join(arm_table[arm][0])}) does not load: {e}") from None
 
 
 def _recipe(words: list[str]) -> tuple[str, list[str]]:

@@ -8,6 +8,7 @@ import pytest
 
 from llamarl_core.bench.losses import ARMS, RUN_OVERRIDES, arm_overrides, check_arms, parse_seeds, select_arms
 from llamarl_core.bench.losses_summary import assemble, run_record
+from llamarl_core.config.errors import ConfigError
 from llamarl_core.config.load import DEFAULT_RECIPE, load_config
 
 # Override words that issue #49's other changes add to the schema (GSPO, Dr.GRPO's length
@@ -39,7 +40,7 @@ def test_the_k4_arms_and_only_they_run_four_versions_stale():
 
 def test_an_arm_that_does_not_load_stops_the_bench_naming_the_arm():
     table = {**ARMS, "bad": (("algorithm.name=no_such_loss",), "a loss this build lacks")}
-    with pytest.raises(ValueError, match="arm bad"):
+    with pytest.raises(ConfigError, match="arm bad"):  # the CLI: one line, exit 2
         check_arms(DEFAULT_RECIPE, [], ["aipo", "bad"], table)
 
 
@@ -52,9 +53,9 @@ def test_a_run_gets_the_time_cap_its_seed_and_its_arm_s_words_after_the_shared_o
 def test_arms_and_seeds_parse_and_unknown_arms_are_refused():
     assert select_arms("grpo,aipo") == ["grpo", "aipo"]
     assert parse_seeds("0,1,7") == [0, 1, 7]
-    with pytest.raises(ValueError, match="nope"):
+    with pytest.raises(ConfigError, match="nope"):
         select_arms("aipo,nope")
-    with pytest.raises(ValueError, match="integers"):
+    with pytest.raises(ConfigError, match="integers"):
         parse_seeds("a")
 
 
