@@ -43,7 +43,8 @@ ARMS = {  # name -> (overrides on the recipe, why this arm)
     "aipo_tis_k4": ((*STALE_K4, "algorithm.rho=2"),
                     "staleness 4, AIPO's own weight as token-level TIS: min(pi/mu, 2)"),
     "aipo_mis_k4": ((*STALE_K4, "algorithm.mismatch=mis", "algorithm.mismatch_cap=2"),
-                    "staleness 4, AIPO with tokens whose pi/mu passes 2 masked (MIS) rather than capped"),
+                    "staleness 4, AIPO's token cap replaced by sequence-level MIS: a sequence whose "
+                    "pi_old/mu (product over its tokens) passes 2 is masked whole"),
 }
 # Every run: the time cap binds, not the step count; no resumable checkpoints (minutes of disk
 # writes across 12 runs, and the shared warm start is the only state reused).
@@ -113,7 +114,8 @@ def run(args, command: str) -> int:
     recipe, overrides = _recipe(args.overrides)
     at_start, t0 = machine(), time.perf_counter()
     if args.runs:
-        records, warm = [run_record(Path(args.runs) / f"{a}_seed{s}", a, s, ARMS[a][0]) for s in seeds for a in arms], None
+        warm = None
+        records = [run_record(Path(args.runs) / f"{a}_seed{s}", a, s, ARMS[a][0]) for s in seeds for a in arms]
     else:
         check_arms(recipe, overrides, arms)
         records, warm = train_all(recipe, overrides, arms, seeds, args.seconds, args.work_dir)

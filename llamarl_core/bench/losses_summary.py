@@ -43,7 +43,8 @@ def run_record(run_dir: Path, arm: str, seed: int, overrides) -> dict:
     ratio_max = _metric(metrics, "trainer/is_ratio_max")
     return {"arm": arm, "seed": seed, "overrides": list(overrides), "run_dir": str(run_dir),
             "accuracy_start": start, "accuracy_end": end, "gain": round(end - start, 4),
-            "curve": curve, "rl_steps": summary["steps"], "max_time_s": max_time_s, "rl_wall_s": summary.get("rl_wall_s"),
+            "curve": curve, "rl_steps": summary["steps"], "max_time_s": max_time_s,
+            "rl_wall_s": summary.get("rl_wall_s"),
             "end_reason": summary.get("end_reason"),
             "staleness_mean": _mean(staleness), "staleness_max": max(_metric(metrics, "trainer/staleness_max"),
                                                                      default=None),

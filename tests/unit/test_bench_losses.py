@@ -107,4 +107,5 @@ def test_the_summary_turns_run_directories_into_per_arm_gains_and_staleness(tmp_
     assert run["is_ratio_mean"] == pytest.approx(1.15) and run["is_ratio_max"] == pytest.approx(4.5)
     # RL starts when the version-0 eval ends (6 s); the version-2 eval ends at 10 s: 4 s in
     assert run["curve"] == [{"step": 0, "wall_s": 0.0, "accuracy": 0.5}, {"step": 2, "wall_s": 4.0, "accuracy": 0.8}]
-    assert run["max_time_s"] == 15.0 and run["end_reason"] == "max_time_s" and json.loads(json.dumps(out)) == out  # plain JSON
+    assert run["max_time_s"] == 15.0 and run["end_reason"] == "max_time_s"
+    assert json.loads(json.dumps(out)) == out  # plain JSON: no tuples, no Paths
