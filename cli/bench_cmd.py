@@ -5,7 +5,7 @@ docs/RESULTS.md is reproduced by one `llamarl bench NAME ...` (or `llamarl train
     llamarl bench NAME --help           # its options
     llamarl bench sync-vs-async [recipe=R] [--steps N] [--repeats N] [--simulate [--measured FILE]] [--out FILE]
     llamarl bench quality [recipe=R] [--seeds N] [--steps N] [--configs A,B] [--out FILE]
-    llamarl bench weight-sync|generation|generation-real|launch|real-model|slots|streaming|env-busy|agent|lora*|...  [options]
+    llamarl bench weight-sync|generation|generation-real|launch|real-model|slots|streaming|env-busy|agent|lora*|losses|...  [options]
 
 sync-vs-async and quality take a recipe and Hydra overrides as `llamarl train` does and are
 driven from here; each of the others is a module of llamarl_core/bench/ with `parser(prog)` and
@@ -53,6 +53,8 @@ BENCHES = {  # name -> (module with parser(prog) and run(args, command), or None
                                                         "vs LoRA"),
     "lora": ("llamarl_core.bench.lora_side_by_side", "smollm2_cpu vs smollm2_lora_cpu, same time: accuracy, "
                                                      "trainer cost, sync bytes"),
+    "losses": ("llamarl_core.bench.losses", "the loss options (AIPO, GRPO, Dr.GRPO, GSPO, TIS/MIS at k=4) from one warm "
+                                            "start, same wall time: held-out gain per arm"),
 }
 USAGE = ("usage: llamarl bench NAME [options] (NAME --help for its options)\n\n"
          + "\n".join(f"  {name:<16} {line}" for name, (_, line) in BENCHES.items()))

@@ -14,7 +14,7 @@ from llamarl_cli import bench_cmd
 from llamarl_cli.main import main
 
 NAMES = ["sync-vs-async", "quality", "weight-sync", "generation", "generation-real", "launch", "real-model",
-         "slots", "streaming", "trainer", "env-busy", "agent", "lora-apply", "lora-trainer", "lora"]
+         "slots", "streaming", "trainer", "env-busy", "agent", "lora-apply", "lora-trainer", "lora", "losses"]
 
 
 def test_bench_help_lists_every_benchmark_with_one_line_each(capsys):
