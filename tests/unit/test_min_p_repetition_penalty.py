@@ -96,6 +96,7 @@ def test_the_trainers_chunked_penalty_sees_each_positions_own_prefix():
     hidden = torch.randn(B, L, D, generator=g)
     head = torch.nn.Linear(D, 12, bias=False)
     with torch.no_grad():
+        head.weight.copy_(torch.randn(12, D, generator=g))         # seeded, not the global RNG's
         got, _, _ = chunked_policy_logprobs(hidden[:, start:-1], head, tokens[:, start + 1:], 0.9, 0, 1.0,
                                             chunk_bytes=B * 12 * 4 * 2, min_p=0.05, repetition_penalty=1.5,
                                             seen_from=first_positions(tokens, 12) - start)
