@@ -68,9 +68,13 @@ def _grad(kind, **kw):
     return logprobs.grad, metrics, (logprobs, behavior, adv, mask)
 
 
-@pytest.mark.parametrize("kind", ["ppo", "pg"])
-def test_ppo_or_pg_with_tis_at_one_update_has_exactly_aipos_gradient_with_rho_equal_to_the_cap(kind):
-    tis, metrics, _ = _grad(kind, mismatch="tis", mismatch_cap=2.0)
+# gspo at one update: its sequence ratio to pi_old is 1 (inside any clip range) and the
+# GSPO-token gradient of sg[s] * pi_t / sg[pi_t] is grad log pi_t; dual-clip's bound c*A (c > 1)
+# is below A = J at ratio 1: both reduce to -w * A * grad log pi, AIPO's gradient with rho = C
+@pytest.mark.parametrize("kind,extra", [("ppo", {}), ("pg", {}), ("gspo", {}),
+                                        ("ppo", {"dual_clip_c": 3.0}), ("gspo", {"dual_clip_c": 3.0})])
+def test_ppo_pg_or_gspo_with_tis_at_one_update_has_exactly_aipos_gradient_with_rho_equal_to_the_cap(kind, extra):
+    tis, metrics, _ = _grad(kind, mismatch="tis", mismatch_cap=2.0, **extra)
     aipo, _, _ = _grad("aipo", rho=2.0)
     assert torch.allclose(tis, aipo, atol=1e-12)
     assert 0.0 < metrics["mismatch_weight_mean"] and metrics["mismatch_masked_frac"] == 0.0
