@@ -7,7 +7,7 @@ here checks that those carriers, as their modules define them, cover every value
     sync  k = 0   ppo   std   token_mean      test_rl_knobs_train's sync run
     async k = 1   pg    loo   sequence_mean   test_family_training's llama3 run
     async k = 1   clamp mean  sequence_mean   test_family_training's qwen3 run
-    sync  k = 0   gspo  mean  token_mean      test_loss_options_train's run
+    sync  k = 0   gspo  mean  token_mean      test_options_train's run
 
 (test_choices_train runs one learner step of every value in-process.)"""
 from llamarl_core.config.choices import ADVANTAGE_MODES, AGGREGATIONS, LOSS_KINDS
@@ -43,11 +43,11 @@ def test_the_combinations_cover_every_accepted_value():
 
 def test_the_carrier_runs_train_every_combination():
     import test_family_training
-    import test_loss_options_train
+    import test_options_train
     import test_resume
     import test_rl_knobs_train
 
     carriers = [test_resume.SYNC_OPTS, [*test_rl_knobs_train.COMMON, *test_rl_knobs_train.RUNS["sync"]],
                 test_family_training.ALGORITHMS["llama3"], test_family_training.ALGORITHMS["qwen3"],
-                test_loss_options_train.OPTS]
+                test_options_train.OPTS]
     assert [_algorithm(words) for words in carriers] == COMBOS
