@@ -24,6 +24,9 @@ legend. Real episodes, as the trainer trained on them, come from a run started w
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import json
 import re
 from pathlib import Path
@@ -114,8 +117,11 @@ def print_tasks() -> int:
 
     rows = task_descriptions()
     width = max(len(name) for name, _ in rows)
-    for name, about in rows:
-        print(f"{name:<{width}}  {about}".rstrip())
+    text = "\n".join(f"{name:<{width}}  {about}".rstrip() for name, about in rows)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `llamarl data tasks | head`: the reader has what it wanted
+        sys.stdout = open(os.devnull, "w")  # no second error when Python flushes at exit
     return EXIT_OK
 
 
