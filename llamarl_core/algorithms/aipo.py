@@ -125,15 +125,13 @@ def aipo_loss(
         old = (logprobs if old_logprobs is None else old_logprobs).detach().to(logprobs.dtype)  # [B, T]
         w, mm = mismatch_weight(old, behavior, mask, mismatch, mismatch_cap)  # [B, T]
         metrics.update(mm)
-        update_log = (logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T] log pi/pi_old
-        clip_ratio = sequence_ratio(update_log, mask) if kind == "gspo" else torch.exp(update_log)  # [B, T]
+        clip_ratio = _update_ratio(kind, logprobs, old, mask)  # [B, T] pi/pi_old (gspo: the sequence's)
         per_token, dual = _decoupled(kind, clip_ratio, 1.0, advantages, lo, hi, dual_clip_c)  # [B, T]
         per_token = w.to(logprobs.dtype) * per_token  # [B, T]
     elif old_logprobs is not None and kind != "clamp":
         old = old_logprobs.detach().to(logprobs.dtype)  # [B, T]
         w = torch.exp((old - behavior).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).clamp(max=rho)  # [B, T]
-        update_log = (logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T] log pi/pi_old
-        clip_ratio = sequence_ratio(update_log, mask) if kind == "gspo" else torch.exp(update_log)  # [B, T]
+        clip_ratio = _update_ratio(kind, logprobs, old, mask)  # [B, T] pi/pi_old (gspo: the sequence's)
         per_token, dual = _decoupled(kind, clip_ratio, w, advantages, lo, hi, dual_clip_c)  # [B, T]
     elif kind == "aipo":
         weight = ratio.detach().clamp(max=rho)  # [B, T] stopgrad(min(r, rho))
@@ -166,6 +164,13 @@ def aipo_loss(
                                       clip_ratio=clip_ratio.detach()))
     metrics["loss"] = as_float(loss.detach())
     return loss, metrics
+
+
+def _update_ratio(kind: str, logprobs: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The update ratio pi/pi_old [B, T] the decoupled losses clip: per token, or gspo's sequence
+    ratio on each token of its sequence."""
+    update_log = (logprobs - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T] log pi/pi_old
+    return sequence_ratio(update_log, mask) if kind == "gspo" else torch.exp(update_log)  # [B, T]
 
 
 def _decoupled(kind: str, r: torch.Tensor, w: torch.Tensor | float, advantages: torch.Tensor,
